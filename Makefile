@@ -1,0 +1,41 @@
+# make install: idempotent set-up of everything tidelog needs on a Debian machine.
+# make test:    lint and format check (ruff), then the whole test suite.
+# make demo:    see the README.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+APT_PACKAGES :=
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint format bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: install
+	$(BIN)/ruff check tidelog tests benchmarks
+	$(BIN)/ruff format --check tidelog tests benchmarks
+
+format: install
+	$(BIN)/ruff format tidelog tests benchmarks
+	$(BIN)/ruff check --fix tidelog tests benchmarks
+
+test: lint
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python benchmarks/storage.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,52 @@
+"""Shared fixtures: a manual clock, and logs built on it in a temporary directory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tidelog.clock import ManualClock
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
+from tidelog.records.format import Codec, Record, build_message_set
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_log(tmp_path: Path, clock: ManualClock) -> Callable[..., Log]:
+    """make_log(**config) opens a log for partition t-0 with the given LogConfig fields."""
+
+    def make(name: str = "t-0", recovery_point: int = 0, needs_recovery: bool = True, **config):
+        return Log(
+            tmp_path / name,
+            LogConfig(**config),
+            clock=clock,
+            recovery_point=recovery_point,
+            needs_recovery=needs_recovery,
+        )
+
+    return make
+
+
+def message_set(
+    count: int,
+    *,
+    magic: int = 1,
+    codec: Codec = Codec.NONE,
+    timestamp: int | Callable[[int], int] = 0,
+    value_size: int = 100,
+    key: bytes | None = b"key",
+) -> bytes:
+    """A producer's message set of ``count`` records; timestamps are a constant or f(i)."""
+    stamp = timestamp if callable(timestamp) else (lambda _: timestamp)
+    return build_message_set(
+        [Record(key, bytes([65 + i % 26]) * value_size, stamp(i)) for i in range(count)],
+        magic=magic,
+        codec=codec,
+    )

@@ -1,0 +1,69 @@
+"""Codecs framed as Kafka frames them: xerial snappy, and lz4's checksum rules (KIP-57)."""
+
+from __future__ import annotations
+
+import cramjam
+import lz4.frame
+import pytest
+import xxhash
+
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.records.compression import XERIAL_HEADER, compress, decompress
+from tidelog.records.format import Codec
+
+DATA = bytes(range(256)) * 600  # 150 KiB: several snappy blocks, several lz4 blocks
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+@pytest.mark.parametrize("magic", [0, 1])
+def test_what_is_compressed_decompresses(codec, magic):
+    assert decompress(codec, compress(codec, DATA, magic), magic) == DATA
+
+
+def test_snappy_uses_xerial_framing_with_32k_blocks():
+    framed = compress(Codec.SNAPPY, DATA, 1)
+
+    assert framed.startswith(XERIAL_HEADER)
+    first_block_length = int.from_bytes(framed[16:20], "big")
+    first_block = framed[20 : 20 + first_block_length]
+    assert len(bytes(cramjam.snappy.decompress_raw(first_block))) == 32 * 1024
+
+
+def test_raw_snappy_as_librdkafka_writes_it_is_accepted():
+    raw = bytes(cramjam.snappy.compress_raw(DATA))
+
+    assert decompress(Codec.SNAPPY, raw, 1) == DATA
+
+
+def _header_checksum(frame: bytes, start: int) -> int:
+    return (xxhash.xxh32_intdigest(frame[start:6]) >> 8) & 0xFF
+
+
+def test_lz4_for_v1_has_the_correct_header_checksum():
+    frame = compress(Codec.LZ4, DATA, 1)
+
+    assert frame[6] == _header_checksum(frame, 4)
+    assert lz4.frame.decompress(frame) == DATA
+
+
+def test_lz4_for_v0_keeps_kafkas_old_checksum_over_the_magic_too():
+    frame = compress(Codec.LZ4, DATA, 0)
+
+    assert frame[6] == _header_checksum(frame, 0)
+    assert frame[6] != _header_checksum(frame, 4)
+    with pytest.raises(RuntimeError):
+        lz4.frame.decompress(frame)  # a strict reader refuses it, which is why v1 fixed it
+
+
+def test_lz4_frames_of_either_kind_are_read_in_either_format():
+    for written_as in (0, 1):
+        for read_as in (0, 1):
+            assert decompress(Codec.LZ4, compress(Codec.LZ4, DATA, written_as), read_as) == DATA
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+def test_garbage_is_corrupt_message_not_a_crash(codec):
+    with pytest.raises(KafkaError) as raised:
+        decompress(codec, b"\x82SNAPPY\x00garbage-garbage-garbage", 1)
+
+    assert raised.value.code == ErrorCode.CORRUPT_MESSAGE

@@ -1,0 +1,238 @@
+"""A leader's validation and offset assignment: every rule of DESIGN.md's "Message format"."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import message_set
+from tests.records.test_format import read_with_kafka_python
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.records.compression import compress
+from tidelog.records.format import (
+    Codec,
+    Record,
+    TimestampType,
+    build_message_set,
+    encode_entry,
+    encode_message,
+    iter_deep,
+    iter_shallow,
+)
+from tidelog.records.validation import RecordsPolicy, validate_and_assign_offsets
+
+NOW = 1_700_000_000_000
+V0 = RecordsPolicy(magic=0)
+V1 = RecordsPolicy(magic=1)
+V1_APPEND_TIME = RecordsPolicy(magic=1, timestamp_type=TimestampType.LOG_APPEND_TIME)
+
+
+def validate(buffer, policy=V1, next_offset=0, now=NOW, last_appended=-1):
+    return validate_and_assign_offsets(
+        buffer, next_offset=next_offset, policy=policy, now=now, last_appended_timestamp=last_appended
+    )
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+@pytest.mark.parametrize("magic", [0, 1])
+def test_offsets_are_assigned_from_the_log_end(codec, magic):
+    producer_set = message_set(5, magic=magic, codec=codec, timestamp=lambda i: NOW - i)
+
+    result = validate(producer_set, RecordsPolicy(magic=magic), next_offset=42)
+
+    assert [m.offset for m in iter_deep(result.buffer)] == [42, 43, 44, 45, 46]
+    assert (result.first_offset, result.last_offset) == (42, 46)
+    assert all(m.crc_valid for m in iter_shallow(result.buffer))
+    assert len(read_with_kafka_python(result.buffer)) == 5
+
+
+def test_a_v1_compressed_set_is_not_recompressed_only_its_wrapper_changes():
+    producer_set = message_set(10, codec=Codec.SNAPPY, timestamp=lambda i: NOW + i)
+    (before,) = iter_shallow(producer_set)
+
+    result = validate(producer_set, next_offset=100)
+
+    (after,) = iter_shallow(result.buffer)
+    assert not result.recompressed
+    assert after.value == before.value  # the compressed bytes are untouched
+    assert after.offset == 109
+    assert after.timestamp == NOW + 9
+    assert (result.max_timestamp, result.offset_of_max_timestamp) == (NOW + 9, 109)
+
+
+def test_a_v1_compressed_set_with_inner_offsets_out_of_order_is_rebuilt():
+    inner_absolute = build_message_set(
+        [Record(b"k", b"v", NOW)] * 3, magic=0, codec=Codec.GZIP, base_offset=7
+    )
+    # A v1 wrapper around inner offsets 7, 8, 9 instead of 0, 1, 2: made by up-converting v0.
+    producer_set = validate(inner_absolute, V1, next_offset=7).buffer
+    assert [m.offset for m in iter_deep(producer_set)] == [7, 8, 9]
+    shifted = validate(producer_set, V1, next_offset=20)
+
+    assert [m.offset for m in iter_deep(shifted.buffer)] == [20, 21, 22]
+
+
+def test_a_v0_compressed_set_is_recompressed_with_absolute_inner_offsets():
+    producer_set = message_set(4, magic=0, codec=Codec.LZ4)
+
+    result = validate(producer_set, V0, next_offset=1000)
+
+    assert result.recompressed
+    assert [m.offset for m in iter_deep(result.buffer)] == [1000, 1001, 1002, 1003]
+    assert [o for o, *_ in read_with_kafka_python(result.buffer)] == [1000, 1001, 1002, 1003]
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_log_append_time_stamps_the_broker_time(codec):
+    producer_set = message_set(3, codec=codec, timestamp=5)
+
+    result = validate(producer_set, V1_APPEND_TIME, now=NOW)
+
+    assert {(m.timestamp, m.timestamp_type) for m in iter_deep(result.buffer)} == {
+        (NOW, TimestampType.LOG_APPEND_TIME)
+    }
+    assert result.log_append_time == NOW
+    assert result.max_timestamp == NOW
+    assert {t for _, t, _, _ in read_with_kafka_python(result.buffer)} == {NOW}
+
+
+def test_log_append_time_never_goes_back_behind_the_last_appended_timestamp():
+    """A new leader whose clock is slower than the old one's keeps time moving forward."""
+    result = validate(message_set(2), V1_APPEND_TIME, now=NOW, last_appended=NOW + 5000)
+
+    assert {m.timestamp for m in iter_deep(result.buffer)} == {NOW + 5000}
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.GZIP])
+def test_create_time_too_far_from_the_broker_clock_is_invalid_timestamp(codec):
+    policy = RecordsPolicy(magic=1, timestamp_difference_max_ms=1000)
+    in_range = message_set(2, codec=codec, timestamp=NOW - 1000)
+    too_old = message_set(2, codec=codec, timestamp=lambda i: NOW - 1000 - i)
+
+    validate(in_range, policy)
+    with pytest.raises(KafkaError) as raised:
+        validate(too_old, policy)
+
+    assert raised.value.code == ErrorCode.INVALID_TIMESTAMP
+
+
+def test_out_of_order_create_time_is_kept_and_the_maximum_is_reported():
+    producer_set = message_set(3, timestamp=lambda i: [NOW + 5, NOW + 9, NOW + 1][i])
+
+    result = validate(producer_set, next_offset=10)
+
+    assert [m.timestamp for m in iter_deep(result.buffer)] == [NOW + 5, NOW + 9, NOW + 1]
+    assert (result.max_timestamp, result.offset_of_max_timestamp) == (NOW + 9, 11)
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY])
+def test_a_message_above_max_message_bytes_is_message_too_large(codec):
+    """The limit applies to each top-level entry: a compressed wrapper counts as one."""
+    policy = RecordsPolicy(magic=1, max_message_bytes=500)
+    validate(build_message_set([Record(b"k", os.urandom(300), NOW)], magic=1, codec=codec), policy)
+
+    with pytest.raises(KafkaError) as raised:
+        validate(
+            build_message_set([Record(b"k", os.urandom(600), NOW)], magic=1, codec=codec), policy
+        )
+
+    assert raised.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.LZ4])
+def test_a_compacted_topic_refuses_a_message_without_key(codec):
+    policy = RecordsPolicy(magic=1, compacted=True)
+    validate(message_set(2, codec=codec, key=b"k"), policy)
+
+    with pytest.raises(KafkaError) as raised:
+        validate(message_set(2, codec=codec, key=None), policy)
+
+    assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
+    assert "key" in raised.value.message
+
+
+def test_a_crc_error_anywhere_refuses_the_whole_set():
+    producer_set = bytearray(message_set(5))
+    producer_set[-3] ^= 0x01
+
+    with pytest.raises(KafkaError) as raised:
+        validate(bytes(producer_set))
+
+    assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_an_unknown_magic_is_refused():
+    producer_set = bytearray(message_set(1))
+    producer_set[16] = 2  # magic 2 is a record batch, not something 0.10 understands
+
+    with pytest.raises(KafkaError, match="unknown magic") as raised:
+        validate(bytes(producer_set))
+
+    assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_a_v1_wrapper_around_v0_messages_is_refused():
+    inner = message_set(2, magic=0)
+    wrapper = encode_entry(1, encode_message(1, None, compress(Codec.GZIP, inner, 1), NOW, 1))
+
+    with pytest.raises(KafkaError, match="inner message of magic 0"):
+        validate(wrapper)
+
+
+def test_an_empty_or_truncated_set_is_corrupt_message():
+    whole = message_set(3)
+    for damaged in (b"", whole[:-5], whole[:7]):
+        with pytest.raises(KafkaError) as raised:
+            validate(damaged)
+        assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_v0_messages_on_a_v1_topic_are_up_converted_with_the_broker_time(codec):
+    result = validate(message_set(3, magic=0, codec=codec), V1, next_offset=5, now=NOW)
+
+    messages = list(iter_deep(result.buffer))
+    assert {(m.magic, m.timestamp) for m in messages} == {(1, NOW)}
+    assert [m.offset for m in messages] == [5, 6, 7]
+    assert result.max_timestamp == NOW
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_v1_messages_on_a_v0_topic_are_down_converted(codec):
+    result = validate(message_set(3, magic=1, codec=codec, timestamp=NOW), V0, next_offset=5)
+
+    messages = list(iter_deep(result.buffer))
+    assert {(m.magic, m.timestamp) for m in messages} == {(0, -1)}
+    assert [m.offset for m in messages] == [5, 6, 7]
+    assert result.max_timestamp == -1
+    assert [o for o, *_ in read_with_kafka_python(result.buffer)] == [5, 6, 7]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batches=st.lists(
+        st.tuples(st.integers(1, 8), st.sampled_from(list(Codec)), st.sampled_from([0, 1])),
+        min_size=1,
+        max_size=5,
+    ),
+    target=st.sampled_from([0, 1]),
+)
+def test_any_mix_of_wrappers_gets_consecutive_offsets_and_keeps_every_value(batches, target):
+    producer_set = b"".join(
+        message_set(count, magic=magic, codec=codec, timestamp=NOW, value_size=10 + number)
+        for number, (count, codec, magic) in enumerate(batches)
+    )
+    total = sum(count for count, _, _ in batches)
+
+    result = validate(producer_set, RecordsPolicy(magic=target), next_offset=300)
+
+    messages = list(iter_deep(result.buffer))
+    assert [m.offset for m in messages] == list(range(300, 300 + total))
+    assert {m.magic for m in messages} == {target}
+    assert [len(m.value) for m in messages] == [
+        10 + number for number, (count, _, _) in enumerate(batches) for _ in range(count)
+    ]
+    assert [o for o, *_ in read_with_kafka_python(result.buffer)] == list(range(300, 300 + total))

@@ -1,0 +1,83 @@
+"""A partition log's settings: the topic-level keys, resolved against the broker's defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from tidelog.config import (
+    LONG_MAX,
+    MESSAGE_FORMAT_VERSIONS,
+    TOPIC_KEYS,
+    parse_config,
+    topic_defaults,
+)
+from tidelog.records.format import TimestampType
+from tidelog.records.validation import RecordsPolicy
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """One field per topic-level key, named after it (``segment.bytes`` -> ``segment_bytes``)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    message_timestamp_type: str = "CreateTime"
+    message_timestamp_difference_max_ms: int = LONG_MAX
+    message_format_version: str = "0.10.0"
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    min_insync_replicas: int = 1
+    max_message_bytes: int = 1000012
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+
+    @classmethod
+    def from_topic_config(
+        cls, overrides: Mapping[str, str] | None = None, broker: Mapping[str, Any] | None = None
+    ) -> LogConfig:
+        """The topic's settings: ``overrides`` (raw strings, as stored in ZooKeeper) on top of
+        the broker's values (parsed, as from ``parse_config``)."""
+        values = topic_defaults(broker or {})
+        if overrides:
+            parsed = parse_config(overrides, TOPIC_KEYS)
+            values.update({name: parsed[name] for name in overrides})
+        return cls(**{name.replace(".", "_"): value for name, value in values.items()})
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, tuple):
+                value = ",".join(value)
+            elif isinstance(value, bool):
+                value = str(value).lower()
+            out[field.name.replace("_", ".")] = str(value)
+        return out
+
+    @property
+    def magic(self) -> int:
+        return MESSAGE_FORMAT_VERSIONS[self.message_format_version]
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def records_policy(self) -> RecordsPolicy:
+        return RecordsPolicy(
+            magic=self.magic,
+            timestamp_type=(
+                TimestampType.LOG_APPEND_TIME
+                if self.message_timestamp_type == "LogAppendTime"
+                else TimestampType.CREATE_TIME
+            ),
+            timestamp_difference_max_ms=self.message_timestamp_difference_max_ms,
+            max_message_bytes=self.max_message_bytes,
+            compacted=self.compacted,
+        )

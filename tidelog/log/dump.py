@@ -1,0 +1,245 @@
+"""``tidelog dump-log``: what is in segment and index files, as Kafka's DumpLogSegments shows it.
+
+Each dump is a plain dict (``--json`` prints it as is); ``format_dump`` turns it into lines.
+Index verification checks every entry against its ``.log`` file:
+
+- ``.index`` entry (O, P): a whole entry starts at P, its offset is >= O and the entry before it
+  (if any) has an offset < O, so a reader looking for O may start at P.
+- ``.timeindex`` entry (T, O): entries never go back in timestamp and grow in offset; no message
+  up to offset O has a timestamp above T; and if O is inside the segment, some message up to O
+  has timestamp T.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from itertools import accumulate
+from pathlib import Path
+from typing import Any
+
+from tidelog.errors import KafkaError
+from tidelog.records.format import (
+    LOG_OVERHEAD,
+    MessageView,
+    iter_inner,
+    read_entry,
+    view_at,
+)
+
+OFFSET_ENTRY = struct.Struct(">ii")
+TIME_ENTRY = struct.Struct(">qi")
+
+
+def _message_fields(message: MessageView, print_data: bool) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "offset": message.offset,
+        "position": message.position,
+        "magic": message.magic,
+        "codec": message.codec.name.lower(),
+        "timestamp_type": message.timestamp_type.name,
+        "timestamp": message.timestamp,
+        "key_size": -1 if message.key is None else len(message.key),
+        "value_size": -1 if message.value is None else len(message.value),
+        "crc": message.crc,
+        "crc_valid": message.crc_valid,
+    }
+    if print_data:
+        fields["key"] = None if message.key is None else message.key.decode("utf-8", "replace")
+        fields["value"] = (
+            None if message.value is None else message.value.decode("utf-8", "replace")
+        )
+    return fields
+
+
+def _base_offset(path: Path) -> int:
+    try:
+        return int(path.stem)
+    except ValueError:
+        raise ValueError(
+            f"{path}: not a segment file name (expected a 20-digit base offset)"
+        ) from None
+
+
+def scan_log(path: Path) -> tuple[list[tuple[int, int, int, int]], int, str]:
+    """(offset, position, size, magic) of every valid shallow entry, the valid byte count, and
+    why the scan stopped early ("" if it reached the end)."""
+    data = path.read_bytes()
+    entries, position, reason = [], 0, ""
+    while position < len(data):
+        try:
+            offset, size, magic, _ = read_entry(data, position, len(data))
+        except KafkaError as error:
+            reason = error.message
+            break
+        entries.append((offset, position, size, magic))
+        position += LOG_OVERHEAD + size
+    return entries, position, reason
+
+
+def dump_log_file(path: Path, *, deep_iteration: bool = False, print_data: bool = False) -> dict:
+    data = path.read_bytes()
+    entries, valid_bytes, reason = scan_log(path)
+    messages = []
+    for _, position, _, _ in entries:
+        shallow = view_at(data, position)
+        fields = _message_fields(shallow, print_data)
+        if deep_iteration and shallow.codec:
+            fields["inner"] = [_message_fields(inner, print_data) for inner in iter_inner(shallow)]
+        messages.append(fields)
+    return {
+        "file": str(path),
+        "kind": "log",
+        "base_offset": _base_offset(path),
+        "messages": messages,
+        "valid_bytes": valid_bytes,
+        "invalid_bytes": len(data) - valid_bytes,
+        "stopped_because": reason,
+    }
+
+
+def _read_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+    data = path.read_bytes()
+    entries = []
+    for position in range(0, len(data) - len(data) % entry.size, entry.size):
+        fields = entry.unpack_from(data, position)
+        if not any(fields):
+            break  # preallocated, never-written slots
+        entries.append(fields)
+    return entries
+
+
+def dump_index_file(path: Path, *, verify: bool = False) -> dict:
+    base = _base_offset(path)
+    log_path = path.with_suffix(".log")
+    result: dict[str, Any] = {"file": str(path), "base_offset": base}
+    if path.suffix == ".index":
+        result["kind"] = "offset_index"
+        result["entries"] = [
+            {"offset": base + relative, "position": position}
+            for relative, position in _read_entries(path, OFFSET_ENTRY)
+        ]
+    elif path.suffix == ".timeindex":
+        result["kind"] = "time_index"
+        result["entries"] = [
+            {"timestamp": timestamp, "offset": base + relative}
+            for timestamp, relative in _read_entries(path, TIME_ENTRY)
+        ]
+    else:
+        raise ValueError(f"{path}: not a .log, .index or .timeindex file")
+    if verify:
+        if not log_path.exists():
+            raise ValueError(f"{path}: --verify-index needs {log_path.name} beside it")
+        if result["kind"] == "offset_index":
+            result["mismatches"] = verify_offset_index(result["entries"], log_path)
+        else:
+            result["mismatches"] = verify_time_index(result["entries"], log_path)
+    return result
+
+
+def verify_offset_index(entries: list[dict], log_path: Path) -> list[str]:
+    log_entries, _, _ = scan_log(log_path)
+    offset_before = {}
+    previous = None
+    for offset, position, _, _ in log_entries:
+        offset_before[position] = (offset, previous)
+        previous = offset
+    mismatches = []
+    last = None
+    for entry in entries:
+        offset, position = entry["offset"], entry["position"]
+        if last is not None and (offset <= last[0] or position <= last[1]):
+            mismatches.append(
+                f"index entry ({offset}, {position}) is not after ({last[0]}, {last[1]})"
+            )
+        last = (offset, position)
+        if position not in offset_before:
+            mismatches.append(f"index entry ({offset}, {position}): no valid entry starts there")
+            continue
+        found, before = offset_before[position]
+        if found < offset or (before is not None and before >= offset):
+            mismatches.append(
+                f"index entry ({offset}, {position}): the entry there has offset {found} "
+                f"and the one before it {before}"
+            )
+    return mismatches
+
+
+def verify_time_index(entries: list[dict], log_path: Path) -> list[str]:
+    log_entries, _, _ = scan_log(log_path)
+    data = log_path.read_bytes()
+    timestamps = [
+        (offset, view_at(data, position).timestamp if magic == 1 else -1)
+        for offset, position, _, magic in log_entries
+    ]
+    end_offset = timestamps[-1][0] + 1 if timestamps else _base_offset(log_path)
+    offsets = [offset for offset, _ in timestamps]
+    largest_so_far = list(accumulate((t for _, t in timestamps), max))
+    mismatches = []
+    last = None
+    for entry in entries:
+        timestamp, offset = entry["timestamp"], entry["offset"]
+        if last is not None and (timestamp < last[0] or offset <= last[1]):
+            mismatches.append(f"time index entry ({timestamp}, {offset}) goes back from {last}")
+        last = (timestamp, offset)
+        count = bisect_right(offsets, offset)
+        largest = largest_so_far[count - 1] if count else -1
+        if largest > timestamp:
+            mismatches.append(
+                f"time index entry ({timestamp}, {offset}): a message up to that offset has "
+                f"the larger timestamp {largest}"
+            )
+        elif offset < end_offset and largest != timestamp:
+            mismatches.append(
+                f"time index entry ({timestamp}, {offset}): no message up to that offset has "
+                f"that timestamp (largest is {largest})"
+            )
+    return mismatches
+
+
+def dump_file(
+    path: Path, *, deep_iteration: bool = False, print_data: bool = False, verify: bool = False
+) -> dict:
+    if path.suffix == ".log":
+        return dump_log_file(path, deep_iteration=deep_iteration, print_data=print_data)
+    return dump_index_file(path, verify=verify)
+
+
+def format_dump(dump: dict) -> list[str]:
+    lines = [f"Dumping {dump['file']}"]
+    if dump["kind"] == "log":
+        lines.append(f"Starting offset: {dump['base_offset']}")
+        for message in dump["messages"]:
+            lines.append(_format_message(message, ""))
+            for inner in message.get("inner", []):
+                lines.append(_format_message(inner, "| "))
+        if dump["invalid_bytes"]:
+            lines.append(
+                f"Found {dump['invalid_bytes']} invalid bytes at the end of {dump['file']} "
+                f"(after position {dump['valid_bytes']}: {dump['stopped_because']})"
+            )
+    elif dump["kind"] == "offset_index":
+        lines += [f"offset: {e['offset']} position: {e['position']}" for e in dump["entries"]]
+    else:
+        lines += [f"timestamp: {e['timestamp']} offset: {e['offset']}" for e in dump["entries"]]
+    if "mismatches" in dump:
+        if dump["mismatches"]:
+            lines += [f"Mismatch: {mismatch}" for mismatch in dump["mismatches"]]
+        else:
+            lines.append(
+                f"Verified {len(dump['entries'])} index entries against the log: all match"
+            )
+    return lines
+
+
+def _format_message(message: dict, prefix: str) -> str:
+    text = (
+        f"{prefix}offset: {message['offset']} position: {message['position']} "
+        f"magic: {message['magic']} compresscodec: {message['codec']} "
+        f"{message['timestamp_type']}: {message['timestamp']} "
+        f"keysize: {message['key_size']} valuesize: {message['value_size']} "
+        f"crc: {message['crc']} isvalid: {str(message['crc_valid']).lower()}"
+    )
+    if "key" in message:
+        text += f" key: {message['key']} payload: {message['value']}"
+    return text

@@ -1,0 +1,202 @@
+"""All partition logs of a broker, under its log.dirs."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tidelog.clock import Clock, SystemClock
+from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkpoint
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
+from tidelog.log.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+PARTITION_DIRECTORY = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+ROLL_CHECK_INTERVAL_MS = 1000
+
+
+def partition_directory(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class LogManager:
+    """The logs of every partition this broker holds, one directory each under a log dir.
+
+    Each log dir also holds the recovery-point and high-watermark checkpoints, and, between a
+    clean shutdown and the next start, ``.kafka_cleanshutdown``: when it is there the logs are
+    opened without recovery. A new partition goes to the log dir holding the fewest partitions.
+    """
+
+    def __init__(
+        self,
+        log_dirs: list[Path] | list[str],
+        broker_config: Mapping[str, Any] | None = None,
+        *,
+        clock: Clock | None = None,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+    ) -> None:
+        self.log_dirs = [Path(directory) for directory in log_dirs]
+        self.broker_config = dict(broker_config or parse_config({}, BROKER_KEYS))
+        self.clock = clock or SystemClock()
+        self.topic_configs = dict(topic_configs or {})
+        self.logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self.scheduler = Scheduler(self.clock)
+
+    # -- start and stop ------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        for directory in self.log_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._load_dir(directory)
+        config = self.broker_config
+        self.scheduler.schedule(
+            "log retention", config["log.retention.check.interval.ms"], self.cleanup_logs
+        )
+        self.scheduler.schedule("segment roll", ROLL_CHECK_INTERVAL_MS, self.roll_idle_segments)
+        self.scheduler.schedule(
+            "recovery point checkpoint",
+            config["log.flush.offset.checkpoint.interval.ms"],
+            self.checkpoint_recovery_points,
+        )
+        self.scheduler.schedule(
+            "high watermark checkpoint",
+            config["replica.high.watermark.checkpoint.interval.ms"],
+            self.checkpoint_high_watermarks,
+        )
+        if config["log.flush.interval.ms"] < 2**63 - 1:
+            self.scheduler.schedule("log flush", config["log.flush.interval.ms"], self.flush_logs)
+
+    def _load_dir(self, directory: Path) -> None:
+        clean_file = directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_file.exists()
+        recovery_points = read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
+        high_watermarks = read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT)
+        for path in sorted(directory.iterdir()):
+            match = PARTITION_DIRECTORY.match(path.name)
+            if not path.is_dir() or not match:
+                continue
+            partition = (match["topic"], int(match["partition"]))
+            if partition in self.logs:
+                raise RuntimeError(
+                    f"{partition} is in two log dirs: {self._dir_of[partition]}, {directory}"
+                )
+            opened = Log(
+                path,
+                self.config_for(partition[0]),
+                clock=self.clock,
+                recovery_point=recovery_points.get(partition, 0),
+                needs_recovery=not clean,
+            )
+            opened.high_watermark = min(
+                max(high_watermarks.get(partition, 0), opened.log_start_offset),
+                opened.log_end_offset,
+            )
+            self.logs[partition] = opened
+            self._dir_of[partition] = directory
+        log.info(
+            "%s: loaded %d partition logs after a%s shutdown",
+            directory,
+            sum(1 for d in self._dir_of.values() if d == directory),
+            " clean" if clean else "n unclean",
+        )
+        clean_file.unlink(missing_ok=True)
+
+    def shutdown(self) -> None:
+        """A clean shutdown: every log flushed and closed with trimmed indexes, checkpoints
+        written, and the clean-shutdown marker left for the next start."""
+        for partition_log in self.logs.values():
+            partition_log.close()
+        self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
+        for directory in self.log_dirs:
+            (directory / CLEAN_SHUTDOWN_FILE).touch()
+        log.info("log manager shut down cleanly (%d logs)", len(self.logs))
+        self.logs.clear()
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        if topic in self.topic_configs:
+            return self.topic_configs[topic]
+        return LogConfig.from_topic_config({}, self.broker_config)
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        key = (topic, partition)
+        existing = self.logs.get(key)
+        if existing is not None:
+            return existing
+        directory = min(
+            self.log_dirs,
+            key=lambda d: sum(1 for owner in self._dir_of.values() if owner == d),
+        )
+        created = Log(
+            directory / partition_directory(topic, partition),
+            self.config_for(topic),
+            clock=self.clock,
+            needs_recovery=False,
+        )
+        self.logs[key] = created
+        self._dir_of[key] = directory
+        log.info("created log for %s-%d in %s", topic, partition, directory)
+        return created
+
+    def delete(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        removed = self.logs.pop(key, None)
+        self._dir_of.pop(key, None)
+        if removed is not None:
+            removed.delete()
+            log.info("deleted log for %s-%d", topic, partition)
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        self.topic_configs[topic] = config
+        for (name, _), partition_log in self.logs.items():
+            if name == topic:
+                partition_log.update_config(config)
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(list(self.logs.items()))
+
+    # -- background work -----------------------------------------------------------------------
+
+    def cleanup_logs(self) -> int:
+        return sum(partition_log.delete_old_segments() for _, partition_log in self)
+
+    def roll_idle_segments(self) -> int:
+        return sum(partition_log.roll_if_idle() for _, partition_log in self)
+
+    def flush_logs(self) -> None:
+        for _, partition_log in self:
+            partition_log.flush()
+
+    def _checkpoint(self, name: str, value_of) -> None:  # type: ignore[no-untyped-def]
+        for directory in self.log_dirs:
+            offsets = {
+                key: value_of(self.logs[key])
+                for key, owner in self._dir_of.items()
+                if owner == directory and key in self.logs
+            }
+            write_checkpoint(directory / name, offsets)
+
+    def checkpoint_recovery_points(self) -> None:
+        self._checkpoint(
+            RECOVERY_POINT_CHECKPOINT, lambda partition_log: partition_log.recovery_point
+        )
+
+    def checkpoint_high_watermarks(self) -> None:
+        self._checkpoint(
+            HIGH_WATERMARK_CHECKPOINT, lambda partition_log: partition_log.high_watermark
+        )

@@ -1,0 +1,154 @@
+"""The memory-mapped file both index kinds are built on.
+
+A new index file is preallocated to the largest multiple of the entry size that fits in
+``max_index_size`` and memory-mapped. Entries are written in order from the start; unused slots
+stay zero (truncation zeroes the slots it frees), so after a crash the entries are the prefix of
+non-empty slots. ``trim`` shrinks the file to its entries (on roll and clean shutdown);
+``resize`` grows it back when a trimmed segment becomes active again.
+
+Lookups bisect an in-memory copy of the key column (an ``array``), built on first use and kept in
+step with appends and truncations: a bisect in C is what makes a lookup cheap, the mmap is the
+durable truth.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from array import array
+from pathlib import Path
+
+
+class CorruptIndexError(Exception):
+    """An index file does not agree with itself or with its log; it is rebuilt from the log."""
+
+
+class MappedIndex:
+    entry: struct.Struct  # set by subclasses; the key is the entry's first field
+    key_typecode: str
+
+    def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = os.fstat(self._fd).st_size
+        if length == 0:
+            length = self._rounded(max_index_size)
+            os.ftruncate(self._fd, length)
+        elif length % self.entry.size:
+            os.close(self._fd)
+            raise CorruptIndexError(
+                f"{path}: size {length} is not a multiple of the entry size {self.entry.size}"
+            )
+        self._map: mmap.mmap | None = None
+        self._map_file(length)
+        self.entries = self._count_entries()
+        self._keys: array | None = None
+
+    # -- sizes ---------------------------------------------------------------------------------
+
+    def _rounded(self, size: int) -> int:
+        return max(size // self.entry.size, 2) * self.entry.size
+
+    def _map_file(self, length: int) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._map = mmap.mmap(self._fd, length) if length else None
+        self.max_entries = length // self.entry.size
+
+    @property
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.entries * self.entry.size
+
+    def _slot_is_empty(self, slot: int) -> bool:
+        start = slot * self.entry.size
+        return self._map[start : start + self.entry.size].count(0) == self.entry.size
+
+    def _count_entries(self) -> int:
+        """The number of entries: the slots before the first empty one (they form a prefix)."""
+        low, high = 0, self.max_entries
+        while low < high:
+            middle = (low + high) // 2
+            if self._slot_is_empty(middle):
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    def trim(self) -> None:
+        """Shrinks the file to exactly its entries."""
+        self._set_length(self.size_in_bytes)
+
+    def resize(self, max_index_size: int) -> None:
+        """Makes room for entries up to ``max_index_size`` bytes (never dropping an entry)."""
+        self._set_length(max(self._rounded(max_index_size), self.size_in_bytes))
+
+    def _set_length(self, length: int) -> None:
+        if self._map is not None:
+            self._map.flush()
+        self._unmap()
+        os.ftruncate(self._fd, length)
+        self._map_file(length)
+
+    def _unmap(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+
+    # -- entries -------------------------------------------------------------------------------
+
+    def _entry_at(self, slot: int) -> tuple[int, ...]:
+        return self.entry.unpack_from(self._map, slot * self.entry.size)
+
+    def _write(self, *fields: int) -> None:
+        if self.entries >= self.max_entries:
+            raise IndexError(f"{self.path} is full ({self.entries} entries)")
+        self.entry.pack_into(self._map, self.entries * self.entry.size, *fields)
+        self.entries += 1
+        if self._keys is not None:
+            self._keys.append(fields[0])
+
+    def _keys_column(self) -> array:
+        if self._keys is None:
+            data = self._map[: self.size_in_bytes] if self._map is not None else b""
+            self._keys = array(self.key_typecode, (e[0] for e in self.entry.iter_unpack(data)))
+        return self._keys
+
+    def truncate_to_entries(self, count: int) -> None:
+        """Keeps the first ``count`` entries and zeroes the slots after them."""
+        if count >= self.entries:
+            return
+        start, end = count * self.entry.size, self.entries * self.entry.size
+        self._map[start:end] = bytes(end - start)
+        self.entries = count
+        if self._keys is not None:
+            del self._keys[count:]
+
+    def reset(self) -> None:
+        self.truncate_to_entries(0)
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+
+    def close(self) -> None:
+        self._unmap()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    def rename(self, path: Path) -> None:
+        os.rename(self.path, path)
+        self.path = path

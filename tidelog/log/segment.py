@@ -1,0 +1,341 @@
+"""One segment of a partition's log: a ``.log`` file with its ``.index`` and ``.timeindex``."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from tidelog.errors import KafkaError
+from tidelog.log.mapped_index import CorruptIndexError
+from tidelog.log.offset_index import OffsetIndex
+from tidelog.log.time_index import TimeIndex
+from tidelog.records.format import (
+    INT64,
+    LOG_OVERHEAD,
+    MESSAGE_OVERHEAD,
+    NO_TIMESTAMP,
+    OFFSET_AND_SIZE,
+    read_entry,
+)
+
+log = logging.getLogger(__name__)
+
+SCAN_CHUNK = 64 * 1024
+HEADER_PREFIX = LOG_OVERHEAD + 14  # offset, size, crc, magic, attributes, timestamp (v1)
+MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
+    return directory / f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """``length`` bytes of a segment's log file from ``position``: what a fetch sends, with
+    ``loop.sendfile`` when no conversion is needed. The file stays readable after the segment is
+    deleted (the descriptor keeps the data), so a slice taken may still be sent."""
+
+    file: BinaryIO
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.length, self.position)
+
+
+class LogSegment:
+    """The messages with offsets [base_offset, next_offset) of a partition, in one file.
+
+    Invariants: entries in the ``.log`` file have strictly increasing offsets, all >= base_offset
+    and below base_offset + 2**31; ``size`` is the file's length. Before an append, when more
+    than index_interval_bytes were written since the last offset-index entry, an entry for the
+    appended batch's first offset and position is added, and a time-index entry
+    (max_timestamp, offset_of_max_timestamp) with it when the segment's largest timestamp grew.
+    The segment never decides to roll; the Log does, and calls ``on_roll`` with the next base.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
+        self.log_path = segment_file(directory, base_offset, ".log")
+        self.file: BinaryIO = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
+        self._fd = self.file.fileno()
+        self.size = os.fstat(self._fd).st_size
+        self.index = self._open_index(OffsetIndex, ".index")
+        self.time_index = self._open_index(TimeIndex, ".timeindex")
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = -1
+        self.bytes_since_last_index_entry = 0
+
+    def _open_index(self, kind, suffix):  # type: ignore[no-untyped-def]
+        path = segment_file(self.directory, self.base_offset, suffix)
+        try:
+            return kind(path, self.base_offset, self.max_index_size)
+        except CorruptIndexError as error:
+            log.warning("%s; rebuilding it", error)
+            path.unlink()
+            self.needs_index_rebuild = True
+            return kind(path, self.base_offset, self.max_index_size)
+
+    needs_index_rebuild = False
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def iter_headers(self, position: int = 0, end: int | None = None) -> Iterator[tuple[int, ...]]:
+        """(offset, position, size, magic, timestamp) of each entry from ``position`` on, read
+        in chunks and without CRC checks (for data already validated)."""
+        end = self.size if end is None else end
+        chunk, chunk_start = b"", position
+        while position + LOG_OVERHEAD <= end:
+            if position + HEADER_PREFIX > chunk_start + len(chunk):
+                chunk_start = position
+                chunk = os.pread(self._fd, min(SCAN_CHUNK, end - position), position)
+            at = position - chunk_start
+            offset, size = OFFSET_AND_SIZE.unpack_from(chunk, at)
+            if size < MESSAGE_OVERHEAD[0] or position + LOG_OVERHEAD + size > end:
+                return
+            magic = chunk[at + 16]
+            timestamp = INT64.unpack_from(chunk, at + 18)[0] if magic == 1 else NO_TIMESTAMP
+            yield offset, position, size, magic, timestamp
+            position += LOG_OVERHEAD + size
+
+    def translate_offset(self, offset: int) -> tuple[int, int] | None:
+        """(offset, position) of the first entry whose offset is >= ``offset`` (for a compressed
+        wrapper, its last inner offset), or None if there is none."""
+        _, position = self.index.lookup(offset)
+        for entry_offset, entry_position, *_ in self.iter_headers(position):
+            if entry_offset >= offset:
+                return entry_offset, entry_position
+        return None
+
+    def read(self, offset: int, max_bytes: int, max_position: int | None = None) -> FileSlice:
+        """Up to ``max_bytes`` from the entry holding ``offset``, not past ``max_position``.
+        The last entry may be partial, as in Kafka; an empty slice if nothing is there."""
+        end = self.size if max_position is None else min(max_position, self.size)
+        found = self.translate_offset(offset)
+        if found is None or found[1] >= end:
+            return FileSlice(self.file, end, 0)
+        position = found[1]
+        return FileSlice(self.file, position, min(max_bytes, end - position))
+
+    def entry_size_at(self, position: int) -> int:
+        _, size = OFFSET_AND_SIZE.unpack_from(os.pread(self._fd, LOG_OVERHEAD, position))
+        return LOG_OVERHEAD + size
+
+    @property
+    def last_modified_ms(self) -> int:
+        return os.fstat(self._fd).st_mtime_ns // 1_000_000
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The largest message timestamp, or the file's modification time if none has one."""
+        return self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
+
+    @property
+    def retention_timestamp(self) -> int:
+        """What time-based retention measures: the last time index entry's timestamp."""
+        if self.time_index.entries:
+            return self.time_index.last_entry[0]
+        return self.largest_timestamp
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def can_hold(self, last_offset: int) -> bool:
+        return last_offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    def append(
+        self,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        data: bytes | memoryview,
+    ) -> None:
+        """Appends a batch whose offsets are [first_offset, last_offset]."""
+        if first_offset < self.next_offset:
+            raise ValueError(
+                f"append of offset {first_offset} to {self.log_path}, whose next offset is "
+                f"{self.next_offset}"
+            )
+        if not self.can_hold(last_offset):
+            raise ValueError(f"offset {last_offset} overflows segment {self.base_offset}")
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = (
+                max_timestamp,
+                offset_of_max_timestamp,
+            )
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.index.append(first_offset, self.size)
+            if self.max_timestamp >= 0:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        written = os.pwrite(self._fd, data, self.size)
+        if written != len(data):
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        self.size += written
+        self.bytes_since_last_index_entry += written
+        self.next_offset = last_offset + 1
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.index.is_full or self.time_index.is_full
+
+    def on_roll(self, next_base_offset: int) -> None:
+        """Called when this segment stops being active: writes the final time index entry
+        (largest timestamp, or the modification time if no message has one, -> the next
+        segment's base offset), trims both indexes and flushes."""
+        timestamp = self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
+        self.time_index.maybe_append(timestamp, next_base_offset, final=True)
+        self.index.trim()
+        self.time_index.trim()
+        self.flush()
+
+    def make_active(self) -> None:
+        """Gives the indexes room again (after truncation made an older segment the newest)."""
+        self.index.resize(self.max_index_size)
+        self.time_index.resize(self.max_index_size)
+
+    def truncate_to(self, offset: int) -> int:
+        """Removes every entry whose offset is >= ``offset`` (a compressed wrapper holding it
+        goes whole); returns the bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        cut = found[1]
+        removed = self.size - cut
+        self.index.truncate_to(offset)
+        while self.index.entries and self.index.last_entry[1] >= cut:
+            self.index.truncate_to_entries(self.index.entries - 1)
+        self.time_index.truncate_to(offset)
+        os.ftruncate(self._fd, cut)
+        self.size = cut
+        self.make_active()
+        self.load_tail()
+        self.bytes_since_last_index_entry = 0
+        return removed
+
+    def load_tail(self) -> None:
+        """Sets next_offset and the largest timestamp from the last time index entry plus a scan
+        of the log from that entry's indexed position to the end."""
+        timestamp, time_offset = self.time_index.last_entry
+        self.max_timestamp = timestamp
+        self.offset_of_max_timestamp = time_offset if self.time_index.entries else -1
+        self.next_offset = self.base_offset
+        for offset, _, _, _, entry_timestamp in self.iter_headers(
+            self.index.lookup(time_offset)[1]
+        ):
+            self.next_offset = offset + 1
+            if entry_timestamp > self.max_timestamp:
+                self.max_timestamp, self.offset_of_max_timestamp = entry_timestamp, offset
+        # The final entry written at roll points at the next segment's base offset.
+        self.offset_of_max_timestamp = min(self.offset_of_max_timestamp, self.next_offset - 1)
+
+    # -- recovery ------------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuilds both indexes from the log, checking every entry's framing, CRC and offset
+        order; cuts the file at the first entry that fails. Returns the bytes cut."""
+        self.index.reset()
+        self.time_index.reset()
+        self.make_active()
+        self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, -1
+        self.bytes_since_last_index_entry = 0
+        valid, last_offset, reason = 0, self.base_offset - 1, ""
+        if self.size:
+            with mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ) as mapped:
+                valid, last_offset, reason = self._scan_and_index(mapped)
+        cut = self.size - valid
+        if cut:
+            log.warning(
+                "%s: %s; cutting %d bytes at position %d, after offset %d",
+                self.log_path,
+                reason,
+                cut,
+                valid,
+                last_offset,
+            )
+            os.ftruncate(self._fd, valid)
+            self.size = valid
+        self.next_offset = last_offset + 1
+        return cut
+
+    def _scan_and_index(self, mapped: mmap.mmap) -> tuple[int, int, str]:
+        view = memoryview(mapped)
+        try:
+            position, limit = 0, self.size
+            last_offset = self.base_offset - 1
+            interval = self.index_interval_bytes
+            since_index = 0
+            max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+            reason = ""
+            while position < limit:
+                try:
+                    offset, size, magic, _ = read_entry(view, position, limit)
+                except KafkaError as error:
+                    reason = error.message
+                    break
+                if offset <= last_offset or offset - self.base_offset > MAX_RELATIVE_OFFSET:
+                    reason = f"offset {offset} does not follow offset {last_offset}"
+                    break
+                if magic == 1:
+                    (timestamp,) = INT64.unpack_from(view, position + 18)
+                    if timestamp > max_timestamp:
+                        max_timestamp, offset_of_max = timestamp, offset
+                if since_index > interval:
+                    self.index.append(offset, position)
+                    if max_timestamp >= 0:
+                        self.time_index.maybe_append(max_timestamp, offset_of_max)
+                    since_index = 0
+                entry_size = LOG_OVERHEAD + size
+                since_index += entry_size
+                position += entry_size
+                last_offset = offset
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, offset_of_max
+            self.bytes_since_last_index_entry = since_index
+            return position, last_offset, reason
+        finally:
+            view.release()
+
+    def rebuild_indexes(self) -> None:
+        """Rebuilds the indexes of a segment whose log is trusted (a missing or corrupt index)."""
+        cut = self.recover()
+        if cut:
+            log.warning("%s: index rebuild also cut %d invalid bytes", self.log_path, cut)
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.index.close()
+        self.time_index.close()
+        self.file.close()
+
+    def delete(self) -> None:
+        self.close()
+        for suffix in (".log", ".index", ".timeindex"):
+            segment_file(self.directory, self.base_offset, suffix).unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base={self.base_offset}, next={self.next_offset}, size={self.size}, "
+            f"max_timestamp={self.max_timestamp})"
+        )
