@@ -10,7 +10,7 @@ import pytest
 from tidelog.clock import ManualClock
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
-from tidelog.records.format import Codec, Record, build_message_set
+from tidelog.records.format import Codec, MessageView, Record, build_message_set, iter_deep
 
 
 @pytest.fixture
@@ -50,3 +50,14 @@ def message_set(
         magic=magic,
         codec=codec,
     )
+
+
+def read_everything(log: Log) -> list[MessageView]:
+    """Every message of a log, read segment by segment as a consumer would."""
+    messages: list[MessageView] = []
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        batch = [m for m in iter_deep(log.read(offset, 10**9).slice.read()) if m.offset >= offset]
+        messages += batch
+        offset = batch[-1].offset + 1
+    return messages

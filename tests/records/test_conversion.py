@@ -30,7 +30,9 @@ def test_down_conversion_keeps_offsets_keys_and_values(codec):
     converted = convert_message_set(original, 0, NOW)
 
     before, after = list(iter_deep(original)), list(iter_deep(converted))
-    assert [(m.offset, m.key, m.value) for m in after] == [(m.offset, m.key, m.value) for m in before]
+    assert [(m.offset, m.key, m.value) for m in after] == [
+        (m.offset, m.key, m.value) for m in before
+    ]
     assert {(m.magic, m.timestamp) for m in after} == {(0, -1)}
     assert [s.offset for s in iter_shallow(converted)] == [s.offset for s in iter_shallow(original)]
     assert [o for o, *_ in read_with_kafka_python(converted)] == list(range(50, 58))

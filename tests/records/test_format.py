@@ -21,7 +21,9 @@ from tidelog.records.format import (
 
 optional_bytes = st.one_of(st.none(), st.binary(max_size=300))
 records = st.lists(
-    st.builds(Record, optional_bytes, optional_bytes, st.integers(0, 2**62)), min_size=1, max_size=20
+    st.builds(Record, optional_bytes, optional_bytes, st.integers(0, 2**62)),
+    min_size=1,
+    max_size=20,
 )
 
 

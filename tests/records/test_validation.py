@@ -32,7 +32,11 @@ V1_APPEND_TIME = RecordsPolicy(magic=1, timestamp_type=TimestampType.LOG_APPEND_
 
 def validate(buffer, policy=V1, next_offset=0, now=NOW, last_appended=-1):
     return validate_and_assign_offsets(
-        buffer, next_offset=next_offset, policy=policy, now=now, last_appended_timestamp=last_appended
+        buffer,
+        next_offset=next_offset,
+        policy=policy,
+        now=now,
+        last_appended_timestamp=last_appended,
     )
 
 

@@ -22,11 +22,18 @@ from tidelog.errors import KafkaError
 from tidelog.records.format import (
     LOG_OVERHEAD,
     MessageView,
+    TimestampType,
     iter_inner,
     read_entry,
     view_at,
 )
 
+# As Kafka's TimestampType prints itself.
+TIMESTAMP_TYPE_NAMES = {
+    TimestampType.NO_TIMESTAMP_TYPE: "NoTimestampType",
+    TimestampType.CREATE_TIME: "CreateTime",
+    TimestampType.LOG_APPEND_TIME: "LogAppendTime",
+}
 OFFSET_ENTRY = struct.Struct(">ii")
 TIME_ENTRY = struct.Struct(">qi")
 
@@ -37,7 +44,7 @@ def _message_fields(message: MessageView, print_data: bool) -> dict[str, Any]:
         "position": message.position,
         "magic": message.magic,
         "codec": message.codec.name.lower(),
-        "timestamp_type": message.timestamp_type.name,
+        "timestamp_type": TIMESTAMP_TYPE_NAMES[message.timestamp_type],
         "timestamp": message.timestamp,
         "key_size": -1 if message.key is None else len(message.key),
         "value_size": -1 if message.value is None else len(message.value),

@@ -246,7 +246,7 @@ class Log:
         return info
 
     def _append(self, info: LogAppendInfo, data: bytes | memoryview) -> None:
-        self._maybe_roll(info.size, info.last_offset)
+        self._maybe_roll(info.size, info.first_offset, info.last_offset)
         self.active_segment.append(
             info.first_offset,
             info.last_offset,
@@ -256,7 +256,7 @@ class Log:
         )
         self.last_appended_timestamp = max(self.last_appended_timestamp, info.max_timestamp)
 
-    def _maybe_roll(self, size: int, last_offset: int) -> None:
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> None:
         segment = self.active_segment
         if segment.size == 0:
             return
@@ -271,7 +271,7 @@ class Log:
         elif now - segment.largest_timestamp > self.config.segment_ms:
             reason = f"segment.ms {self.config.segment_ms} has passed since its largest timestamp"
         if reason:
-            self.roll(reason)
+            self.roll(reason, base_offset=first_offset)
 
     def roll_if_idle(self) -> bool:
         """Rolls a non-empty active segment whose largest timestamp is older than segment.ms."""
@@ -282,11 +282,12 @@ class Log:
             return True
         return False
 
-    def roll(self, reason: str = "asked to") -> LogSegment:
-        """Starts a new active segment at the log end offset (a no-op if the active one is
-        empty). The old segment gets its final time index entry, trimmed indexes and a flush."""
+    def roll(self, reason: str = "asked to", base_offset: int | None = None) -> LogSegment:
+        """Starts a new active segment at ``base_offset`` (default: the log end offset; a
+        follower's batch may start above it) unless the active one is empty. The old segment gets
+        its final time index entry, trimmed indexes and a flush."""
         old = self.active_segment
-        next_base = self.log_end_offset
+        next_base = max(self.log_end_offset, base_offset or 0)
         if old.size == 0:
             return old
         new = self._new_segment(next_base)

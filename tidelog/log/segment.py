@@ -200,6 +200,9 @@ class LogSegment:
         (largest timestamp, or the modification time if no message has one, -> the next
         segment's base offset), trims both indexes and flushes."""
         timestamp = self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
+        if not self.can_hold(next_base_offset):
+            # A follower's batch far ahead: the offset after our last one says the same thing.
+            next_base_offset = self.next_offset
         self.time_index.maybe_append(timestamp, next_base_offset, final=True)
         self.index.trim()
         self.time_index.trim()

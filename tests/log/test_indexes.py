@@ -1,0 +1,130 @@
+"""The memory-mapped offset and time indexes on their own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.log.mapped_index import CorruptIndexError
+from tidelog.log.offset_index import OffsetIndex
+from tidelog.log.time_index import TimeIndex
+
+
+@pytest.fixture
+def offset_index(tmp_path):
+    index = OffsetIndex(tmp_path / "00000000000000000100.index", 100, 80)  # room for 10 entries
+    yield index
+    index.close()
+
+
+@pytest.fixture
+def time_index(tmp_path):
+    index = TimeIndex(tmp_path / "00000000000000000100.timeindex", 100, 60)  # 5 slots
+    yield index
+    index.close()
+
+
+def test_a_new_index_is_preallocated_and_empty(offset_index):
+    assert offset_index.path.stat().st_size == 80
+    assert (offset_index.entries, offset_index.max_entries) == (0, 10)
+    assert offset_index.lookup(150) == (100, 0)
+
+
+def test_lookup_finds_the_last_entry_at_or_below_the_offset(offset_index):
+    for offset, position in [(110, 1000), (120, 2000), (130, 3000)]:
+        offset_index.append(offset, position)
+
+    assert offset_index.lookup(109) == (100, 0)
+    assert offset_index.lookup(110) == (110, 1000)
+    assert offset_index.lookup(125) == (120, 2000)
+    assert offset_index.lookup(10**9) == (130, 3000)
+
+
+def test_an_append_out_of_order_fails_loudly(offset_index):
+    offset_index.append(110, 1000)
+
+    with pytest.raises(ValueError, match="not after"):
+        offset_index.append(110, 2000)
+    with pytest.raises(ValueError, match="not after"):
+        offset_index.append(120, 900)
+
+
+def test_a_full_index_refuses_more_entries(offset_index):
+    for number in range(10):
+        offset_index.append(101 + number, 100 * (number + 1))
+
+    assert offset_index.is_full
+    with pytest.raises(IndexError):
+        offset_index.append(200, 5000)
+
+
+def test_truncation_zeroes_the_freed_slots_so_a_reopen_counts_right(tmp_path, offset_index):
+    for number in range(5):
+        offset_index.append(110 + 10 * number, 1000 * (number + 1))
+
+    offset_index.truncate_to(125)  # keeps 110 and 120
+    offset_index.flush()
+    reopened = OffsetIndex(offset_index.path, 100, 80)
+
+    assert reopened.entries == 2
+    assert reopened.lookup(10**9) == (120, 2000)
+    reopened.close()
+
+
+def test_trim_shrinks_the_file_to_its_entries_and_resize_grows_it_back(offset_index):
+    offset_index.append(110, 1000)
+    offset_index.trim()
+    assert offset_index.path.stat().st_size == 8
+
+    offset_index.resize(80)
+    offset_index.append(120, 2000)
+
+    assert offset_index.path.stat().st_size == 80
+    assert offset_index.lookup(121) == (120, 2000)
+
+
+def test_an_index_whose_size_is_not_a_whole_number_of_entries_is_corrupt(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(b"\x00" * 13)
+
+    with pytest.raises(CorruptIndexError, match="not a multiple"):
+        OffsetIndex(path, 0, 80)
+
+
+def test_time_entries_are_added_only_when_the_timestamp_grows(time_index):
+    assert time_index.maybe_append(1000, 105)
+    assert not time_index.maybe_append(1000, 106)
+    assert not time_index.maybe_append(900, 107)
+    assert time_index.maybe_append(2000, 110)
+
+    assert time_index.entries == 2
+
+
+def test_time_lookup_returns_the_last_entry_strictly_before_the_target(time_index):
+    time_index.maybe_append(1000, 105)
+    time_index.maybe_append(2000, 110)
+
+    assert time_index.lookup(999) == (-1, 100)
+    assert time_index.lookup(1000) == (-1, 100)
+    assert time_index.lookup(1001) == (1000, 105)
+    assert time_index.lookup(5000) == (2000, 110)
+
+
+def test_one_time_slot_is_kept_for_the_entry_written_at_roll(time_index):
+    for number in range(4):
+        time_index.maybe_append(1000 + number, 101 + number)
+
+    assert time_index.is_full
+    with pytest.raises(IndexError):
+        time_index.maybe_append(5000, 120)
+    assert time_index.maybe_append(1003, 130, final=True)
+    assert time_index.last_entry == (1003, 130)
+
+
+def test_time_index_truncation_removes_entries_at_or_above_the_offset(time_index):
+    for timestamp, offset in [(1000, 105), (2000, 110), (3000, 115)]:
+        time_index.maybe_append(timestamp, offset)
+
+    time_index.truncate_to(110)
+
+    assert time_index.last_entry == (1000, 105)
+    assert time_index.maybe_append(1500, 108)

@@ -1,0 +1,139 @@
+"""The log manager: partitions under log.dirs, checkpoints, clean shutdown, background tasks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import message_set
+from tidelog.config import BROKER_KEYS, ConfigError, parse_config
+from tidelog.log.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
+from tidelog.log.config import LogConfig
+from tidelog.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+
+
+def broker_config(**overrides: str) -> dict:
+    return parse_config(overrides, BROKER_KEYS)
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return [tmp_path / "a", tmp_path / "b"]
+
+
+def start(dirs, clock, **overrides):
+    manager = LogManager(dirs, broker_config(**overrides), clock=clock)
+    manager.startup()
+    return manager
+
+
+def test_new_partitions_are_spread_over_the_log_dirs(dirs, clock):
+    manager = start(dirs, clock)
+
+    for partition in range(4):
+        manager.get_or_create("orders", partition)
+
+    assert sorted(p.name for p in dirs[0].iterdir()) == ["orders-0", "orders-2"]
+    assert sorted(p.name for p in dirs[1].iterdir()) == ["orders-1", "orders-3"]
+
+
+def test_a_clean_shutdown_writes_checkpoints_and_the_next_start_skips_recovery(dirs, clock):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("orders", 0)
+    log.append_as_leader(message_set(7, timestamp=clock.milliseconds()))
+    log.high_watermark = 5
+    manager.shutdown()
+
+    assert (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_checkpoint(dirs[0] / "recovery-point-offset-checkpoint") == {("orders", 0): 7}
+    assert read_checkpoint(dirs[0] / "replication-offset-checkpoint") == {("orders", 0): 5}
+    assert (dirs[0] / "replication-offset-checkpoint").read_text() == "0\n1\norders 0 5\n"
+
+    again = start(dirs, clock)
+    reopened = again.get("orders", 0)
+    assert (reopened.log_end_offset, reopened.high_watermark, reopened.recovery_point) == (7, 5, 7)
+    assert not (dirs[0] / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_after_a_crash_logs_are_recovered_from_their_checkpointed_recovery_points(
+    dirs, clock, caplog
+):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("orders", 0)
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    manager.checkpoint_recovery_points()  # recovery point 0: nothing flushed yet
+    with open(log.active_segment.log_path, "ab") as file:
+        file.write(b"\x00\x00\x00")  # a torn write
+
+    again = start(dirs, clock)
+
+    assert again.get("orders", 0).log_end_offset == 3
+    assert "cutting 3 bytes" in caplog.text
+
+
+def test_the_scheduler_applies_retention_and_rolls_idle_segments(dirs, clock):
+    manager = LogManager(
+        dirs,
+        broker_config(**{"log.retention.check.interval.ms": "1000"}),
+        clock=clock,
+        topic_configs={"events": LogConfig(retention_ms=60_000, segment_ms=30_000)},
+    )
+    manager.startup()
+    log = manager.get_or_create("events", 0)
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    log.high_watermark = log.log_end_offset
+
+    clock.advance(30_001)
+    assert "segment roll" in manager.scheduler.run_due()
+    assert [s.base_offset for s in log.segments] == [0, 3]
+    clock.advance(30_000)
+    manager.scheduler.run_due()
+    assert log.log_start_offset == 3
+
+
+def test_a_topic_config_change_reaches_its_open_logs(dirs, clock):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("events", 0)
+
+    manager.update_topic_config("events", LogConfig(message_timestamp_type="LogAppendTime"))
+    info = log.append_as_leader(message_set(1, timestamp=5))
+
+    assert info.log_append_time == clock.milliseconds()
+
+
+def test_deleting_a_partition_removes_its_directory(dirs, clock):
+    manager = start(dirs, clock)
+    manager.get_or_create("gone", 0).append_as_leader(message_set(1))
+
+    manager.delete("gone", 0)
+
+    assert not (dirs[0] / "gone-0").exists()
+    assert manager.get("gone", 0) is None
+
+
+def test_a_malformed_checkpoint_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "replication-offset-checkpoint"
+    write_checkpoint(path, {("t", 0): 1, ("t", 1): 2})
+    path.write_text(path.read_text().replace("2\n", "3\n", 1))
+
+    with pytest.raises(CorruptCheckpointError, match="replication-offset-checkpoint"):
+        read_checkpoint(path)
+
+
+def test_a_bad_config_value_names_the_key_and_the_allowed_values():
+    with pytest.raises(ConfigError) as raised:
+        LogConfig.from_topic_config({"message.timestamp.type": "WallClock"})
+    assert "message.timestamp.type" in str(raised.value)
+    assert "CreateTime, LogAppendTime" in str(raised.value)
+
+    with pytest.raises(ConfigError, match="log.segment.bytes: 'big' is not valid"):
+        broker_config(**{"log.segment.bytes": "big"})
+    with pytest.raises(ConfigError, match="unknown configuration key 'log.segment.byte'"):
+        broker_config(**{"log.segment.byte": "1"})
+
+
+def test_topic_settings_fall_back_to_the_broker_defaults():
+    broker = broker_config(**{"log.segment.bytes": "4096", "log.message.format.version": "0.9.0"})
+
+    config = LogConfig.from_topic_config({"retention.ms": "1000"}, broker)
+
+    assert (config.segment_bytes, config.retention_ms, config.magic) == (4096, 1000, 0)

@@ -1,0 +1,111 @@
+"""The files the engine writes, read by independent tools: kafka-python and `tidelog dump-log`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import message_set
+from tests.records.test_format import read_with_kafka_python
+from tidelog.records.format import Codec, iter_deep
+
+
+@pytest.fixture
+def written_log(make_log, clock):
+    """A log of both formats' worth of codecs and timestamp types, closed cleanly."""
+    log = make_log(segment_bytes=1500, index_interval_bytes=500)
+    for number, codec in enumerate(list(Codec) * 4):
+        clock.advance(7)
+        stamps = [clock.milliseconds() - (number % 3) * i for i in range(6)]
+        log.append_as_leader(message_set(6, codec=codec, timestamp=lambda i, s=stamps: s[i]))
+    log.append_as_leader(message_set(3, key=None))
+    log.close()
+    return log
+
+
+def test_log_files_read_by_kafka_python_give_the_same_messages(written_log):
+    seen = []
+    for segment in written_log.segments:
+        data = segment.log_path.read_bytes()
+        theirs = read_with_kafka_python(data)
+        ours = [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(data)]
+        assert theirs == ours
+        seen += [offset for offset, *_ in theirs]
+
+    assert seen == list(range(99))
+    assert len(written_log.segments) > 3
+
+
+def tidelog(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "dump-log", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_dump_log_prints_every_message_and_inner_messages_on_request(written_log):
+    first = str(written_log.segments[0].log_path)
+
+    shallow = tidelog(first)
+    deep = tidelog("--deep-iteration", "--print-data-log", first)
+
+    assert shallow.returncode == 0, shallow.stderr
+    assert "offset: 0 position: 0 magic: 1 compresscodec: none CreateTime:" in shallow.stdout
+    assert "compresscodec: gzip" in shallow.stdout and "isvalid: true" in shallow.stdout
+    assert deep.stdout.count("| offset:") == 6 * 3  # the inner messages of 3 wrappers
+    assert "key: key payload: AAAA" in deep.stdout
+
+
+def test_dump_log_verifies_indexes_against_the_log(written_log):
+    for segment in written_log.segments:
+        for path in (segment.index.path, segment.time_index.path):
+            result = tidelog("--verify-index", str(path))
+            assert result.returncode == 0, result.stdout
+            assert "all match" in result.stdout
+
+
+def test_dump_log_reports_an_index_entry_that_points_at_the_wrong_place(written_log):
+    index = written_log.segments[0].index.path
+    data = bytearray(index.read_bytes())
+    data[7] += 1  # the first entry's position, off by one byte
+    index.write_bytes(bytes(data))
+
+    result = tidelog("--verify-index", str(index))
+
+    assert result.returncode == 1
+    assert (
+        "Mismatch: index entry" in result.stdout and "no valid entry starts there" in result.stdout
+    )
+
+
+def test_dump_log_json_is_machine_readable(written_log):
+    segment = written_log.segments[-1]
+    result = tidelog("--json", str(segment.log_path), str(segment.time_index.path))
+
+    dumps = json.loads(result.stdout)
+    assert [d["kind"] for d in dumps] == ["log", "time_index"]
+    assert dumps[0]["messages"][-1]["key_size"] == -1
+    assert dumps[0]["invalid_bytes"] == 0
+
+
+def test_dump_log_reports_invalid_bytes_at_the_end(written_log):
+    path = written_log.segments[-1].log_path
+    with open(path, "ab") as file:
+        file.write(b"\x00" * 20)
+
+    result = tidelog(str(path))
+
+    assert result.returncode == 1
+    assert "Found 20 invalid bytes at the end" in result.stdout
+
+
+def test_dump_log_names_a_file_it_cannot_read(tmp_path):
+    result = tidelog(str(tmp_path / "missing.log"))
+
+    assert result.returncode == 1
+    assert "missing.log" in result.stderr
