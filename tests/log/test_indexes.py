@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tidelog.log.mapped_index import CorruptIndexError
 from tidelog.log.offset_index import OffsetIndex
@@ -128,3 +133,31 @@ def test_time_index_truncation_removes_entries_at_or_above_the_offset(time_index
 
     assert time_index.last_entry == (1000, 105)
     assert time_index.maybe_append(1500, 108)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    gaps=st.lists(st.one_of(st.integers(1, 3), st.integers(1000, 100_000)), max_size=300),
+    probes=st.lists(st.integers(-5, 20_000_000), max_size=60),
+)
+def test_lookups_agree_with_a_plain_bisect_however_the_keys_are_spread(tmp_path, gaps, probes):
+    """Lookups guess a slot by interpolation; clustered keys must not change the answers."""
+    keys = list(accumulate(gaps, initial=0))[1:]
+    offsets = OffsetIndex(tmp_path / "00000000000000000000.index", 0, 8 * (len(keys) + 2))
+    times = TimeIndex(tmp_path / "00000000000000000000.timeindex", 0, 12 * (len(keys) + 2))
+    try:
+        for slot, key in enumerate(keys):
+            offsets.append(key, slot + 1)
+            times.maybe_append(key, slot + 1)
+        for probe in probes + keys[:20] + [k + 1 for k in keys[:20]]:
+            at_or_below = bisect_right(keys, probe) - 1
+            below = bisect_left(keys, probe) - 1
+            assert offsets.lookup(probe) == (
+                (keys[at_or_below], at_or_below + 1) if at_or_below >= 0 else (0, 0)
+            )
+            assert times.lookup(probe) == ((keys[below], below + 1) if below >= 0 else (-1, 0))
+    finally:
+        offsets.delete()
+        times.delete()

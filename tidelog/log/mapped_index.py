@@ -6,9 +6,11 @@ stay zero (truncation zeroes the slots it frees), so after a crash the entries a
 non-empty slots. ``trim`` shrinks the file to its entries (on roll and clean shutdown);
 ``resize`` grows it back when a trimmed segment becomes active again.
 
-Lookups bisect an in-memory copy of the key column (an ``array``), built on first use and kept in
-step with appends and truncations: a bisect in C is what makes a lookup cheap, the mmap is the
-durable truth.
+Lookups search in-memory copies of the two columns (``array``s of keys and values), built on
+first use and kept in step with appends and truncations; the mmap is the durable truth. Entries
+are written every index.interval.bytes, so keys grow nearly linearly with the slot: a lookup
+guesses the slot by interpolation and bisects a small window around the guess, and bisects the
+whole column only when the key is not inside that window.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import mmap
 import os
 import struct
 from array import array
+from bisect import bisect_right
 from pathlib import Path
 
 
@@ -24,9 +27,12 @@ class CorruptIndexError(Exception):
     """An index file does not agree with itself or with its log; it is rebuilt from the log."""
 
 
+INTERPOLATION_WINDOW = 16
+
+
 class MappedIndex:
-    entry: struct.Struct  # set by subclasses; the key is the entry's first field
-    key_typecode: str
+    entry: struct.Struct  # set by subclasses: (key, value), the key is what lookups search
+    column_typecodes: tuple[str, str]
 
     def __init__(self, path: Path, base_offset: int, max_index_size: int) -> None:
         self.path = path
@@ -46,6 +52,7 @@ class MappedIndex:
         self._map_file(length)
         self.entries = self._count_entries()
         self._keys: array | None = None
+        self._values: array = array("i")
 
     # -- sizes ---------------------------------------------------------------------------------
 
@@ -106,19 +113,40 @@ class MappedIndex:
     def _entry_at(self, slot: int) -> tuple[int, ...]:
         return self.entry.unpack_from(self._map, slot * self.entry.size)
 
-    def _write(self, *fields: int) -> None:
+    def _write(self, key: int, value: int) -> None:
         if self.entries >= self.max_entries:
             raise IndexError(f"{self.path} is full ({self.entries} entries)")
-        self.entry.pack_into(self._map, self.entries * self.entry.size, *fields)
-        self.entries += 1
+        self.entry.pack_into(self._map, self.entries * self.entry.size, key, value)
         if self._keys is not None:
-            self._keys.append(fields[0])
+            self._keys.append(key)
+            self._values.append(value)
+        self.entries += 1
 
-    def _keys_column(self) -> array:
+    def _columns(self) -> array:
+        """The key column (and with it the value column), built on first use."""
         if self._keys is None:
+            key_code, value_code = self.column_typecodes
             data = self._map[: self.size_in_bytes] if self._map is not None else b""
-            self._keys = array(self.key_typecode, (e[0] for e in self.entry.iter_unpack(data)))
+            pairs = list(self.entry.iter_unpack(data))
+            self._keys = array(key_code, [key for key, _ in pairs])
+            self._values = array(value_code, [value for _, value in pairs])
         return self._keys
+
+    def _search(self, key: int, search=bisect_right, window: int = INTERPOLATION_WINDOW) -> int:  # type: ignore[no-untyped-def]
+        """What ``search`` (bisect_right: entries with a key <= ``key``; bisect_left: entries
+        with a key < ``key``) says over the whole key column."""
+        keys = self._keys if self._keys is not None else self._columns()
+        count = len(keys)
+        if count > 2 * window:
+            first, last = keys[0], keys[count - 1]
+            if first < key < last:
+                guess = (key - first) * (count - 1) // (last - first)
+                low = guess - window if guess > window else 0
+                high = guess + window if guess + window < count else count - 1
+                # Strictly inside the window, the answer is the same as over the whole column.
+                if keys[low] < key < keys[high]:
+                    return search(keys, key, low, high)
+        return search(keys, key)
 
     def truncate_to_entries(self, count: int) -> None:
         """Keeps the first ``count`` entries and zeroes the slots after them."""
@@ -129,6 +157,7 @@ class MappedIndex:
         self.entries = count
         if self._keys is not None:
             del self._keys[count:]
+            del self._values[count:]
 
     def reset(self) -> None:
         self.truncate_to_entries(0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from bisect import bisect_right
+from bisect import bisect_left
 
 from tidelog.log.mapped_index import CorruptIndexError, MappedIndex
 
@@ -19,7 +19,7 @@ class OffsetIndex(MappedIndex):
     """
 
     entry = struct.Struct(">ii")
-    key_typecode = "i"
+    column_typecodes = ("i", "i")
 
     def append(self, offset: int, position: int) -> None:
         """Adds (offset, position); both must be larger than the last entry's."""
@@ -37,11 +37,10 @@ class OffsetIndex(MappedIndex):
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry whose offset is <= ``offset``."""
-        slot = bisect_right(self._keys_column(), offset - self.base_offset) - 1
+        slot = self._search(offset - self.base_offset) - 1
         if slot < 0:
             return self.base_offset, 0
-        relative, position = self._entry_at(slot)
-        return self.base_offset + relative, position
+        return self.base_offset + self._keys[slot], self._values[slot]
 
     def entry_at(self, slot: int) -> tuple[int, int]:
         relative, position = self._entry_at(slot)
@@ -55,7 +54,7 @@ class OffsetIndex(MappedIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Removes every entry for an offset >= ``offset``."""
-        self.truncate_to_entries(bisect_right(self._keys_column(), offset - self.base_offset - 1))
+        self.truncate_to_entries(self._search(offset - self.base_offset, bisect_left))
 
     def sanity_check(self, log_size: int) -> None:
         if not self.entries:

@@ -20,7 +20,7 @@ class TimeIndex(MappedIndex):
     """
 
     entry = struct.Struct(">qi")
-    key_typecode = "q"
+    column_typecodes = ("q", "i")
 
     @property
     def is_full(self) -> bool:
@@ -64,10 +64,10 @@ class TimeIndex(MappedIndex):
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The last entry whose timestamp is < ``timestamp``: a search for the first message at
         or after ``timestamp`` may start at its offset."""
-        slot = bisect_left(self._keys_column(), timestamp) - 1
+        slot = self._search(timestamp, bisect_left) - 1
         if slot < 0:
             return -1, self.base_offset
-        return self.entry_at(slot)
+        return self._keys[slot], self.base_offset + self._values[slot]
 
     def truncate_to(self, offset: int) -> None:
         """Removes every entry for an offset >= ``offset``."""

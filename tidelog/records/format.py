@@ -26,6 +26,9 @@ from tidelog.errors import ErrorCode, KafkaError
 
 LOG_OVERHEAD = 12  # offset int64 + size int32
 OFFSET_AND_SIZE = struct.Struct(">qi")
+# An entry up to its key length: offset, size, crc, magic, attributes, [timestamp,] key length.
+V0_ENTRY_HEADER = struct.Struct(">qiIbBi")
+V1_ENTRY_HEADER = struct.Struct(">qiIbBqi")
 CRC = struct.Struct(">I")
 MAGIC_AND_ATTRIBUTES = struct.Struct(">bB")
 INT32 = struct.Struct(">i")

@@ -19,7 +19,7 @@ The rules (DESIGN.md, "Message format"):
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.compression import compress, decompress
@@ -27,18 +27,24 @@ from tidelog.records.conversion import convert_message, rebuild_inner_set
 from tidelog.records.format import (
     CODEC_MASK,
     CRC,
+    INT32,
     INT64,
     LOG_OVERHEAD,
     MAGIC_POSITION,
+    MAGIC_VALUES,
+    MESSAGE_OVERHEAD,
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
     TIMESTAMP_POSITION,
     TIMESTAMP_TYPE_BIT,
+    V0_ENTRY_HEADER,
+    V1_ENTRY_HEADER,
     TimestampType,
     check_lengths,
     corrupt,
     encode_entry,
     encode_message,
+    key_position,
     read_entry,
     value_slice,
 )
@@ -64,7 +70,7 @@ class ValidatedMessageSet:
     the stamped time for a LogAppendTime topic, else -1 (the produce response carries it).
     """
 
-    buffer: bytes
+    buffer: bytes | bytearray
     first_offset: int
     last_offset: int
     max_timestamp: int
@@ -75,6 +81,109 @@ class ValidatedMessageSet:
     @property
     def message_count(self) -> int:
         return self.last_offset - self.first_offset + 1
+
+
+@dataclass(frozen=True)
+class _Checks:
+    """What every message of one format must pass, fixed for one validation call."""
+
+    magic: int
+    max_size: int  # the largest message size, without its 12-byte offset/size header
+    compacted: bool
+    now: int
+    max_difference: int | None  # None: CreateTime is not checked
+    append_time: int  # -1: timestamps are kept as they are
+
+
+def _plain_run(
+    buffer: bytearray | bytes,
+    position: int,
+    limit: int,
+    checks: _Checks,
+    assign_from: int | None,
+) -> tuple[int, int, int, int, bool]:
+    """Checks the run of uncompressed messages of format ``checks.magic`` at ``position``.
+
+    It stops at the first entry that is anything else or fails a check (the caller then says
+    precisely what is wrong). With ``assign_from`` it rewrites their offsets from it, and stamps
+    ``checks.append_time`` if that is set; without, it notes whether the offsets are 0, 1, ...
+    (the relative offsets of a v1 wrapper's inner set). This is the loop every message of every
+    append passes through, so it works on the buffer with struct and calls no function of its own.
+
+    Returns (position reached, message count, largest timestamp, index of the message with it,
+    offsets in order).
+    """
+    magic = checks.magic
+    v1 = magic == 1
+    header = V1_ENTRY_HEADER if v1 else V0_ENTRY_HEADER
+    header_size, unpack_header = header.size, header.unpack_from
+    key_length_at = LOG_OVERHEAD + key_position(magic)
+    min_size, max_size, compacted = MESSAGE_OVERHEAD[magic], checks.max_size, checks.compacted
+    now, max_difference, append_time = checks.now, checks.max_difference, checks.append_time
+    unpack_int32, pack_offset, crc32 = INT32.unpack_from, OFFSET_AND_SIZE.pack_into, zlib.crc32
+    view = memoryview(buffer)
+    count, max_timestamp, index_of_max, in_order = 0, NO_TIMESTAMP, -1, True
+    timestamp = NO_TIMESTAMP
+    while limit - position >= header_size:
+        if v1:
+            offset, size, crc, found_magic, attributes, timestamp, key_length = unpack_header(
+                buffer, position
+            )
+        else:
+            offset, size, crc, found_magic, attributes, key_length = unpack_header(buffer, position)
+        end = position + LOG_OVERHEAD + size
+        if (
+            found_magic != magic
+            or attributes & CODEC_MASK
+            or not min_size <= size <= max_size
+            or end > limit
+            or key_length < -1
+            or (key_length < 0 and compacted)
+        ):
+            break
+        value_length_at = position + key_length_at + 4 + (key_length if key_length > 0 else 0)
+        if value_length_at + 4 > end:
+            break
+        (value_length,) = unpack_int32(buffer, value_length_at)
+        value_end = value_length_at + 4 + (value_length if value_length > 0 else 0)
+        if value_length < -1 or value_end != end or crc32(view[position + 16 : end]) != crc:
+            break
+        if assign_from is None:
+            in_order = in_order and offset == count
+        else:
+            pack_offset(buffer, position, assign_from + count, size)
+        if v1:
+            if append_time >= 0 and assign_from is not None:
+                _stamp(buffer, position + LOG_OVERHEAD, end, append_time)
+                timestamp = append_time
+            elif max_difference is not None and abs(timestamp - now) > max_difference:
+                raise _invalid_timestamp(timestamp, now, max_difference)
+            if timestamp > max_timestamp:
+                max_timestamp, index_of_max = timestamp, count
+        count += 1
+        position = end
+    view.release()
+    return position, count, max_timestamp, index_of_max, in_order
+
+
+def _explain_invalid(buffer: bytes | bytearray, position: int, limit: int, checks: _Checks) -> None:
+    """Raises the precise error for the entry at ``position``, which ``_plain_run`` stopped at
+    although it is an uncompressed message of the expected format."""
+    _, size, magic, attributes = read_entry(buffer, position, limit)
+    if magic != checks.magic:
+        raise corrupt(f"inner message of magic {magic} inside a v{checks.magic} wrapper")
+    if attributes & CODEC_MASK:
+        raise corrupt("nested compression inside a compressed wrapper")
+    if size > checks.max_size:
+        raise KafkaError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"message of {size + LOG_OVERHEAD} bytes exceeds max.message.bytes "
+            f"{checks.max_size + LOG_OVERHEAD}",
+        )
+    key_length = check_lengths(buffer, position + LOG_OVERHEAD, size, magic)
+    if checks.compacted and key_length < 0:
+        raise corrupt("a compacted topic accepts only messages with a key")
+    raise corrupt(f"invalid message at position {position}")
 
 
 def validate_and_assign_offsets(
@@ -98,77 +207,75 @@ def validate_and_assign_offsets(
     log_append_time = target == 1 and policy.timestamp_type == TimestampType.LOG_APPEND_TIME
     append_time = max(last_appended_timestamp, now) if log_append_time else NO_TIMESTAMP
     max_difference = policy.timestamp_difference_max_ms
-    check_times = target == 1 and not log_append_time and max_difference < 2**63 - 1
+    checks_for = {
+        magic: _Checks(
+            magic=magic,
+            max_size=policy.max_message_bytes - LOG_OVERHEAD,
+            compacted=policy.compacted,
+            now=now,
+            max_difference=(
+                max_difference
+                if magic == 1 and not log_append_time and max_difference < 2**63 - 1
+                else None
+            ),
+            append_time=append_time,
+        )
+        for magic in MAGIC_VALUES
+    }
+    target_checks = checks_for[target]
     replacements: list[tuple[int, int, bytes]] = []
     offset = next_offset
     max_timestamp, offset_of_max_timestamp = NO_TIMESTAMP, -1
     position = 0
-    pack_offset = OFFSET_AND_SIZE.pack_into
-    unpack_int64 = INT64.unpack_from
     while position < limit:
+        # Uncompressed messages already in the topic's format: rewritten in place.
+        position, count, run_max, index_of_max, _ = _plain_run(
+            out, position, limit, target_checks, offset
+        )
+        if run_max > max_timestamp:
+            max_timestamp, offset_of_max_timestamp = run_max, offset + index_of_max
+        offset += count
+        if position >= limit:
+            break
+        # Anything else: a compressed wrapper, a message to convert, or an invalid entry.
         _, size, magic, attributes = read_entry(out, position, limit)
-        start = position + LOG_OVERHEAD
-        end = start + size
+        start, end = position + LOG_OVERHEAD, position + LOG_OVERHEAD + size
+        codec = attributes & CODEC_MASK
+        if codec == 0 and magic == target:
+            _explain_invalid(out, position, limit, target_checks)
         if size + LOG_OVERHEAD > policy.max_message_bytes:
             raise KafkaError(
                 ErrorCode.MESSAGE_TOO_LARGE,
                 f"message of {size + LOG_OVERHEAD} bytes exceeds max.message.bytes "
                 f"{policy.max_message_bytes}",
             )
-        codec = attributes & CODEC_MASK
         if codec == 0:
-            key_length = check_lengths(out, start, size, magic)
-            if policy.compacted and key_length < 0:
-                raise corrupt("a compacted topic accepts only messages with a key")
-            if magic != target:
-                up_time = append_time if log_append_time else now
-                message = convert_message(memoryview(out)[start:end], target, up_time)
-                if log_append_time:
-                    message = bytearray(message)
-                    _stamp(message, 0, len(message), append_time)
-                replacements.append((position, end, encode_entry(offset, message)))
-                timestamp = up_time if target == 1 else NO_TIMESTAMP
-            else:
-                pack_offset(out, position, offset, size)
-                if target == 1:
-                    if log_append_time:
-                        _stamp(out, start, end, append_time)
-                        timestamp = append_time
-                    else:
-                        (timestamp,) = unpack_int64(out, start + TIMESTAMP_POSITION)
-                        if check_times and abs(timestamp - now) > max_difference:
-                            raise _invalid_timestamp(timestamp, now, max_difference)
-                else:
-                    timestamp = NO_TIMESTAMP
-            if timestamp > max_timestamp:
-                max_timestamp, offset_of_max_timestamp = timestamp, offset
-            offset += 1
-        else:
-            wrapper = _validate_wrapper(
-                out, start, size, magic, codec, policy, now, check_times and magic == 1
+            converted, timestamp = _converted_message(
+                out, position, limit, magic, target, checks_for
             )
-            count = wrapper.count
+            replacements.append((position, end, encode_entry(offset, converted)))
+            last = offset
+        else:
+            inner, count, inner_max, in_order = _checked_inner_set(
+                out, start, magic, codec, checks_for[magic]
+            )
             last = offset + count - 1
-            if magic == target == 1 and wrapper.relative_offsets_in_order:
-                timestamp = append_time if log_append_time else wrapper.max_timestamp
-                type_bit = TIMESTAMP_TYPE_BIT if log_append_time else 0
-                pack_offset(out, position, last, size)
-                INT64.pack_into(out, start + TIMESTAMP_POSITION, timestamp)
-                out[start + 5] = (attributes & ~TIMESTAMP_TYPE_BIT) | type_bit
-                CRC.pack_into(out, start, zlib.crc32(memoryview(out)[start + MAGIC_POSITION : end]))
+            if magic == target == 1 and in_order:
+                timestamp = append_time if log_append_time else inner_max
+                _rewrite_wrapper(out, position, end, last, timestamp, log_append_time)
             else:
                 entry, timestamp = _rebuilt_wrapper(
-                    wrapper.inner, magic, codec, offset, target, now, append_time
+                    inner, magic, codec, offset, target, now, append_time
                 )
                 replacements.append((position, end, entry))
-            if target == 1 and timestamp > max_timestamp:
-                max_timestamp, offset_of_max_timestamp = timestamp, last
-            offset = last + 1
+        if target == 1 and timestamp > max_timestamp:
+            max_timestamp, offset_of_max_timestamp = timestamp, last
+        offset = last + 1
         position = end
     if replacements:
         out = _splice(out, replacements)
     return ValidatedMessageSet(
-        buffer=bytes(out),
+        buffer=out,
         first_offset=next_offset,
         last_offset=offset - 1,
         max_timestamp=max_timestamp,
@@ -176,6 +283,60 @@ def validate_and_assign_offsets(
         log_append_time=append_time,
         recompressed=bool(replacements),
     )
+
+
+def _converted_message(
+    buffer: bytearray, position: int, limit: int, magic: int, target: int, checks_for: dict
+) -> tuple[bytes, int]:
+    """An uncompressed message of the other format, checked and converted (KIP-32): up-converted
+    messages get the broker's time (the log append time on a LogAppendTime topic)."""
+    checks = checks_for[magic]
+    size = OFFSET_AND_SIZE.unpack_from(buffer, position)[1]
+    start = position + LOG_OVERHEAD
+    if _plain_run(buffer, position, start + size, checks, None)[1] != 1:
+        _explain_invalid(buffer, position, limit, checks)
+    target_checks = checks_for[target]
+    append_time = target_checks.append_time
+    up_time = append_time if append_time >= 0 else target_checks.now
+    message = convert_message(memoryview(buffer)[start : start + size], target, up_time)
+    if append_time >= 0:
+        message = bytearray(message)
+        _stamp(message, 0, len(message), append_time)
+    return bytes(message), up_time if target == 1 else NO_TIMESTAMP
+
+
+def _checked_inner_set(
+    buffer: bytearray, start: int, magic: int, codec: int, checks: _Checks
+) -> tuple[bytes, int, int, bool]:
+    """Decompresses a wrapper and checks every inner message.
+
+    Returns (inner set, count, largest inner timestamp, inner offsets are 0..n-1).
+    """
+    value = value_slice(buffer, start, magic)
+    if value is None:
+        raise corrupt("compressed wrapper with a null value")
+    inner = decompress(codec, memoryview(buffer)[value], magic)
+    inner_checks = replace(checks, max_size=2**31 - 1, append_time=NO_TIMESTAMP)
+    position, count, max_timestamp, _, in_order = _plain_run(
+        inner, 0, len(inner), inner_checks, None
+    )
+    if position < len(inner):
+        _explain_invalid(inner, position, len(inner), inner_checks)
+    if count == 0:
+        raise corrupt("compressed wrapper holds no messages")
+    return inner, count, max_timestamp, in_order
+
+
+def _rewrite_wrapper(
+    buffer: bytearray, position: int, end: int, last_offset: int, timestamp: int, append: bool
+) -> None:
+    """Assigns a v1 wrapper in place: its offset (the last inner one), timestamp, type, CRC."""
+    start = position + LOG_OVERHEAD
+    OFFSET_AND_SIZE.pack_into(buffer, position, last_offset, end - start)
+    INT64.pack_into(buffer, start + TIMESTAMP_POSITION, timestamp)
+    attributes = buffer[start + 5] & ~TIMESTAMP_TYPE_BIT
+    buffer[start + 5] = attributes | (TIMESTAMP_TYPE_BIT if append else 0)
+    CRC.pack_into(buffer, start, zlib.crc32(memoryview(buffer)[start + MAGIC_POSITION : end]))
 
 
 def _stamp(buffer: bytearray, start: int, end: int, append_time: int) -> None:
@@ -191,56 +352,6 @@ def _invalid_timestamp(timestamp: int, now: int, max_difference: int) -> KafkaEr
         f"timestamp {timestamp} is {abs(timestamp - now)} ms from the broker's time {now}; "
         f"message.timestamp.difference.max.ms is {max_difference}",
     )
-
-
-@dataclass(frozen=True)
-class _Wrapper:
-    inner: bytes
-    count: int
-    max_timestamp: int
-    relative_offsets_in_order: bool
-
-
-def _validate_wrapper(
-    buffer: bytearray,
-    start: int,
-    size: int,
-    magic: int,
-    codec: int,
-    policy: RecordsPolicy,
-    now: int,
-    check_times: bool,
-) -> _Wrapper:
-    """Decompresses a wrapper and checks every inner message, without an object per message."""
-    value = value_slice(buffer, start, magic)
-    if value is None:
-        raise corrupt("compressed wrapper with a null value")
-    inner = decompress(codec, memoryview(buffer)[value], magic)
-    position, limit, count = 0, len(inner), 0
-    max_timestamp = NO_TIMESTAMP
-    in_order = True
-    max_difference = policy.timestamp_difference_max_ms
-    while position < limit:
-        inner_offset, inner_size, inner_magic, inner_attributes = read_entry(inner, position, limit)
-        inner_start = position + LOG_OVERHEAD
-        if inner_magic != magic:
-            raise corrupt(f"inner message of magic {inner_magic} inside a v{magic} wrapper")
-        if inner_attributes & CODEC_MASK:
-            raise corrupt("nested compression inside a compressed wrapper")
-        key_length = check_lengths(inner, inner_start, inner_size, magic)
-        if policy.compacted and key_length < 0:
-            raise corrupt("a compacted topic accepts only messages with a key")
-        if magic == 1:
-            (timestamp,) = INT64.unpack_from(inner, inner_start + TIMESTAMP_POSITION)
-            if check_times and abs(timestamp - now) > max_difference:
-                raise _invalid_timestamp(timestamp, now, max_difference)
-            max_timestamp = max(max_timestamp, timestamp)
-            in_order = in_order and inner_offset == count
-        count += 1
-        position = inner_start + inner_size
-    if count == 0:
-        raise corrupt("compressed wrapper holds no messages")
-    return _Wrapper(inner, count, max_timestamp, in_order)
 
 
 def _rebuilt_wrapper(
