@@ -435,3 +435,23 @@ def test_search_in_log_append_time_data_returns_the_first_message_of_a_wrapper(m
     assert {m.timestamp_type for m in iter_deep(log.read(0, 10**6).slice.read())} == {
         TimestampType.LOG_APPEND_TIME
     }
+
+
+# -- an empty log --------------------------------------------------------------------------------
+
+
+def test_an_empty_log_reads_nothing_finds_nothing_and_survives_a_crash(make_log, clock):
+    log = make_log()
+
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert log.read(0, 1000).slice.length == 0
+    assert log.offset_for_timestamp(0) is None
+    assert log.offset_for_timestamp(-1).offset == log.offset_for_timestamp(-2).offset == 0
+    assert log.delete_old_segments() == 0
+    for segment in log.segments:  # a crash before anything was written
+        segment.close()
+
+    reopened = make_log()
+    assert reopened.log_end_offset == 0
+    reopened.append_as_leader(message_set(2, timestamp=clock.milliseconds()))
+    assert reopened.log_end_offset == 2
