@@ -38,6 +38,151 @@ def _dump_log(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _fail(command: str, error: Exception) -> int:
+    print(f"tidelog {command}: {error}", file=sys.stderr)
+    return 2
+
+
+def _broker(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tidelog.config import ConfigError, broker_config, read_properties
+    from tidelog.controller.broker_node import BrokerNode
+
+    try:
+        raw = read_properties(args.config)
+        raw.update(_key_values(args.override, "--override"))
+        config = broker_config(raw)
+    except (ConfigError, OSError) as error:
+        return _fail("broker", error)
+    asyncio.run(BrokerNode(config).run_until_signalled())
+    return 0
+
+
+def _key_values(pairs: list[str] | None, option: str) -> dict[str, str]:
+    from tidelog.config import ConfigError
+
+    values = {}
+    for pair in pairs or []:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise ConfigError(f"{option} {pair!r}: expected key=value")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _cluster(args: argparse.Namespace) -> int:
+    import signal
+
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.zookeeper import ZooKeeperError
+    from tidelog.config import ConfigError
+
+    cluster = LocalCluster(args.dir)
+    try:
+        if args.action == "up":
+            cluster.up(
+                args.brokers,
+                zookeeper=args.zookeeper,
+                overrides=_key_values(args.override, "--override"),
+            )
+            print(f"bootstrap servers: {cluster.bootstrap_servers}")
+            print(f"zookeeper: {cluster.zookeeper}")
+        elif args.action == "status":
+            rows = cluster.status()
+            print(f"zookeeper: {cluster.zookeeper}")
+            header = ("broker", "pid", "running", "registered", "port", "admin")
+            print("{:>6}  {:>8}  {:8} {:10} {:>6} {:>6}".format(*header))
+            for row in rows:
+                print(
+                    f"{row['broker']:>6}  {row['pid'] or '-':>8}  {row['running']!s:8} "
+                    f"{row['registered']!s:10} {row['port']:>6} {row['admin_port']:>6}"
+                )
+        elif args.action == "down":
+            cluster.down()
+        elif args.action == "start":
+            cluster.start_broker(args.broker_id)
+        elif args.action == "stop":
+            cluster.stop_broker(args.broker_id)
+        elif args.action == "kill":
+            cluster.signal_broker(args.broker_id, signal.Signals[f"SIG{args.signal}"])
+    except (ClusterError, ZooKeeperError, ConfigError) as error:
+        return _fail(f"cluster {args.action}", error)
+    return 0
+
+
+def _zookeeper_of(args: argparse.Namespace) -> str:
+    from tidelog.cluster.local import ClusterError, LocalCluster
+
+    if args.zookeeper:
+        return args.zookeeper
+    cluster = LocalCluster(args.dir)
+    if cluster.state is None:
+        raise ClusterError(f"no cluster in {args.dir}; give --zookeeper host:port or --dir DIR")
+    return cluster.zookeeper
+
+
+def _topic(args: argparse.Namespace) -> int:
+    from tidelog.cluster.local import ClusterError
+    from tidelog.config import ConfigError
+    from tidelog.controller import topics, zookeeper
+    from tidelog.errors import KafkaError
+
+    try:
+        client = zookeeper.connect(_zookeeper_of(args))
+    except (ClusterError, OSError) as error:
+        return _fail(f"topic {args.action}", error)
+    try:
+        if args.action == "create":
+            assignment = topics.create_topic(
+                client,
+                args.topic,
+                args.partitions,
+                args.replication_factor,
+                _key_values(args.config, "--config"),
+            )
+            print(
+                f"created topic {args.topic}: "
+                + ", ".join(
+                    f"partition {p} on {replicas}" for p, replicas in sorted(assignment.items())
+                )
+            )
+        elif args.action == "list":
+            for name in sorted(client.get_children(zookeeper.TOPICS)):
+                print(name)
+        elif args.action == "describe":
+            names = [args.topic] if args.topic else sorted(client.get_children(zookeeper.TOPICS))
+            brokers = zookeeper.read_brokers(client)
+            for name in names:
+                topic = zookeeper.read_topic(client, name)
+                if topic is None:
+                    raise KafkaError(3, f"no topic {name!r}")  # type: ignore[arg-type]
+                configs = ",".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
+                print(f"Topic: {name}\tPartitionCount: {len(topic.assignment)}\tConfigs: {configs}")
+                for partition, replicas in sorted(topic.assignment.items()):
+                    state = topic.states.get(partition)
+                    leader = state.leader if state and state.leader in brokers else -1
+                    isr = ",".join(map(str, state.isr)) if state else ""
+                    print(
+                        f"\tTopic: {name}\tPartition: {partition}\tLeader: {leader}\t"
+                        f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}"
+                    )
+        elif args.action == "alter-config":
+            changes: dict[str, str | None] = dict(_key_values(args.add_config, "--add-config"))
+            changes.update({key: None for key in args.delete_config or []})
+            now = topics.alter_topic_config(client, args.topic, changes)
+            print(
+                f"topic {args.topic} overrides: "
+                + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "none")
+            )
+    except (KafkaError, ConfigError) as error:
+        return _fail(f"topic {args.action}", error)
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidelog",
@@ -70,6 +215,71 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(run=_dump_log)
+
+    broker = commands.add_parser(
+        "broker",
+        help="run one broker process",
+        description="Runs a broker until SIGTERM or SIGINT, then shuts down cleanly.",
+    )
+    broker.add_argument("--config", required=True, help="a server.properties file")
+    broker.add_argument(
+        "--override", action="append", metavar="KEY=VALUE", help="a setting on top of the file"
+    )
+    broker.set_defaults(run=_broker)
+
+    cluster = commands.add_parser(
+        "cluster",
+        help="start, inspect and stop a local cluster",
+        description="A local cluster: an embedded ZooKeeper and N brokers on 127.0.0.1.",
+    )
+    actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start ZooKeeper (unless given) and N brokers")
+    up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
+    up.add_argument("--zookeeper", help="use this ZooKeeper (host:port) instead of starting one")
+    up.add_argument("--override", action="append", metavar="KEY=VALUE", help="a broker setting")
+    for name, text in [
+        ("status", "show each broker: process, registration, ports"),
+        ("down", "stop every broker, then ZooKeeper"),
+    ]:
+        actions.add_parser(name, help=text)
+    for name, text in [
+        ("start", "start a stopped broker"),
+        ("stop", "stop a broker cleanly (SIGTERM)"),
+        ("kill", "send a broker a signal (default KILL)"),
+    ]:
+        action = actions.add_parser(name, help=text)
+        action.add_argument("broker_id", type=int, metavar="BROKER_ID")
+        if name == "kill":
+            action.add_argument(
+                "--signal", default="KILL", choices=["TERM", "KILL", "STOP", "CONT"]
+            )
+    for action in actions.choices.values():
+        action.add_argument("--dir", required=True, help="the cluster's state directory")
+    cluster.set_defaults(run=_cluster)
+
+    topic = commands.add_parser(
+        "topic",
+        help="create, list, describe and configure topics",
+        description="Topics in ZooKeeper.",
+    )
+    topic_actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = topic_actions.add_parser("create", help="create a topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic setting")
+    topic_actions.add_parser("list", help="list topics")
+    describe = topic_actions.add_parser("describe", help="partitions, leaders, replicas, ISR")
+    describe.add_argument("--topic")
+    alter = topic_actions.add_parser("alter-config", help="set or remove topic settings")
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
+    alter.add_argument("--delete-config", action="append", metavar="KEY")
+    for action in topic_actions.choices.values():
+        where = action.add_mutually_exclusive_group(required=True)
+        where.add_argument("--zookeeper", help="ZooKeeper host:port")
+        where.add_argument("--dir", help="a local cluster's state directory")
+    topic.set_defaults(run=_topic)
     return parser
 
 
@@ -79,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        logging.getLogger("kazoo").setLevel(logging.WARNING)
     return args.run(args)
 
 

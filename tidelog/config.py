@@ -70,6 +70,24 @@ TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 
 
+def _host_port(value: str) -> bool:
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit() and int(port) < 65536
+
+
+def host_and_port(value: str) -> tuple[str, int]:
+    """("127.0.0.1", 9092) of "PLAINTEXT://127.0.0.1:9092" or of "127.0.0.1:9092"."""
+    host, _, port = (
+        value.partition("://")[2].rpartition(":") if "://" in value else value.rpartition(":")
+    )
+    return host, int(port)
+
+
+def _listener(value: str) -> bool:
+    scheme, _, address = value.partition("://")
+    return scheme == "PLAINTEXT" and _host_port(address)
+
+
 def _policies(value: tuple[str, ...]) -> bool:
     return bool(value) and all(policy in CLEANUP_POLICIES for policy in value)
 
@@ -126,7 +144,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
     key.name: key
     for key in [
         _key("broker.id", _int, None, _at_least(0, INT_MAX)),
-        _key("listeners", _str, "PLAINTEXT://127.0.0.1:9092"),
+        _key("listeners", _str, "PLAINTEXT://127.0.0.1:9092", (_listener, "PLAINTEXT://host:port")),
         _key("log.dirs", _list, ("/tmp/tidelog-logs",), (bool, "a comma-separated list of dirs")),
         _key("zookeeper.connect", _str, "127.0.0.1:2181"),
         _key("num.partitions", _int, 1, _at_least(1, INT_MAX)),
@@ -142,6 +160,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("unclean.leader.election.enable", _bool, False, (lambda _: True, "true or false")),
         _key("socket.request.max.bytes", _int, 104857600, _at_least(1, INT_MAX)),
         _key("log.retention.check.interval.ms", _int, 300000, _at_least(1)),
+        # tidelog's own: where the admin HTTP API listens (port 0: any free port).
+        _key("admin.listener", _str, "127.0.0.1:0", (_host_port, "host:port")),
         _key("log.flush.interval.ms", _int, LONG_MAX, _at_least(1)),
         _key("log.flush.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("replica.high.watermark.checkpoint.interval.ms", _int, 5000, _at_least(1)),
@@ -163,6 +183,14 @@ def parse_value(key: ConfigKey, text: str) -> Any:
     if not key.check(value):
         raise ConfigError(f"{key.name}: {text!r} is not allowed; allowed: {key.allowed}")
     return value
+
+
+def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
+    """A broker's settings from server.properties (plus overrides); broker.id is required."""
+    values = parse_config(raw, BROKER_KEYS)
+    if values["broker.id"] is None:
+        raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
+    return values
 
 
 def parse_config(raw: Mapping[str, str], keys: Mapping[str, ConfigKey]) -> dict[str, Any]:

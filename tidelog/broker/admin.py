@@ -1,0 +1,108 @@
+"""The admin HTTP API (aiohttp): health, Prometheus metrics, topics and their partitions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+
+from tidelog.broker.metadata import MetadataCache
+from tidelog.broker.metrics import Metrics
+from tidelog.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class AdminServer:
+    """GET /health, /metrics, /topics and /topics/{topic}, bound to 127.0.0.1 by default."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        metadata: MetadataCache,
+        logs: LogManager,
+        metrics: Metrics,
+        *,
+        host: str,
+        port: int,
+        is_registered: Callable[[], bool],
+    ) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.logs = logs
+        self.metrics = metrics
+        self.host, self.port = host, port
+        self.is_registered = is_registered
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.get("/metrics", self.prometheus),
+                web.get("/topics", self.topics),
+                web.get("/topics/{topic}", self.topic),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("admin API on http://%s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def health(self, request: web.Request) -> web.Response:
+        registered = self.is_registered()
+        body = {
+            "broker_id": self.broker_id,
+            "registered": registered,
+            "status": "ok" if registered else "starting",
+        }
+        return web.json_response(body, status=200 if registered else 503)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def topics(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                name: {"partitions": len(topic.assignment), "config": topic.config}
+                for name, topic in sorted(self.metadata.topics.items())
+            }
+        )
+
+    async def topic(self, request: web.Request) -> web.Response:
+        name = request.match_info["topic"]
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return web.json_response({"error": f"no topic {name!r}"}, status=404)
+        partitions = []
+        for partition, replicas in sorted(topic.assignment.items()):
+            state = topic.states.get(partition)
+            entry = {
+                "partition": partition,
+                "leader": self.metadata.leader_of(name, partition),
+                "replicas": list(replicas),
+                "isr": list(state.isr) if state else [],
+                "leader_epoch": state.leader_epoch if state else -1,
+            }
+            partition_log = self.logs.get(name, partition)
+            if partition_log is not None:
+                entry.update(
+                    log_start_offset=partition_log.log_start_offset,
+                    log_end_offset=partition_log.log_end_offset,
+                    high_watermark=partition_log.high_watermark,
+                    size_bytes=partition_log.size_in_bytes,
+                    segments=[
+                        {"base_offset": s.base_offset, "next_offset": s.next_offset, "size": s.size}
+                        for s in partition_log.segments
+                    ],
+                )
+            partitions.append(entry)
+        return web.json_response({"topic": name, "config": topic.config, "partitions": partitions})

@@ -1,0 +1,305 @@
+"""Request handlers: one method per API, from a decoded request body to a response body."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tidelog.broker.metadata import MetadataCache
+from tidelog.broker.metrics import Metrics
+from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, ReplicaManager
+from tidelog.clock import Clock
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from tidelog.protocol.frames import Request
+from tidelog.protocol.schemas import APIS, ApiKey
+from tidelog.records.conversion import convert_message_set
+
+log = logging.getLogger(__name__)
+
+LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+NO_LIMIT = 2**31 - 1
+
+
+def valid_topic_name(name: str) -> bool:
+    return bool(LEGAL_TOPIC.match(name)) and name not in (".", "..")
+
+
+class RequestHandler:
+    """Answers the APIs of the 0.9/0.10 era. ``create_topic`` is called for auto-creation."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        replicas: ReplicaManager,
+        metadata: MetadataCache,
+        metrics: Metrics,
+        clock: Clock,
+        *,
+        auto_create_topics: bool,
+        create_topic: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.replicas = replicas
+        self.metadata = metadata
+        self.metrics = metrics
+        self.clock = clock
+        self.auto_create_topics = auto_create_topics
+        self.create_topic = create_topic
+        self.handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata_request,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+        }
+
+    def serves(self, api_key: int) -> bool:
+        return api_key in self.handlers
+
+    async def handle(self, request: Request) -> dict | None:
+        return await self.handlers[request.api_key](request)
+
+    def _error(self, code: ErrorCode, where: str, error: KafkaError | None = None) -> int:
+        self.metrics.errors[code.name] += 1
+        if error is not None and code not in (
+            ErrorCode.NOT_LEADER_FOR_PARTITION,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ErrorCode.OFFSET_OUT_OF_RANGE,
+        ):
+            log.warning("%s: %s", where, error)
+        return int(code)
+
+    # -- ApiVersions ---------------------------------------------------------------------------
+
+    async def api_versions(self, request: Request) -> dict:
+        return {
+            "error_code": 0,
+            "api_versions": [
+                {"api_key": int(key), "min_version": 0, "max_version": APIS[key].max_version}
+                for key in sorted(self.handlers)
+            ],
+        }
+
+    # -- Metadata ------------------------------------------------------------------------------
+
+    async def metadata_request(self, request: Request) -> dict:
+        requested = request.body["topics"]
+        version = request.api_version
+        every_topic = requested is None or (version == 0 and not requested)
+        names = sorted(self.metadata.topics) if every_topic else requested
+        topics = []
+        for name in names:
+            topics.append(await self._topic_metadata(name, may_create=not every_topic))
+        body: dict[str, Any] = {
+            "brokers": [
+                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id)
+            ],
+            "topic_metadata": topics,
+            "controller_id": self.metadata.controller_id,
+            "cluster_id": self.metadata.cluster_id,
+        }
+        return body
+
+    async def _topic_metadata(self, name: str, may_create: bool) -> dict:
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            if not valid_topic_name(name):
+                code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            elif may_create and self.auto_create_topics and self.create_topic is not None:
+                await self.create_topic(name)
+                code = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return {
+                "error_code": int(code),
+                "topic": name,
+                "is_internal": False,
+                "partition_metadata": [],
+            }
+        partitions = []
+        for partition, replicas in sorted(topic.assignment.items()):
+            leader = self.metadata.leader_of(name, partition)
+            state = topic.states.get(partition)
+            partitions.append(
+                {
+                    "error_code": 0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
+                    "partition": partition,
+                    "leader": leader,
+                    "replicas": list(replicas),
+                    "isr": list(state.isr) if state else [],
+                }
+            )
+        return {
+            "error_code": 0,
+            "topic": name,
+            "is_internal": False,
+            "partition_metadata": partitions,
+        }
+
+    # -- Produce -------------------------------------------------------------------------------
+
+    async def produce(self, request: Request) -> dict | None:
+        body = request.body
+        acks = body["acks"]
+        responses = []
+        for topic_data in body["topic_data"]:
+            topic = topic_data["topic"]
+            partition_responses = []
+            for data in topic_data["data"]:
+                partition = data["partition"]
+                response = {
+                    "partition": partition,
+                    "error_code": 0,
+                    "base_offset": -1,
+                    "log_append_time": -1,
+                }
+                try:
+                    if acks not in (-1, 0, 1):
+                        raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    records = data["record_set"]
+                    if records is None:
+                        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "null message set")
+                    info = self.replicas.append(topic, partition, records, acks)
+                    response["base_offset"] = info.first_offset
+                    response["log_append_time"] = info.log_append_time
+                except KafkaError as error:
+                    response["error_code"] = self._error(
+                        error.code,
+                        f"produce to {topic}-{partition} from {request.client_id}",
+                        error,
+                    )
+                partition_responses.append(response)
+            responses.append({"topic": topic, "partition_responses": partition_responses})
+        if acks == 0:
+            return None
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    # -- Fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, request: Request) -> dict:
+        body = request.body
+        keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
+        while True:
+            responses, total, failed = self._read_partitions(request)
+            remaining = deadline - loop.time()
+            if total >= body["min_bytes"] or failed or remaining <= 0:
+                return {"throttle_time_ms": 0, "responses": responses}
+            await self.replicas.wait_for_append(keys, remaining)
+
+    def _read_partitions(self, request: Request) -> tuple[list[dict], int, bool]:
+        body, version = request.body, request.api_version
+        replica_id = body["replica_id"]
+        budget = body.get("max_bytes", NO_LIMIT)
+        responses, total, failed = [], 0, False
+        for topic_data in body["topics"]:
+            topic = topic_data["topic"]
+            partition_responses = []
+            for wanted in topic_data["partitions"]:
+                partition = wanted["partition"]
+                response = {
+                    "partition": partition,
+                    "error_code": 0,
+                    "high_watermark": -1,
+                    "record_set": b"",
+                }
+                try:
+                    max_bytes = min(wanted["max_bytes"], max(budget - total, 0))
+                    partition_log, data = self.replicas.read(
+                        topic,
+                        partition,
+                        wanted["fetch_offset"],
+                        max_bytes,
+                        replica_id=replica_id,
+                        min_one_message=version >= 3 and total == 0,
+                    )
+                    response["high_watermark"] = partition_log.high_watermark
+                    response["record_set"] = self._records_for(partition_log, data.slice, version)
+                    total += data.slice.length
+                except KafkaError as error:
+                    failed = True
+                    response["error_code"] = self._error(
+                        error.code, f"fetch from {topic}-{partition} by {request.client_id}", error
+                    )
+                partition_responses.append(response)
+            responses.append({"topic": topic, "partition_responses": partition_responses})
+        return responses, total, failed
+
+    def _records_for(self, partition_log: Log, file_slice: Any, version: int) -> Any:
+        """The slice itself (sent with zero copy) when the fetcher reads the log's format;
+        converted to format v0 for a fetch below v2 from a v1 log."""
+        if version >= 2 or partition_log.config.magic == 0 or not file_slice.length:
+            return file_slice
+        return convert_message_set(file_slice.read(), 0, self.clock.milliseconds())
+
+    # -- ListOffsets ---------------------------------------------------------------------------
+
+    async def list_offsets(self, request: Request) -> dict:
+        body, version = request.body, request.api_version
+        responses = []
+        for topic_data in body["topics"]:
+            topic = topic_data["topic"]
+            partition_responses = []
+            for wanted in topic_data["partitions"]:
+                partition = wanted["partition"]
+                response: dict[str, Any] = {"partition": partition, "error_code": 0}
+                try:
+                    partition_log = self.replicas.leader_log(topic, partition)
+                    if version == 0:
+                        response["offsets"] = self._offsets_before(
+                            partition_log, wanted["timestamp"], wanted["max_num_offsets"], body
+                        )
+                    else:
+                        response["timestamp"], response["offset"] = self._offset_for_time(
+                            partition_log, wanted["timestamp"], body["replica_id"]
+                        )
+                except KafkaError as error:
+                    response["error_code"] = self._error(
+                        error.code, f"list offsets of {topic}-{partition}", error
+                    )
+                    response.update(offsets=[], timestamp=-1, offset=-1)
+                partition_responses.append(response)
+            responses.append({"topic": topic, "partition_responses": partition_responses})
+        return {"responses": responses}
+
+    def _latest(self, partition_log: Log, replica_id: int) -> int:
+        if replica_id == CONSUMER_REPLICA_ID:
+            return partition_log.high_watermark
+        return partition_log.log_end_offset
+
+    def _offset_for_time(
+        self, partition_log: Log, timestamp: int, replica_id: int
+    ) -> tuple[int, int]:
+        if timestamp == LATEST_TIMESTAMP:
+            return -1, self._latest(partition_log, replica_id)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return -1, partition_log.log_start_offset
+        found = partition_log.offset_for_timestamp(timestamp)
+        if found is None or found.offset >= self._latest(partition_log, replica_id):
+            return -1, -1
+        return found.timestamp, found.offset
+
+    def _offsets_before(
+        self, partition_log: Log, timestamp: int, count: int, body: dict
+    ) -> list[int]:
+        """ListOffsets v0: Kafka's old answer, the base offsets of segments last modified
+        before ``timestamp`` (newest first), with the log end standing for "now"."""
+        latest = self._latest(partition_log, body["replica_id"])
+        if timestamp == EARLIEST_TIMESTAMP:
+            return [partition_log.log_start_offset][:count]
+        candidates = [(s.base_offset, s.last_modified_ms) for s in partition_log.segments]
+        if partition_log.active_segment.size:
+            candidates.append((latest, self.clock.milliseconds()))
+        else:
+            candidates[-1] = (latest, self.clock.milliseconds())
+        if timestamp == LATEST_TIMESTAMP:
+            chosen = candidates
+        else:
+            chosen = [c for c in candidates if c[1] <= timestamp]
+        return [offset for offset, _ in reversed(chosen)][:count]

@@ -1,0 +1,57 @@
+"""What a broker knows of the cluster: live brokers, topics, partition leaders.
+
+The cache is filled from ZooKeeper by the controller package and read by request handlers; it
+never talks to ZooKeeper itself. A partition's leader is the one in its state, and only while
+that broker is alive (registered); otherwise it has none (-1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """As in /brokers/topics/{t}/partitions/{p}/state."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int = 0
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    assignment: dict[int, tuple[int, ...]]  # partition -> replicas, the first one preferred
+    states: dict[int, PartitionState] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MetadataCache:
+    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    controller_id: int = -1
+    cluster_id: str | None = None
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        metadata = self.topics.get(topic)
+        if metadata is None or partition not in metadata.assignment:
+            return -1
+        state = metadata.states.get(partition)
+        if state is None or state.leader not in self.brokers:
+            return -1
+        return state.leader
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        metadata = self.topics.get(topic)
+        return metadata is not None and partition in metadata.assignment

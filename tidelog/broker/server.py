@@ -1,0 +1,139 @@
+"""The Kafka protocol listener: frames in, responses out, one request at a time per connection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.metrics import Metrics
+from tidelog.errors import ErrorCode
+from tidelog.log.segment import FileSlice
+from tidelog.protocol.frames import (
+    SIZE,
+    UnsupportedRequest,
+    decode_request,
+    encode_response,
+)
+from tidelog.protocol.schemas import ApiKey
+from tidelog.protocol.types import ProtocolError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaServer:
+    """Serves the Kafka wire protocol on one listener.
+
+    Each connection's requests are answered in order, as Kafka does. A frame larger than
+    socket.request.max.bytes, bytes that do not parse, or an API or version not served close
+    that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
+    body, as 0.10 brokers do, so clients fall back); every other connection goes on. A file
+    slice in a response goes out with ``loop.sendfile``.
+    """
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        metrics: Metrics,
+        *,
+        host: str,
+        port: int,
+        max_request_bytes: int,
+    ) -> None:
+        self.handler = handler
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self.max_request_bytes = max_request_bytes
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("serving the Kafka protocol on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._connections):
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        host, port = writer.get_extra_info("peername")[:2]
+        peer = f"{host}:{port}"
+        try:
+            while await self._serve_one(reader, writer, peer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("closing the connection from %s after an unexpected error", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _serve_one(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
+    ) -> bool:
+        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        if not 0 < size <= self.max_request_bytes:
+            log.warning(
+                "closing the connection from %s: a frame of %d bytes (socket.request.max.bytes "
+                "is %d)",
+                peer,
+                size,
+                self.max_request_bytes,
+            )
+            return False
+        frame = await reader.readexactly(size)
+        self.metrics.bytes_in += SIZE.size + size
+        started = time.perf_counter()
+        try:
+            request = decode_request(frame)
+        except UnsupportedRequest as unsupported:
+            if unsupported.api_key == ApiKey.API_VERSIONS:
+                body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
+                await self._send(
+                    writer,
+                    encode_response(ApiKey.API_VERSIONS, 0, unsupported.correlation_id, body),
+                )
+                return True
+            log.warning("closing the connection from %s: %s", peer, unsupported)
+            return False
+        except ProtocolError as error:
+            log.warning("closing the connection from %s: malformed request (%s)", peer, error)
+            return False
+        if not self.handler.serves(request.api_key):
+            log.warning(
+                "closing the connection from %s: API %s is not served", peer, request.api_key
+            )
+            return False
+        body = await self.handler.handle(request)
+        if body is not None:
+            parts = encode_response(
+                request.api_key, request.api_version, request.correlation_id, body
+            )
+            await self._send(writer, parts)
+        self.metrics.record_request(request.api_key.name, time.perf_counter() - started)
+        return True
+
+    async def _send(self, writer: asyncio.StreamWriter, parts: list) -> None:
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if isinstance(part, FileSlice):
+                await writer.drain()
+                await loop.sendfile(writer.transport, part.file, part.position, part.length)
+                self.metrics.bytes_out += part.length
+            else:
+                writer.write(part)
+                self.metrics.bytes_out += len(part)
+        await writer.drain()

@@ -1,0 +1,153 @@
+"""An embedded ZooKeeper server: Debian's zookeeper package, started and stopped by tidelog."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+JAR_DIRECTORY = "/usr/share/java"
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+
+
+class ZooKeeperError(RuntimeError):
+    pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    with socket.create_connection((host, port), timeout=timeout) as connection:
+        connection.sendall(word.encode())
+        chunks = []
+        while chunk := connection.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def is_serving(host: str, port: int) -> bool:
+    """``srvr`` answers with a Mode: line only once the server serves (``ruok`` answers before)."""
+    try:
+        return "Mode:" in four_letter_word(host, port, "srvr")
+    except OSError:
+        return False
+
+
+def classpath() -> str:
+    jars = [path for path in JARS if os.path.exists(path)]
+    if len(jars) < len(JARS):
+        raise ZooKeeperError(
+            "ZooKeeper is not installed: run 'make install' (it installs Debian's zookeeper "
+            "package) or give --zookeeper host:port"
+        )
+    # The server also needs its own dependencies, which Debian ships beside it.
+    extra = [
+        str(path)
+        for path in Path(JAR_DIRECTORY).glob("*.jar")
+        if path.name.startswith(("zookeeper-jute", "netty-", "slf4j-api", "metrics-core", "snappy"))
+    ]
+    return ":".join([*jars, *extra])
+
+
+class EmbeddedZooKeeper:
+    """A standalone ZooKeeper under ``directory`` (zoo.cfg, data, zookeeper.log), on 127.0.0.1."""
+
+    def __init__(self, directory: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+        self.directory = Path(directory)
+        self.host = host
+        self.port = port or free_port(host)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def write_config(self) -> Path:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    f"dataDir={data}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=*",
+                    "maxClientCnxns=0",
+                    "",
+                ]
+            )
+        )
+        return config
+
+    def start(self, timeout: float = 30.0) -> int:
+        """Starts the server and waits until it serves; returns its process id."""
+        config = self.write_config()
+        log_file = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", classpath(), MAIN_CLASS, str(config)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log_file.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ZooKeeperError(
+                    f"ZooKeeper exited with code {self.process.returncode}; see "
+                    f"{self.directory / 'zookeeper.log'}"
+                )
+            if is_serving(self.host, self.port):
+                return self.process.pid
+            time.sleep(0.1)
+        self.stop()
+        raise ZooKeeperError(f"ZooKeeper did not serve on {self.connect_string} in {timeout} s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.process is not None:
+            stop_process(self.process.pid, timeout)
+            self.process.wait()
+            self.process = None
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child is not alive
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_process(pid: int, timeout: float = 10.0) -> bool:
+    """SIGTERM, then SIGKILL after ``timeout``; returns whether it stopped at the SIGTERM."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not process_alive(pid):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    return False

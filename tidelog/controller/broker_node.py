@@ -1,0 +1,203 @@
+"""One broker process: storage, the Kafka listener, the admin API and a ZooKeeper session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from kazoo.client import KazooState
+
+from tidelog.broker.admin import AdminServer
+from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.metadata import MetadataCache
+from tidelog.broker.metrics import Metrics
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.server import KafkaServer
+from tidelog.clock import Clock, SystemClock
+from tidelog.config import host_and_port
+from tidelog.controller import topics, zookeeper
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class BrokerNode:
+    """A broker: it registers in /brokers/ids, keeps its metadata cache in step with ZooKeeper
+    through watches (every watch fired re-reads the cluster and sets the watches again), opens
+    the logs of the partitions it leads, and serves clients. ``stop`` is a clean shutdown:
+    listeners closed, ZooKeeper session closed (the registration goes with it), logs flushed
+    with trimmed indexes and checkpoints written."""
+
+    def __init__(self, config: dict[str, Any], clock: Clock | None = None) -> None:
+        self.config = config
+        self.broker_id: int = config["broker.id"]
+        self.clock = clock or SystemClock()
+        self.metadata = MetadataCache()
+        self.metrics = Metrics()
+        self.logs = LogManager(config["log.dirs"], config, clock=self.clock)
+        self.replicas = ReplicaManager(self.broker_id, self.logs, self.metadata, self.clock)
+        self.handler = RequestHandler(
+            self.broker_id,
+            self.replicas,
+            self.metadata,
+            self.metrics,
+            self.clock,
+            auto_create_topics=config["auto.create.topics.enable"],
+            create_topic=self.auto_create_topic,
+        )
+        host, port = host_and_port(config["listeners"])
+        self.server = KafkaServer(
+            self.handler,
+            self.metrics,
+            host=host,
+            port=port,
+            max_request_bytes=config["socket.request.max.bytes"],
+        )
+        admin_host, admin_port = host_and_port(config["admin.listener"])
+        self.admin = AdminServer(
+            self.broker_id,
+            self.metadata,
+            self.logs,
+            self.metrics,
+            host=admin_host,
+            port=admin_port,
+            is_registered=lambda: self.registered,
+        )
+        self.zk = None
+        self.registered = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._refresh_wanted = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+        self._register_metrics()
+
+    def _register_metrics(self) -> None:
+        self.metrics.gauges["tidelog_partitions"] = lambda: [({}, len(self.logs.logs))]
+        self.metrics.gauges["tidelog_log_size_bytes"] = lambda: [
+            ({"topic": t, "partition": str(p)}, partition_log.size_in_bytes)
+            for (t, p), partition_log in self.logs
+        ]
+        self.metrics.gauges["tidelog_log_end_offset"] = lambda: [
+            ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
+            for (t, p), partition_log in self.logs
+        ]
+
+    # -- life cycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        log.info(
+            "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
+        )
+        await asyncio.to_thread(self.logs.startup)
+        self.zk = await asyncio.to_thread(zookeeper.connect, self.config["zookeeper.connect"])
+        self.zk.add_listener(self._on_session_state)
+        await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
+        await self.server.start()
+        await self.admin.start()
+        await asyncio.to_thread(self._register)
+        await self.refresh_metadata()
+        self._tasks = [
+            asyncio.create_task(self._refresh_on_watches()),
+            asyncio.create_task(self.logs.scheduler.run_forever()),
+        ]
+        log.info(
+            "broker %d started: Kafka protocol on %s:%d, admin API on port %d",
+            self.broker_id,
+            self.server.host,
+            self.server.port,
+            self.admin.port,
+        )
+
+    def _register(self) -> None:
+        zookeeper.register_broker(self.zk, self.broker_id, self.server.host, self.server.port)
+        self.registered = True
+        log.info("broker %d registered in ZooKeeper", self.broker_id)
+
+    async def stop(self) -> None:
+        log.info("broker %d shutting down cleanly", self.broker_id)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop()
+        await self.admin.stop()
+        if self.zk is not None:
+            self.registered = False
+            await asyncio.to_thread(self._close_zookeeper)
+        await asyncio.to_thread(self.logs.shutdown)
+        log.info("broker %d stopped", self.broker_id)
+
+    def _close_zookeeper(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    async def run_until_signalled(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await self.start()
+        await stop.wait()
+        await self.stop()
+
+    # -- ZooKeeper -----------------------------------------------------------------------------
+
+    def _on_watch(self, *_: object) -> None:
+        """Called on kazoo's thread when a watched znode changes."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._refresh_wanted.set)
+
+    def _on_session_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self.registered = False
+            log.warning("broker %d lost its ZooKeeper session", self.broker_id)
+        elif state == KazooState.CONNECTED and self._loop is not None and not self.registered:
+            self._loop.call_soon_threadsafe(self._reregister_soon)
+
+    def _reregister_soon(self) -> None:
+        self._tasks.append(asyncio.create_task(self._reregister()))
+
+    async def _reregister(self) -> None:
+        try:
+            await asyncio.to_thread(self._register)
+            self._refresh_wanted.set()
+        except Exception:
+            log.exception("broker %d could not register again", self.broker_id)
+
+    async def _refresh_on_watches(self) -> None:
+        while True:
+            await self._refresh_wanted.wait()
+            self._refresh_wanted.clear()
+            try:
+                await self.refresh_metadata()
+            except Exception:
+                log.exception("metadata refresh from ZooKeeper failed; retrying in 1 s")
+                await asyncio.sleep(1)
+                self._refresh_wanted.set()
+
+    async def refresh_metadata(self) -> None:
+        fresh = await asyncio.to_thread(zookeeper.read_cluster, self.zk, self._on_watch)
+        self.metadata.brokers = fresh.brokers
+        self.metadata.topics = fresh.topics
+        self.metadata.controller_id = fresh.controller_id
+        self.metadata.cluster_id = fresh.cluster_id
+        self.replicas.apply_metadata()
+
+    async def auto_create_topic(self, topic: str) -> None:
+        partitions = self.config["num.partitions"]
+        replication_factor = self.config["default.replication.factor"]
+        try:
+            await asyncio.to_thread(
+                topics.create_topic, self.zk, topic, partitions, replication_factor
+            )
+            log.info(
+                "auto-created topic %s with %d partitions, replication factor %d",
+                topic,
+                partitions,
+                replication_factor,
+            )
+        except KafkaError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("could not auto-create topic %s: %s", topic, error)

@@ -1,0 +1,202 @@
+"""Kafka's ZooKeeper layout, as small named operations over a kazoo client.
+
+Paths and JSON documents are Kafka's own, so Kafka tooling reading the same ensemble sees a
+familiar cluster:
+
+    /brokers/ids/{id}                            ephemeral: endpoints, host, port
+    /brokers/topics/{t}                          {"version":1,"partitions":{"0":[1,2]}}
+    /brokers/topics/{t}/partitions/{p}/state     leader, leader_epoch, isr, controller_epoch
+    /config/topics/{t}                           {"version":1,"config":{...}}
+    /controller, /controller_epoch, /cluster/id, /admin/delete_topics
+
+Every operation is blocking (kazoo) and safe to call again; callers in asyncio run them in a
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
+
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+TOPIC_CONFIGS = "/config/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CLUSTER_ID = "/cluster/id"
+DELETE_TOPICS = "/admin/delete_topics"
+
+Watcher = Callable[..., object]
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def _json(data: bytes) -> dict:
+    return json.loads(data.decode("utf-8")) if data else {}
+
+
+def _dump(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")
+
+
+def connect(hosts: str, timeout: float = 15.0) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    client.start(timeout=timeout)
+    return client
+
+
+def ensure_layout(zk: KazooClient) -> str:
+    """Creates the persistent paths and the cluster id if missing; returns the cluster id."""
+    for path in (BROKER_IDS, TOPICS, TOPIC_CONFIGS, DELETE_TOPICS):
+        zk.ensure_path(path)
+    try:
+        cluster_id = uuid.uuid4().hex[:22]
+        zk.create(CLUSTER_ID, _dump({"version": "1", "id": cluster_id}), makepath=True)
+    except NodeExistsError:
+        pass
+    return _json(zk.get(CLUSTER_ID)[0])["id"]
+
+
+def register_broker(zk: KazooClient, broker_id: int, host: str, port: int) -> None:
+    """Creates the broker's ephemeral znode; a broker id already registered is an error."""
+    document = {
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"PLAINTEXT://{host}:{port}"],
+        "jmx_port": -1,
+        "host": host,
+        "port": port,
+        "timestamp": str(int(time.time() * 1000)),
+        "version": 4,
+    }
+    try:
+        zk.create(f"{BROKER_IDS}/{broker_id}", _dump(document), ephemeral=True, makepath=True)
+    except NodeExistsError:
+        raise RuntimeError(
+            f"broker.id {broker_id} is already registered in ZooKeeper by another broker"
+        ) from None
+
+
+def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, BrokerEndpoint]:
+    brokers = {}
+    try:
+        children = zk.get_children(BROKER_IDS, watch=watch)
+    except NoNodeError:
+        return brokers  # no broker has ever started against this ZooKeeper
+    for child in children:
+        try:
+            document = _json(zk.get(f"{BROKER_IDS}/{child}")[0])
+        except NoNodeError:
+            continue  # it went away while we looked
+        brokers[int(child)] = BrokerEndpoint(
+            int(child), document["host"], int(document["port"]), document.get("rack")
+        )
+    return brokers
+
+
+def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> TopicMetadata | None:
+    try:
+        document = _json(zk.get(topic_path(topic), watch=watch)[0])
+    except NoNodeError:
+        return None
+    assignment = {int(p): tuple(replicas) for p, replicas in document["partitions"].items()}
+    states = {}
+    for partition in assignment:
+        state = read_partition_state(zk, topic, partition, watch)
+        if state is not None:
+            states[partition] = state
+    return TopicMetadata(topic, assignment, states, read_topic_config(zk, topic, watch))
+
+
+def read_partition_state(
+    zk: KazooClient, topic: str, partition: int, watch: Watcher | None = None
+) -> PartitionState | None:
+    try:
+        data, _ = zk.get(state_path(topic, partition), watch=watch)
+    except NoNodeError:
+        if watch is not None:
+            zk.exists(state_path(topic, partition), watch=watch)
+        return None
+    document = _json(data)
+    return PartitionState(
+        document["leader"],
+        document["leader_epoch"],
+        tuple(document["isr"]),
+        document.get("controller_epoch", 0),
+    )
+
+
+def read_topic_config(zk: KazooClient, topic: str, watch: Watcher | None = None) -> dict[str, str]:
+    try:
+        return dict(_json(zk.get(f"{TOPIC_CONFIGS}/{topic}", watch=watch)[0]).get("config", {}))
+    except NoNodeError:
+        if watch is not None:
+            zk.exists(f"{TOPIC_CONFIGS}/{topic}", watch=watch)
+        return {}
+
+
+def read_controller(zk: KazooClient, watch: Watcher | None = None) -> int:
+    try:
+        return int(_json(zk.get(CONTROLLER, watch=watch)[0])["brokerid"])
+    except NoNodeError:
+        if watch is not None:
+            zk.exists(CONTROLLER, watch=watch)
+        return -1
+
+
+def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache:
+    """Everything a broker's metadata cache holds, with ``watch`` set on every node read."""
+    cache = MetadataCache(brokers=read_brokers(zk, watch))
+    for topic in zk.get_children(TOPICS, watch=watch):
+        metadata = read_topic(zk, topic, watch)
+        if metadata is not None:
+            cache.topics[topic] = metadata
+    cache.controller_id = read_controller(zk, watch)
+    try:
+        cache.cluster_id = _json(zk.get(CLUSTER_ID)[0])["id"]
+    except NoNodeError:
+        cache.cluster_id = None
+    return cache
+
+
+def write_topic_config(zk: KazooClient, topic: str, config: dict[str, str]) -> None:
+    data = _dump({"version": 1, "config": config})
+    path = f"{TOPIC_CONFIGS}/{topic}"
+    if zk.exists(path):
+        zk.set(path, data)
+    else:
+        zk.create(path, data, makepath=True)
+
+
+def create_topic_nodes(
+    zk: KazooClient,
+    topic: str,
+    assignment: dict[int, list[int]],
+    config: dict[str, str],
+) -> None:
+    """Writes a new topic: its config, its assignment, and each partition's first state
+    (leader: the first replica, every replica in sync). Raises NodeExistsError if it exists."""
+    write_topic_config(zk, topic, config)
+    document = {"version": 1, "partitions": {str(p): r for p, r in sorted(assignment.items())}}
+    zk.create(topic_path(topic), _dump(document), makepath=True)
+    for partition, replicas in sorted(assignment.items()):
+        state = {
+            "controller_epoch": 0,
+            "leader": replicas[0],
+            "version": 1,
+            "leader_epoch": 0,
+            "isr": list(replicas),
+        }
+        zk.create(state_path(topic, partition), _dump(state), makepath=True)

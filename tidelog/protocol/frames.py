@@ -1,0 +1,80 @@
+"""Request and response frames: a size, a header, a body of the API version's schema."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from tidelog.protocol.schemas import APIS, REQUEST_HEADER, RESPONSE_HEADER, ApiKey
+from tidelog.protocol.types import ProtocolError, Writer, decode, encode, write
+
+SIZE = struct.Struct(">i")
+
+
+class UnsupportedRequest(ProtocolError):
+    """A request for an API or version this broker does not serve."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"unsupported API {api_key} version {api_version}")
+        self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
+
+
+@dataclass
+class Request:
+    api_key: ApiKey
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: dict[str, Any]
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
+    """A request frame (without its size prefix). Raises UnsupportedRequest for an API or
+    version not served, and ProtocolError for bytes that do not parse."""
+    header, position = decode(REQUEST_HEADER, frame)
+    api = APIS.get(header["api_key"])
+    version = header["api_version"]
+    if api is None or not 0 <= version <= api.max_version:
+        raise UnsupportedRequest(header["api_key"], version, header["correlation_id"])
+    body, position = decode(api.requests[version], frame, position)
+    if position != len(frame):
+        raise ProtocolError(f"{len(frame) - position} bytes left after the request body")
+    return Request(api.key, version, header["correlation_id"], header["client_id"], body)
+
+
+def encode_request(
+    api_key: ApiKey, api_version: int, correlation_id: int, client_id: str | None, body: dict
+) -> bytes:
+    header = encode(
+        REQUEST_HEADER,
+        {
+            "api_key": api_key,
+            "api_version": api_version,
+            "correlation_id": correlation_id,
+            "client_id": client_id,
+        },
+    )
+    payload = header + encode(APIS[api_key].requests[api_version], body)
+    return SIZE.pack(len(payload)) + payload
+
+
+def encode_response(
+    api_key: ApiKey, api_version: int, correlation_id: int, body: dict
+) -> list[Any]:
+    """A response frame as parts (bytes, and file slices to send with sendfile)."""
+    writer = Writer()
+    write(RESPONSE_HEADER, writer, {"correlation_id": correlation_id})
+    write(APIS[api_key].responses[api_version], writer, body)
+    size = writer.size
+    parts = writer.finish()
+    return [SIZE.pack(size), *parts]
+
+
+def decode_response(
+    api_key: ApiKey, api_version: int, frame: bytes | memoryview
+) -> tuple[int, dict]:
+    """(correlation id, body) of a response frame without its size prefix."""
+    header, position = decode(RESPONSE_HEADER, frame)
+    body, _ = decode(APIS[api_key].responses[api_version], frame, position)
+    return header["correlation_id"], body

@@ -1,0 +1,220 @@
+"""The wire protocol's field types, and the one codec that reads and writes any schema.
+
+A schema is data: a tuple of (name, type) pairs, where a type is a primitive, an Array of a type,
+or another schema. Decoding gives plain dicts and lists; a RECORDS field decodes to a memoryview
+of the request frame (no copy). Encoding writes into a Writer, which keeps a RECORDS value that
+is a file slice as a separate part so that a fetch response can go out with ``sendfile``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class ProtocolError(ValueError):
+    """Bytes that do not parse as the schema says: the connection that sent them is closed."""
+
+
+class FileSliceLike(Protocol):
+    length: int
+
+
+class Writer:
+    """Encoded bytes, as a list of parts: bytes, and file slices sent by ``sendfile``."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.parts: list[bytes | FileSliceLike] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.buffer += data
+
+    def write_slice(self, file_slice: FileSliceLike) -> None:
+        if self.buffer:
+            self.parts.append(bytes(self.buffer))
+            self.buffer = bytearray()
+        self.parts.append(file_slice)
+
+    def finish(self) -> list[bytes | FileSliceLike]:
+        if self.buffer:
+            self.parts.append(bytes(self.buffer))
+            self.buffer = bytearray()
+        return self.parts
+
+    @property
+    def size(self) -> int:
+        return len(self.buffer) + sum(
+            len(part) if isinstance(part, bytes) else part.length for part in self.parts
+        )
+
+
+class Primitive:
+    def __init__(self, name: str, fmt: str) -> None:
+        self.name = name
+        self.struct = struct.Struct(fmt)
+
+    def read(self, buffer: memoryview, position: int) -> tuple[Any, int]:
+        end = position + self.struct.size
+        if end > len(buffer):
+            raise ProtocolError(f"{self.name} runs past the end of the frame at {position}")
+        return self.struct.unpack_from(buffer, position)[0], end
+
+    def write(self, writer: Writer, value: Any) -> None:
+        writer.write(self.struct.pack(value))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Boolean(Primitive):
+    def __init__(self) -> None:
+        super().__init__("boolean", ">?")
+
+
+class String:
+    """int16 length + UTF-8; a nullable string's length is -1 for null."""
+
+    def __init__(self, nullable: bool) -> None:
+        self.nullable = nullable
+
+    def read(self, buffer: memoryview, position: int) -> tuple[str | None, int]:
+        length, position = INT16.read(buffer, position)
+        if length < 0:
+            if self.nullable and length == -1:
+                return None, position
+            raise ProtocolError(f"string length {length} at {position}")
+        end = position + length
+        if end > len(buffer):
+            raise ProtocolError(f"string of {length} bytes runs past the end of the frame")
+        try:
+            return bytes(buffer[position:end]).decode("utf-8"), end
+        except UnicodeDecodeError as error:
+            raise ProtocolError(f"string is not UTF-8: {error}") from None
+
+    def write(self, writer: Writer, value: str | None) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ValueError("null in a non-nullable string")
+            writer.write(b"\xff\xff")
+            return
+        data = value.encode("utf-8")
+        writer.write(struct.pack(">h", len(data)) + data)
+
+    def __repr__(self) -> str:
+        return "nullable_string" if self.nullable else "string"
+
+
+class Bytes:
+    """int32 length + data (-1 for null). RECORDS is the same on the wire, holding a message
+    set: it decodes to a memoryview and encodes bytes or a file slice."""
+
+    def __init__(self, records: bool) -> None:
+        self.records = records
+
+    def read(self, buffer: memoryview, position: int) -> tuple[memoryview | None, int]:
+        length, position = INT32.read(buffer, position)
+        if length == -1:
+            return None, position
+        end = position + length
+        if length < 0 or end > len(buffer):
+            raise ProtocolError(f"bytes of length {length} at {position} run past the frame")
+        return buffer[position:end], end
+
+    def write(self, writer: Writer, value: Any) -> None:
+        if value is None:
+            writer.write(b"\xff\xff\xff\xff")
+        elif hasattr(value, "length") and hasattr(value, "file"):
+            writer.write(struct.pack(">i", value.length))
+            if value.length:
+                writer.write_slice(value)
+        else:
+            writer.write(struct.pack(">i", len(value)))
+            writer.write(value)
+
+    def __repr__(self) -> str:
+        return "records" if self.records else "bytes"
+
+
+@dataclass(frozen=True)
+class Array:
+    item: Any
+    nullable: bool = False
+
+    def read(self, buffer: memoryview, position: int) -> tuple[list | None, int]:
+        count, position = INT32.read(buffer, position)
+        if count < 0:
+            if self.nullable and count == -1:
+                return None, position
+            raise ProtocolError(f"array length {count} at {position}")
+        if count > len(buffer) - position:
+            raise ProtocolError(f"array of {count} items cannot fit in the frame")
+        items = []
+        for _ in range(count):
+            item, position = read(self.item, buffer, position)
+            items.append(item)
+        return items, position
+
+    def write(self, writer: Writer, value: list | None) -> None:
+        if value is None:
+            if not self.nullable:
+                raise ValueError("null in a non-nullable array")
+            writer.write(b"\xff\xff\xff\xff")
+            return
+        writer.write(struct.pack(">i", len(value)))
+        for item in value:
+            write(self.item, writer, item)
+
+
+INT8 = Primitive("int8", ">b")
+INT16 = Primitive("int16", ">h")
+INT32 = Primitive("int32", ">i")
+INT64 = Primitive("int64", ">q")
+BOOLEAN = Boolean()
+STRING = String(nullable=False)
+NULLABLE_STRING = String(nullable=True)
+BYTES = Bytes(records=False)
+RECORDS = Bytes(records=True)
+
+Schema = tuple[tuple[str, Any], ...]
+
+
+def schema(*fields: tuple[str, Any]) -> Schema:
+    return tuple(fields)
+
+
+def read(field_type: Any, buffer: memoryview, position: int) -> tuple[Any, int]:
+    if isinstance(field_type, tuple):
+        value = {}
+        for name, member in field_type:
+            value[name], position = read(member, buffer, position)
+        return value, position
+    return field_type.read(buffer, position)
+
+
+def write(field_type: Any, writer: Writer, value: Any) -> None:
+    if isinstance(field_type, tuple):
+        for name, member in field_type:
+            try:
+                write(member, writer, value[name])
+            except KeyError:
+                raise ValueError(f"missing field {name!r}") from None
+        return
+    field_type.write(writer, value)
+
+
+def decode(field_type: Any, data: bytes | memoryview, position: int = 0) -> tuple[Any, int]:
+    try:
+        return read(field_type, memoryview(data), position)
+    except struct.error as error:
+        raise ProtocolError(str(error)) from None
+
+
+def encode(field_type: Any, value: Any) -> bytes:
+    writer = Writer()
+    write(field_type, writer, value)
+    parts = writer.finish()
+    if any(not isinstance(part, bytes) for part in parts):
+        raise ValueError("encode() is for values without file slices; use a Writer")
+    return b"".join(parts)  # type: ignore[arg-type]
