@@ -5,7 +5,8 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES :=
+# ZooKeeper for clusters, kcat as an independent client in the tests.
+APT_PACKAGES := zookeeper kcat
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint format bench clean

@@ -147,6 +147,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("listeners", _str, "PLAINTEXT://127.0.0.1:9092", (_listener, "PLAINTEXT://host:port")),
         _key("log.dirs", _list, ("/tmp/tidelog-logs",), (bool, "a comma-separated list of dirs")),
         _key("zookeeper.connect", _str, "127.0.0.1:2181"),
+        _key("zookeeper.session.timeout.ms", _int, 6000, _at_least(1000, INT_MAX)),
         _key("num.partitions", _int, 1, _at_least(1, INT_MAX)),
         _key("auto.create.topics.enable", _bool, True, (lambda _: True, "true or false")),
         _key("default.replication.factor", _int, 1, _at_least(1, INT_MAX)),

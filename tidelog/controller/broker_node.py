@@ -92,7 +92,11 @@ class BrokerNode:
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
         await asyncio.to_thread(self.logs.startup)
-        self.zk = await asyncio.to_thread(zookeeper.connect, self.config["zookeeper.connect"])
+        self.zk = await asyncio.to_thread(
+            zookeeper.connect,
+            self.config["zookeeper.connect"],
+            session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
+        )
         self.zk.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
         await self.server.start()

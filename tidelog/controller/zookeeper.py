@@ -16,6 +16,7 @@ thread.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +35,7 @@ CLUSTER_ID = "/cluster/id"
 DELETE_TOPICS = "/admin/delete_topics"
 
 Watcher = Callable[..., object]
+log = logging.getLogger(__name__)
 
 
 def topic_path(topic: str) -> str:
@@ -52,8 +54,20 @@ def _dump(document: dict) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode("utf-8")
 
 
-def connect(hosts: str, timeout: float = 15.0) -> KazooClient:
-    client = KazooClient(hosts=hosts, timeout=10.0)
+def _read(zk: KazooClient, path: str, watch: Watcher | None) -> bytes | None:
+    """The data at ``path``, or None if there is no such node. With ``watch``, the watch is
+    set either way (on a missing node it fires when the node is created)."""
+    while True:
+        try:
+            return zk.get(path, watch=watch)[0]
+        except NoNodeError:
+            if watch is None or zk.exists(path, watch=watch) is None:
+                return None
+            # Created between the two calls: read it (and watch it) again.
+
+
+def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 6.0) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=session_timeout)
     client.start(timeout=timeout)
     return client
 
@@ -70,8 +84,12 @@ def ensure_layout(zk: KazooClient) -> str:
     return _json(zk.get(CLUSTER_ID)[0])["id"]
 
 
-def register_broker(zk: KazooClient, broker_id: int, host: str, port: int) -> None:
-    """Creates the broker's ephemeral znode; a broker id already registered is an error."""
+def register_broker(
+    zk: KazooClient, broker_id: int, host: str, port: int, wait: float = 30.0
+) -> None:
+    """Creates the broker's ephemeral znode. If a previous session of this broker (one that was
+    killed) still holds it, waits up to ``wait`` seconds for ZooKeeper to expire that session,
+    as Kafka does; a broker id held by a live broker is an error."""
     document = {
         "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
         "endpoints": [f"PLAINTEXT://{host}:{port}"],
@@ -81,12 +99,23 @@ def register_broker(zk: KazooClient, broker_id: int, host: str, port: int) -> No
         "timestamp": str(int(time.time() * 1000)),
         "version": 4,
     }
-    try:
-        zk.create(f"{BROKER_IDS}/{broker_id}", _dump(document), ephemeral=True, makepath=True)
-    except NodeExistsError:
-        raise RuntimeError(
-            f"broker.id {broker_id} is already registered in ZooKeeper by another broker"
-        ) from None
+    path = f"{BROKER_IDS}/{broker_id}"
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            zk.create(path, _dump(document), ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"broker.id {broker_id} is registered in ZooKeeper by another live broker"
+                ) from None
+            log.info(
+                "broker id %d is still registered by an earlier session; waiting for "
+                "ZooKeeper to expire it",
+                broker_id,
+            )
+            time.sleep(1.0)
 
 
 def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, BrokerEndpoint]:
@@ -107,10 +136,10 @@ def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, Bro
 
 
 def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> TopicMetadata | None:
-    try:
-        document = _json(zk.get(topic_path(topic), watch=watch)[0])
-    except NoNodeError:
+    data = _read(zk, topic_path(topic), watch)
+    if data is None:
         return None
+    document = _json(data)
     assignment = {int(p): tuple(replicas) for p, replicas in document["partitions"].items()}
     states = {}
     for partition in assignment:
@@ -123,11 +152,8 @@ def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> Top
 def read_partition_state(
     zk: KazooClient, topic: str, partition: int, watch: Watcher | None = None
 ) -> PartitionState | None:
-    try:
-        data, _ = zk.get(state_path(topic, partition), watch=watch)
-    except NoNodeError:
-        if watch is not None:
-            zk.exists(state_path(topic, partition), watch=watch)
+    data = _read(zk, state_path(topic, partition), watch)
+    if data is None:
         return None
     document = _json(data)
     return PartitionState(
@@ -139,21 +165,13 @@ def read_partition_state(
 
 
 def read_topic_config(zk: KazooClient, topic: str, watch: Watcher | None = None) -> dict[str, str]:
-    try:
-        return dict(_json(zk.get(f"{TOPIC_CONFIGS}/{topic}", watch=watch)[0]).get("config", {}))
-    except NoNodeError:
-        if watch is not None:
-            zk.exists(f"{TOPIC_CONFIGS}/{topic}", watch=watch)
-        return {}
+    data = _read(zk, f"{TOPIC_CONFIGS}/{topic}", watch)
+    return dict(_json(data).get("config", {})) if data else {}
 
 
 def read_controller(zk: KazooClient, watch: Watcher | None = None) -> int:
-    try:
-        return int(_json(zk.get(CONTROLLER, watch=watch)[0])["brokerid"])
-    except NoNodeError:
-        if watch is not None:
-            zk.exists(CONTROLLER, watch=watch)
-        return -1
+    data = _read(zk, CONTROLLER, watch)
+    return int(_json(data)["brokerid"]) if data else -1
 
 
 def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache:
@@ -164,10 +182,8 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
         if metadata is not None:
             cache.topics[topic] = metadata
     cache.controller_id = read_controller(zk, watch)
-    try:
-        cache.cluster_id = _json(zk.get(CLUSTER_ID)[0])["id"]
-    except NoNodeError:
-        cache.cluster_id = None
+    data = _read(zk, CLUSTER_ID, None)
+    cache.cluster_id = _json(data)["id"] if data else None
     return cache
 
 

@@ -1,0 +1,75 @@
+"""Real clusters for integration tests: Debian's ZooKeeper and tidelog broker processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.controller import topics, zookeeper
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    """Three brokers shared by the tests that only add topics of their own."""
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    local.up(3, progress=lambda _: None)
+    yield local
+    local.down(progress=lambda _: None)
+
+
+@pytest.fixture
+def new_topic(cluster):
+    """new_topic(partitions=1, **config) creates a topic of its own and returns its name."""
+
+    def create(partitions: int = 1, **config: str) -> str:
+        name = f"topic-{next(_names)}"
+        client = zookeeper.connect(cluster.zookeeper)
+        try:
+            topics.create_topic(
+                client, name, partitions, 1, {k.replace("_", "."): v for k, v in config.items()}
+            )
+        finally:
+            client.stop()
+            client.close()
+        wait_for_leaders(cluster, name, partitions)
+        return name
+
+    return create
+
+
+def admin(cluster: LocalCluster, broker_id: int, path: str) -> dict | None:
+    """GET a broker's admin API; None for a 404."""
+    port = cluster.broker(broker_id).admin_port
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        raise
+    except urllib.error.URLError:
+        return None  # not listening (yet)
+
+
+def wait_for_leaders(cluster: LocalCluster, topic: str, partitions: int) -> None:
+    """Waits until every broker knows ``topic`` and each partition's leader has its log open."""
+
+    def ready() -> bool:
+        for broker_id in cluster.state.brokers:
+            described = admin(cluster, broker_id, f"/topics/{topic}")
+            if described is None or len(described["partitions"]) != partitions:
+                return False
+            for partition in described["partitions"]:
+                if partition["leader"] == broker_id and "log_end_offset" not in partition:
+                    return False
+        return True
+
+    wait_until(ready, 30, f"the leaders of {topic} to serve it")

@@ -1,0 +1,153 @@
+"""Bad input gets an error code or a closed connection, and the broker serves everyone else."""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+
+import pytest
+
+from tidelog.protocol.frames import decode_response, encode_request
+from tidelog.protocol.schemas import ApiKey
+from tidelog.records.format import Record, build_message_set
+
+
+def connect(cluster, broker_id=1) -> socket.socket:
+    connection = socket.create_connection(("127.0.0.1", cluster.broker(broker_id).port), timeout=10)
+    return connection
+
+
+def request(connection: socket.socket, api_key: ApiKey, version: int, body: dict) -> dict:
+    connection.sendall(encode_request(api_key, version, 99, "bad-input-test", body))
+    (size,) = struct.unpack(">i", receive(connection, 4))
+    correlation_id, response = decode_response(api_key, version, receive(connection, size))
+    assert correlation_id == 99
+    return response
+
+
+def receive(connection: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = connection.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        data += chunk
+    return data
+
+
+def closed_by_broker(connection: socket.socket) -> bool:
+    try:
+        return connection.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def still_serves(cluster) -> bool:
+    with connect(cluster) as other:
+        return len(request(other, ApiKey.METADATA, 0, {"topics": []})["brokers"]) == 3
+
+
+def framed(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+CUT_METADATA = encode_request(ApiKey.METADATA, 1, 5, "c", {"topics": ["a"]})[4:-1]
+
+
+@pytest.mark.parametrize(
+    ("frame", "then_stop_sending"),
+    [
+        pytest.param(framed(random.Random(5).randbytes(24)), False, id="random-bytes"),
+        pytest.param(struct.pack(">i", 100) + b"\x00\x03\x00\x00", True, id="truncated-frame"),
+        pytest.param(struct.pack(">i", 104857601), False, id="oversized-frame"),
+        pytest.param(struct.pack(">i", -5), False, id="negative-size"),
+        pytest.param(framed(struct.pack(">hhih", 77, 0, 1, -1)), False, id="unknown-api"),
+        pytest.param(framed(struct.pack(">hhih", 0, 9, 1, -1)), False, id="unknown-version"),
+        pytest.param(framed(CUT_METADATA), False, id="body-cut-short"),
+    ],
+)
+def test_a_bad_frame_closes_only_its_own_connection(cluster, frame, then_stop_sending):
+    with connect(cluster) as bad:
+        bad.sendall(frame)
+        if then_stop_sending:
+            bad.shutdown(socket.SHUT_WR)
+        assert closed_by_broker(bad)
+
+    assert still_serves(cluster)
+
+
+def test_api_versions_above_v0_is_answered_unsupported_version_in_a_v0_body(cluster):
+    with connect(cluster) as connection:
+        header = struct.pack(">hhi", ApiKey.API_VERSIONS, 3, 42) + struct.pack(">h", 1) + b"c"
+        connection.sendall(struct.pack(">i", len(header)) + header)
+        (size,) = struct.unpack(">i", receive(connection, 4))
+        correlation_id, body = decode_response(ApiKey.API_VERSIONS, 0, receive(connection, size))
+        assert (correlation_id, body["error_code"]) == (42, 35)
+        # The same connection goes on, as librdkafka expects when it retries with v0.
+        served = request(connection, ApiKey.API_VERSIONS, 0, {})
+        assert {v["api_key"] for v in served["api_versions"]} >= {0, 1, 2, 3, 18}
+
+
+def test_a_crc_corrupt_message_set_is_refused_with_corrupt_message(cluster, new_topic):
+    topic = new_topic()
+    message_set = bytearray(build_message_set([Record(b"k", b"some value", 0)] * 3, magic=1))
+    message_set[-4] ^= 0xFF
+    leader = leader_of(cluster, topic)
+
+    with connect(cluster, leader) as connection:
+        response = request(
+            connection,
+            ApiKey.PRODUCE,
+            2,
+            {
+                "acks": 1,
+                "timeout": 1000,
+                "topic_data": [
+                    {"topic": topic, "data": [{"partition": 0, "record_set": bytes(message_set)}]}
+                ],
+            },
+        )
+        (partition,) = response["responses"][0]["partition_responses"]
+        assert partition["error_code"] == 2  # CORRUPT_MESSAGE
+        # Nothing was appended, and the connection still works for a good set.
+        good = build_message_set([Record(b"k", b"fine", 0)], magic=1)
+        response = request(
+            connection,
+            ApiKey.PRODUCE,
+            2,
+            {
+                "acks": 1,
+                "timeout": 1000,
+                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": good}]}],
+            },
+        )
+        (partition,) = response["responses"][0]["partition_responses"]
+        assert (partition["error_code"], partition["base_offset"]) == (0, 0)
+    assert still_serves(cluster)
+
+
+def test_produce_to_a_broker_that_does_not_lead_is_not_leader_for_partition(cluster, new_topic):
+    topic = new_topic()
+    other = next(b for b in (1, 2, 3) if b != leader_of(cluster, topic))
+    good = build_message_set([Record(b"k", b"v", 0)], magic=1)
+
+    with connect(cluster, other) as connection:
+        response = request(
+            connection,
+            ApiKey.PRODUCE,
+            2,
+            {
+                "acks": 1,
+                "timeout": 1000,
+                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": good}]}],
+            },
+        )
+
+    assert response["responses"][0]["partition_responses"][0]["error_code"] == 6
+
+
+def leader_of(cluster, topic: str) -> int:
+    with connect(cluster) as connection:
+        metadata = request(connection, ApiKey.METADATA, 0, {"topics": [topic]})
+    return metadata["topic_metadata"][0]["partition_metadata"][0]["leader"]
