@@ -68,6 +68,8 @@ def wait_for_leaders(cluster: LocalCluster, topic: str, partitions: int) -> None
             if described is None or len(described["partitions"]) != partitions:
                 return False
             for partition in described["partitions"]:
+                if partition["leader"] < 0:
+                    return False
                 if partition["leader"] == broker_id and "log_end_offset" not in partition:
                     return False
         return True

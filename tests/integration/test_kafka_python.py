@@ -52,6 +52,28 @@ def consume(cluster, topic, api_version, count):
         consumer.close()
 
 
+def consume_all(cluster, topic, api_version=(0, 10, 1)):
+    """Every message of every partition, up to the log end offsets at the time of the call."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        api_version=api_version,
+        enable_auto_commit=False,
+        group_id=None,
+    )
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        records = []
+        while any(consumer.position(p) < ends[p] for p in partitions):
+            for batch in consumer.poll(timeout_ms=1000).values():
+                records += batch
+        return records
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("api_version", API_VERSIONS, ids=lambda v: ".".join(map(str, v)))
 @pytest.mark.parametrize("compression", CODECS, ids=lambda c: c or "none")
 def test_kafka_python_produces_and_consumes(cluster, new_topic, api_version, compression):
