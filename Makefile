@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := zookeeper kcat
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format bench clean
+.PHONY: install test lint format bench demo clean
 
 install: $(STAMP)
 
@@ -37,6 +37,10 @@ test: lint
 
 bench: install
 	$(BIN)/python benchmarks/storage.py
+	$(BIN)/python benchmarks/broker.py
+
+demo: install
+	./scripts/demo.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo-cluster

@@ -183,6 +183,72 @@ def _topic(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap_of(args: argparse.Namespace) -> str:
+    from tidelog.cluster.local import ClusterError, LocalCluster
+
+    if args.bootstrap_server:
+        return args.bootstrap_server
+    cluster = LocalCluster(args.dir)
+    if cluster.state is None:
+        raise ClusterError(f"no cluster in {args.dir}; give --bootstrap-server or --dir")
+    return cluster.bootstrap_servers
+
+
+def _perf(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from tidelog.cluster.local import ClusterError
+    from tidelog.errors import KafkaError
+    from tidelog.records.format import Codec
+
+    try:
+        bootstrap = _bootstrap_of(args)
+        if args.action == "produce":
+            from tidelog.perf.producer import ProducerSettings, run_producer
+
+            settings = ProducerSettings(
+                topic=args.topic,
+                num_records=args.num_records,
+                record_size=args.record_size,
+                throughput=args.throughput,
+                acks={"all": -1, "-1": -1, "0": 0, "1": 1}[args.acks],
+                codec=Codec[args.compression.upper()],
+                batch_size=args.batch_size,
+                linger_ms=args.linger_ms,
+            )
+            summary, errors = asyncio.run(run_producer(bootstrap, settings))
+            print(summary.line("records sent"))
+            for name, count in sorted(errors.items()):
+                print(f"{count} records failed: {name}")
+            result = {"summary": summary.as_dict(), "errors": errors}
+            failed = bool(errors)
+        else:
+            from tidelog.perf.consumer import run_consumer
+
+            summary = asyncio.run(
+                run_consumer(
+                    bootstrap,
+                    args.topic,
+                    args.messages,
+                    fetch_size=args.fetch_size,
+                    timeout=args.timeout,
+                )
+            )
+            print(summary.line("records consumed").replace("latency", "fetch latency", 2))
+            result = {"summary": summary.as_dict()}
+            failed = summary.records < args.messages
+            if failed:
+                print(f"only {summary.records} of {args.messages} records arrived in time")
+        if args.json:
+            import json
+
+            with open(args.json, "w") as file:
+                json.dump(result, file, indent=2)
+        return 1 if failed else 0
+    except (ClusterError, KafkaError, OSError) as error:
+        return _fail(f"perf {args.action}", error)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidelog",
@@ -280,6 +346,35 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--zookeeper", help="ZooKeeper host:port")
         where.add_argument("--dir", help="a local cluster's state directory")
     topic.set_defaults(run=_topic)
+
+    perf = commands.add_parser(
+        "perf",
+        help="producer and consumer performance tests",
+        description="Kafka's producer and consumer perf tests, on tidelog's own asyncio client.",
+    )
+    perf_actions = perf.add_subparsers(dest="action", required=True, metavar="ACTION")
+    produce = perf_actions.add_parser(
+        "produce", help="produce records and report throughput and latency"
+    )
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--num-records", type=int, required=True)
+    produce.add_argument("--record-size", type=int, default=1024, help="bytes (default 1024)")
+    produce.add_argument("--throughput", type=float, default=-1, help="records/s cap; -1: none")
+    produce.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
+    produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4"])
+    produce.add_argument("--batch-size", type=int, default=16384, help="bytes per batch")
+    produce.add_argument("--linger-ms", type=float, default=0)
+    consume = perf_actions.add_parser("consume", help="consume records and report throughput")
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--messages", type=int, required=True, help="how many records to read")
+    consume.add_argument("--fetch-size", type=int, default=1024 * 1024, help="bytes per partition")
+    consume.add_argument("--timeout", type=float, default=10, help="seconds without progress")
+    for action in perf_actions.choices.values():
+        where = action.add_mutually_exclusive_group(required=True)
+        where.add_argument("--bootstrap-server", help="host:port[,host:port...]")
+        where.add_argument("--dir", help="a local cluster's state directory")
+        action.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    perf.set_defaults(run=_perf)
     return parser
 
 

@@ -137,3 +137,15 @@ def test_topic_settings_fall_back_to_the_broker_defaults():
     config = LogConfig.from_topic_config({"retention.ms": "1000"}, broker)
 
     assert (config.segment_bytes, config.retention_ms, config.magic) == (4096, 1000, 0)
+
+
+def test_a_rolled_segment_is_flushed_in_the_background_then_counts_as_recovered(dirs, clock):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("events", 0)
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+
+    log.roll()
+    manager.wait_for_background_work()
+
+    assert log.recovery_point == 3
+    manager.shutdown()

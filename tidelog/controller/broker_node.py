@@ -68,6 +68,7 @@ class BrokerNode:
         )
         self.zk = None
         self.registered = False
+        self.stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -122,6 +123,7 @@ class BrokerNode:
 
     async def stop(self) -> None:
         log.info("broker %d shutting down cleanly", self.broker_id)
+        self.stopping = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -156,7 +158,8 @@ class BrokerNode:
     def _on_session_state(self, state: str) -> None:
         if state == KazooState.LOST:
             self.registered = False
-            log.warning("broker %d lost its ZooKeeper session", self.broker_id)
+            if not self.stopping:
+                log.warning("broker %d lost its ZooKeeper session", self.broker_id)
         elif state == KazooState.CONNECTED and self._loop is not None and not self.registered:
             self._loop.call_soon_threadsafe(self._reregister_soon)
 

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +86,12 @@ class Log:
         clock: Clock | None = None,
         recovery_point: int = 0,
         needs_recovery: bool = True,
+        background: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
         self.directory = Path(directory)
+        # Runs a rolled segment's flush off the append path (LogManager gives a thread); without
+        # it the flush happens in roll().
+        self.background = background
         self.clock = clock or SystemClock()
         self.config = config
         self.policy = config.records_policy
@@ -285,7 +290,8 @@ class Log:
     def roll(self, reason: str = "asked to", base_offset: int | None = None) -> LogSegment:
         """Starts a new active segment at ``base_offset`` (default: the log end offset; a
         follower's batch may start above it) unless the active one is empty. The old segment gets
-        its final time index entry, trimmed indexes and a flush."""
+        its final time index entry and trimmed indexes, and is flushed (in the background when
+        the log has one), after which the recovery point moves past it."""
         old = self.active_segment
         next_base = max(self.log_end_offset, base_offset or 0)
         if old.size == 0:
@@ -293,7 +299,16 @@ class Log:
         new = self._new_segment(next_base)
         old.on_roll(next_base)
         self.segments.append(new)
-        self.recovery_point = max(self.recovery_point, next_base)
+
+        def flush_rolled() -> None:
+            old.flush()
+            if old in self.segments:  # not deleted or truncated away meanwhile
+                self.recovery_point = max(self.recovery_point, next_base)
+
+        if self.background is None:
+            flush_rolled()
+        else:
+            self.background(flush_rolled)
         log.info(
             "%s: rolled segment %d at offset %d: %s",
             self.directory,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.scheduler = Scheduler(self.clock)
+        # Flushes of rolled segments run here, off the append path, as Kafka's do.
+        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -96,6 +99,7 @@ class LogManager:
                 clock=self.clock,
                 recovery_point=recovery_points.get(partition, 0),
                 needs_recovery=not clean,
+                background=self._in_background,
             )
             opened.high_watermark = min(
                 max(high_watermarks.get(partition, 0), opened.log_start_offset),
@@ -111,9 +115,23 @@ class LogManager:
         )
         clean_file.unlink(missing_ok=True)
 
+    def _in_background(self, work: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                work()
+            except Exception:
+                log.exception("a background flush failed")
+
+        self._flusher.submit(run)
+
+    def wait_for_background_work(self) -> None:
+        """Returns once every flush handed to the background so far has run."""
+        self._flusher.submit(lambda: None).result()
+
     def shutdown(self) -> None:
         """A clean shutdown: every log flushed and closed with trimmed indexes, checkpoints
         written, and the clean-shutdown marker left for the next start."""
+        self._flusher.shutdown(wait=True)
         for partition_log in self.logs.values():
             partition_log.close()
         self.checkpoint_recovery_points()
@@ -147,6 +165,7 @@ class LogManager:
             self.config_for(topic),
             clock=self.clock,
             needs_recovery=False,
+            background=self._in_background,
         )
         self.logs[key] = created
         self._dir_of[key] = directory

@@ -198,7 +198,7 @@ class LogSegment:
     def on_roll(self, next_base_offset: int) -> None:
         """Called when this segment stops being active: writes the final time index entry
         (largest timestamp, or the modification time if no message has one, -> the next
-        segment's base offset), trims both indexes and flushes."""
+        segment's base offset) and trims both indexes. The Log flushes it."""
         timestamp = self.max_timestamp if self.max_timestamp >= 0 else self.last_modified_ms
         if not self.can_hold(next_base_offset):
             # A follower's batch far ahead: the offset after our last one says the same thing.
@@ -206,7 +206,6 @@ class LogSegment:
         self.time_index.maybe_append(timestamp, next_base_offset, final=True)
         self.index.trim()
         self.time_index.trim()
-        self.flush()
 
     def make_active(self) -> None:
         """Gives the indexes room again (after truncation made an older segment the newest)."""

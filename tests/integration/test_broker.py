@@ -1,0 +1,272 @@
+"""The broker's own behaviour through its real listener, admin API and command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+from tests.integration.conftest import admin
+from tests.integration.test_bad_input import connect, leader_of, request
+from tests.integration.test_kafka_python import consume, produce
+from tidelog.protocol.schemas import ApiKey
+from tidelog.records.format import Record, build_message_set, iter_deep
+
+
+def tidelog(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def fetch_body(topic: str, offset: int, max_wait: int, min_bytes: int = 1) -> dict:
+    return {
+        "replica_id": -1,
+        "max_wait_time": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": offset, "max_bytes": 1 << 20}],
+            }
+        ],
+    }
+
+
+def produce_body(topic: str, records: bytes) -> dict:
+    return {
+        "acks": 1,
+        "timeout": 1000,
+        "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
+    }
+
+
+def test_a_fetch_waits_for_min_bytes_and_an_append_wakes_it(cluster, new_topic):
+    topic = new_topic()
+    leader = leader_of(cluster, topic)
+    answers = {}
+
+    def waiting_fetch() -> None:
+        with connect(cluster, leader) as connection:
+            started = time.monotonic()
+            answers["response"] = request(connection, ApiKey.FETCH, 3, fetch_body(topic, 0, 10_000))
+            answers["seconds"] = time.monotonic() - started
+
+    fetcher = threading.Thread(target=waiting_fetch)
+    fetcher.start()
+    time.sleep(0.5)
+    with connect(cluster, leader) as connection:
+        request(
+            connection,
+            ApiKey.PRODUCE,
+            2,
+            produce_body(topic, build_message_set([Record(b"k", b"wake up", 1)], magic=1)),
+        )
+    fetcher.join(timeout=15)
+
+    partition = answers["response"]["responses"][0]["partition_responses"][0]
+    assert 0.4 < answers["seconds"] < 5
+    assert [m.value for m in iter_deep(partition["record_set"])] == [b"wake up"]
+    assert partition["high_watermark"] == 1
+
+
+def test_a_fetch_with_nothing_to_read_returns_empty_after_max_wait(cluster, new_topic):
+    topic = new_topic()
+    with connect(cluster, leader_of(cluster, topic)) as connection:
+        started = time.monotonic()
+        response = request(connection, ApiKey.FETCH, 1, fetch_body(topic, 0, 300))
+        elapsed = time.monotonic() - started
+
+    partition = response["responses"][0]["partition_responses"][0]
+    assert 0.25 < elapsed < 3
+    assert (partition["error_code"], bytes(partition["record_set"])) == (0, b"")
+
+
+def test_list_offsets_v0_answers_latest_earliest_and_limits_the_count(cluster, new_topic):
+    topic = new_topic()
+    produce(cluster, topic, (0, 9), [(b"k", b"v%d" % n, {}) for n in range(7)])
+
+    def offsets(timestamp: int, count: int) -> list[int]:
+        body = {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "timestamp": timestamp, "max_num_offsets": count}
+                    ],
+                }
+            ],
+        }
+        with connect(cluster, leader_of(cluster, topic)) as connection:
+            response = request(connection, ApiKey.LIST_OFFSETS, 0, body)
+        return response["responses"][0]["partition_responses"][0]["offsets"]
+
+    assert offsets(-1, 10) == [7, 0]
+    assert offsets(-1, 1) == [7]
+    assert offsets(-2, 10) == [0]
+
+
+def test_the_admin_api_shows_health_metrics_and_partitions(cluster, new_topic):
+    topic = new_topic()
+    produce(cluster, topic, (0, 10, 1), [(b"k", b"value", {}) for _ in range(5)])
+    leader = leader_of(cluster, topic)
+
+    assert admin(cluster, leader, "/health") == {
+        "broker_id": leader,
+        "registered": True,
+        "status": "ok",
+    }
+    described = admin(cluster, leader, f"/topics/{topic}")
+    (partition,) = described["partitions"]
+    assert (partition["leader"], partition["log_end_offset"], partition["high_watermark"]) == (
+        leader,
+        5,
+        5,
+    )
+    assert topic in admin(cluster, leader, "/topics")
+    port = cluster.broker(leader).admin_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert 'tidelog_requests_total{api="PRODUCE"}' in metrics
+    assert f'tidelog_log_end_offset{{partition="0",topic="{topic}"}} 5' in metrics
+    assert admin(cluster, leader, "/topics/no-such-topic") is None
+
+
+def test_a_topic_config_change_takes_effect_on_the_running_broker(cluster, new_topic):
+    topic = new_topic()
+    produce(cluster, topic, (0, 10, 1), [(b"k", b"before", {"timestamp_ms": 1000})])
+
+    altered = tidelog(
+        "topic",
+        "alter-config",
+        "--dir",
+        str(cluster.directory),
+        "--topic",
+        topic,
+        "--add-config",
+        "message.timestamp.type=LogAppendTime",
+    )
+    assert "message.timestamp.type=LogAppendTime" in altered.stdout
+    deadline = time.monotonic() + 20
+    while True:
+        produce(cluster, topic, (0, 10, 1), [(b"k", b"after", {"timestamp_ms": 1000})])
+        records = consume(cluster, topic, (0, 10, 1), 100)
+        if records[-1].timestamp != 1000 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+
+    assert records[0].timestamp == 1000
+    assert records[-1].timestamp > 1_600_000_000_000 and records[-1].timestamp_type == 1
+
+
+def test_topic_commands_describe_and_refuse_bad_settings(cluster, new_topic):
+    topic = new_topic(partitions=3)
+
+    described = tidelog(
+        "topic", "describe", "--dir", str(cluster.directory), "--topic", topic
+    ).stdout
+    listed = tidelog("topic", "list", "--dir", str(cluster.directory)).stdout
+    bad = tidelog(
+        "topic",
+        "create",
+        "--dir",
+        str(cluster.directory),
+        "--topic",
+        "x",
+        "--config",
+        "cleanup.policy=shred",
+        check=False,
+    )
+    again = tidelog(
+        "topic", "create", "--dir", str(cluster.directory), "--topic", topic, check=False
+    )
+
+    assert f"Topic: {topic}\tPartitionCount: 3" in described and described.count("Leader:") == 3
+    assert topic in listed.split()
+    assert (
+        bad.returncode == 2 and "cleanup.policy" in bad.stderr and "delete, compact" in bad.stderr
+    )
+    assert again.returncode == 2 and "exists" in again.stderr
+
+
+def test_a_second_cluster_up_in_the_same_directory_says_it_is_running(cluster):
+    result = tidelog("cluster", "up", "--dir", str(cluster.directory), check=False)
+    status = tidelog("cluster", "status", "--dir", str(cluster.directory)).stdout
+
+    assert result.returncode == 2 and "already running" in result.stderr
+    assert status.count("True     True") == 3
+
+
+def test_a_broker_with_a_bad_setting_names_it_and_does_not_start(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text("broker.id=1\nlog.message.timestamp.type=WallClock\n")
+
+    result = tidelog("broker", "--config", str(config), check=False)
+    missing = tidelog(
+        "broker",
+        "--config",
+        str(config),
+        "--override",
+        "log.message.timestamp.type=CreateTime",
+        "--override",
+        "log.segment.byte=5",
+        check=False,
+    )
+
+    assert result.returncode == 2
+    assert (
+        "log.message.timestamp.type: 'WallClock'" in result.stderr
+        and "LogAppendTime" in result.stderr
+    )
+    assert (
+        missing.returncode == 2 and "unknown configuration key 'log.segment.byte'" in missing.stderr
+    )
+
+
+def test_perf_produce_and_consume_report_their_figures(cluster, new_topic, tmp_path):
+    topic = new_topic(partitions=3)
+    report = tmp_path / "produce.json"
+
+    produced = tidelog(
+        "perf",
+        "produce",
+        "--dir",
+        str(cluster.directory),
+        "--topic",
+        topic,
+        "--num-records",
+        "20000",
+        "--record-size",
+        "200",
+        "--acks",
+        "all",
+        "--compression",
+        "lz4",
+        "--throughput",
+        "20000",
+        "--linger-ms",
+        "5",
+        "--json",
+        str(report),
+    )
+    consumed = tidelog(
+        "perf", "consume", "--dir", str(cluster.directory), "--topic", topic, "--messages", "20000"
+    )
+
+    assert "20000 records sent" in produced.stdout and "99.9th" in produced.stdout
+    figures = json.loads(report.read_text())["summary"]
+    assert figures["records"] == 20000 and 0 < figures["latency_ms"]["p99"] < 5000
+    assert 10_000 < figures["records_per_second"] < 25_000  # the throughput cap holds
+    assert "20000 records consumed" in consumed.stdout

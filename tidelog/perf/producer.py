@@ -1,0 +1,174 @@
+"""``tidelog perf produce``: Kafka's producer perf test, on tidelog's own pipelined client.
+
+Records are handed to the producer at the --throughput rate (or as fast as it takes them) and
+go out in batches of up to --batch-size bytes, one partition after the other, with up to five
+requests in flight per broker. A batch takes every record due when a request slot is free; with
+--linger-ms it also waits up to that long for a full batch. A record's latency runs from the time
+it was due to its acknowledgement. Message sets are built from one encoded message repeated, so
+there is no Python object per record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidelog.errors import ErrorCode
+from tidelog.perf.client import Client
+from tidelog.perf.stats import Summary
+from tidelog.protocol.schemas import ApiKey
+from tidelog.records.compression import compress
+from tidelog.records.format import OFFSET_AND_SIZE, Codec, encode_entry, encode_message
+
+MAX_IN_FLIGHT = 5
+PROGRESS_INTERVAL = 5.0
+
+
+@dataclass(frozen=True)
+class ProducerSettings:
+    topic: str
+    num_records: int
+    record_size: int
+    throughput: float = -1  # records/s; -1: as fast as possible
+    acks: int = 1
+    codec: Codec = Codec.NONE
+    batch_size: int = 16384
+    linger_ms: float = 0
+
+
+def repeated_message_set(payload: bytes, count: int, timestamp: int, codec: Codec) -> bytes:
+    """``count`` copies of one v1 message (offsets are the broker's to assign)."""
+    message = encode_message(1, None, payload, timestamp)
+    entry = encode_entry(0, message)
+    if codec == Codec.NONE:
+        return entry * count
+    inner = bytearray(entry * count)
+    for number in range(1, count):  # relative inner offsets 0..n-1
+        OFFSET_AND_SIZE.pack_into(inner, number * len(entry), number, len(message))
+    wrapper = encode_message(1, None, compress(codec, inner, 1), timestamp, codec)
+    return encode_entry(count - 1, wrapper)
+
+
+class _Window:
+    """Figures for the progress line printed every few seconds."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.records = 0
+        self.latency_sum = 0.0
+        self.latency_max = 0.0
+
+    def line(self, record_size: int) -> str:
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        rate = self.records / elapsed
+        average = self.latency_sum / self.records if self.records else 0.0
+        return (
+            f"{self.records} records sent, {rate:,.1f} records/sec "
+            f"({rate * record_size / 1_000_000:.2f} MB/sec), {average:.1f} ms avg latency, "
+            f"{self.latency_max:.1f} ms max latency."
+        )
+
+
+async def run_producer(
+    bootstrap_servers: str, settings: ProducerSettings, progress: Callable[[str], None] = print
+) -> tuple[Summary, dict[str, int]]:
+    """Runs the test; returns the summary and the count of each error code seen."""
+    client = Client(bootstrap_servers)
+    partitions = await client.partitions(settings.topic)
+    payload = random.Random(0).randbytes(settings.record_size)
+    per_batch = max(1, settings.batch_size // (settings.record_size + 34))
+    throttled = settings.throughput > 0
+    latencies = array("d")
+    errors: dict[str, int] = {}
+    slots = asyncio.Semaphore(MAX_IN_FLIGHT * len({p.leader for p in partitions}))
+    window = _Window()
+    pending: set[asyncio.Task] = set()
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    last_progress = start
+    sent = 0
+    batch_number = 0
+
+    async def complete(future, first: int, count: int, due: list[float] | float) -> None:  # type: ignore[no-untyped-def]
+        try:
+            response = await future if future is not None else None
+        except ConnectionError as error:
+            errors[f"connection: {error}"] = errors.get(f"connection: {error}", 0) + count
+            return
+        finally:
+            slots.release()
+        now = loop.time()
+        if response is not None:
+            code = response["responses"][0]["partition_responses"][0]["error_code"]
+            if code:
+                errors[ErrorCode(code).name] = errors.get(ErrorCode(code).name, 0) + count
+                return
+        if isinstance(due, float):
+            batch_latencies = array("d", [(now - due) * 1000]) * count
+        else:
+            batch_latencies = array("d", [(now - d) * 1000 for d in due])
+        latencies.extend(batch_latencies)
+        window.records += count
+        window.latency_sum += sum(batch_latencies)
+        window.latency_max = max(window.latency_max, max(batch_latencies))
+
+    while sent < settings.num_records:
+        await slots.acquire()
+        now = loop.time()
+        if throttled:
+            due_count = min(settings.num_records, int((now - start) * settings.throughput) + 1)
+            if due_count - sent < per_batch and settings.linger_ms > 0:
+                full_at = start + (sent + per_batch - 1) / settings.throughput
+                oldest_due = start + sent / settings.throughput
+                wake = min(full_at, oldest_due + settings.linger_ms / 1000)
+                if wake > now:
+                    await asyncio.sleep(wake - now)
+                    now = loop.time()
+                    due_count = min(
+                        settings.num_records, int((now - start) * settings.throughput) + 1
+                    )
+            if due_count <= sent:
+                await asyncio.sleep(start + sent / settings.throughput - now)
+                now = loop.time()
+                due_count = sent + 1
+            count = min(per_batch, due_count - sent)
+            due: list[float] | float = [
+                start + k / settings.throughput for k in range(sent, sent + count)
+            ]
+        else:
+            count = min(per_batch, settings.num_records - sent)
+            due = now
+        partition = partitions[batch_number % len(partitions)]
+        batch_number += 1
+        records = repeated_message_set(payload, count, int(time.time() * 1000), settings.codec)
+        connection = await client.connection(partition.leader)
+        body = {
+            "acks": settings.acks,
+            "timeout": 30000,
+            "topic_data": [
+                {
+                    "topic": settings.topic,
+                    "data": [{"partition": partition.partition, "record_set": records}],
+                }
+            ],
+        }
+        future = connection.send(ApiKey.PRODUCE, 2, body, expect_response=settings.acks != 0)
+        await connection.writer.drain()
+        task = asyncio.create_task(complete(future, sent, count, due))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        sent += count
+        if loop.time() - last_progress >= PROGRESS_INTERVAL:
+            progress(window.line(settings.record_size))
+            window = _Window()
+            last_progress = loop.time()
+    await asyncio.gather(*pending)
+    elapsed = loop.time() - start
+    await client.close()
+    acknowledged = len(latencies)
+    summary = Summary(acknowledged, acknowledged * settings.record_size, elapsed, latencies)
+    return summary, errors
