@@ -178,3 +178,20 @@ def test_log_files_written_through_the_broker_read_back_with_memory_records(clus
 
     assert theirs == [(m.offset, m.timestamp, m.key, m.value) for m in iter_deep(data)]
     assert [offset for offset, *_ in theirs] == list(range(200))
+
+
+def test_acks_zero_gets_no_response_and_the_messages_still_land(cluster, new_topic):
+    topic = new_topic()
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, api_version=(0, 10, 1), acks=0
+    )
+    try:
+        for n in range(50):
+            producer.send(topic, value=b"fire-and-forget-%d" % n)
+        producer.flush()
+    finally:
+        producer.close()
+
+    records = consume(cluster, topic, (0, 10, 1), 50)
+
+    assert [r.value for r in records] == [b"fire-and-forget-%d" % n for n in range(50)]
