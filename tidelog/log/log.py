@@ -13,6 +13,7 @@ from pathlib import Path
 from tidelog.clock import Clock, SystemClock
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
+from tidelog.log.leader_epoch import LeaderEpochCache
 from tidelog.log.mapped_index import CorruptIndexError
 from tidelog.log.segment import FileSlice, LogSegment, segment_file
 from tidelog.records.format import (
@@ -102,6 +103,8 @@ class Log:
         self.recovery_point = min(max(recovery_point, self.log_start_offset), self.log_end_offset)
         self.high_watermark = self.log_start_offset
         self.last_appended_timestamp = max(s.max_timestamp for s in self.segments)
+        self.leader_epochs = LeaderEpochCache(self.directory)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)  # a recovery may have cut
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -199,8 +202,11 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------------
 
-    def append_as_leader(self, buffer: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """Validates a producer's message set, assigns offsets and timestamps, appends it."""
+    def append_as_leader(
+        self, buffer: bytes | bytearray | memoryview, leader_epoch: int | None = None
+    ) -> LogAppendInfo:
+        """Validates a producer's message set, assigns offsets and timestamps, appends it; the
+        first append of a new ``leader_epoch`` records where that epoch starts."""
         validated = validate_and_assign_offsets(
             buffer,
             next_offset=self.log_end_offset,
@@ -216,12 +222,17 @@ class Log:
             validated.log_append_time,
             len(validated.buffer),
         )
+        if leader_epoch is not None:
+            self.leader_epochs.assign(leader_epoch, info.first_offset)
         self._append(info, validated.buffer)
         return info
 
-    def append_as_follower(self, buffer: bytes | bytearray | memoryview) -> LogAppendInfo | None:
-        """Appends what the leader wrote, offsets and timestamps as they are. A partial last
-        entry (a fetch cut at max_bytes) is left for the next fetch. None if nothing whole."""
+    def append_as_follower(
+        self, buffer: bytes | bytearray | memoryview, leader_epoch: int | None = None
+    ) -> LogAppendInfo | None:
+        """Appends what the leader of ``leader_epoch`` wrote, offsets and timestamps as they
+        are. A partial last entry (a fetch cut at max_bytes) is left for the next fetch. None if
+        nothing whole."""
         view = memoryview(buffer)
         position, limit = 0, len(view)
         first_offset = last_offset = -1
@@ -247,6 +258,8 @@ class Log:
         if first_offset < 0:
             return None
         info = LogAppendInfo(first_offset, last_offset, max_timestamp, offset_of_max, -1, position)
+        if leader_epoch is not None:
+            self.leader_epochs.assign(leader_epoch, self.log_end_offset)
         self._append(info, view[:position])
         return info
 
@@ -403,6 +416,7 @@ class Log:
         while len(self.segments) > 1 and self.active_segment.base_offset > offset:
             self.segments.pop().delete()
         removed = self.active_segment.truncate_to(offset)
+        self.leader_epochs.truncate_from_end(self.log_end_offset)
         log.info(
             "%s: truncated to offset %d (log end now %d, %d bytes removed from the last segment)",
             self.directory,
@@ -417,6 +431,7 @@ class Log:
         for segment in self.segments:
             segment.delete()
         self.segments = [self._new_segment(offset)]
+        self.leader_epochs.clear()
         self.recovery_point = offset
         self.high_watermark = offset
         log.info("%s: emptied, the log now starts at offset %d", self.directory, offset)
