@@ -158,6 +158,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             _one_of(*INTER_BROKER_PROTOCOL_VERSIONS),
         ),
         _key("replica.lag.time.max.ms", _int, 10000, _at_least(1)),
+        # tidelog's own: how a new follower truncates (Kafka 0.10 used the high watermark).
+        _key(
+            "replica.truncation.mode",
+            _str,
+            "leader-epoch",
+            _one_of("leader-epoch", "high-watermark"),
+        ),
+        # tidelog's own, for tests: this broker's clock runs this far ahead (negative: behind).
+        _key("broker.clock.skew.ms", _int, 0, (lambda _: True, "an integer (milliseconds)")),
         _key("unclean.leader.election.enable", _bool, False, (lambda _: True, "true or false")),
         _key("socket.request.max.bytes", _int, 104857600, _at_least(1, INT_MAX)),
         _key("log.retention.check.interval.ms", _int, 300000, _at_least(1)),

@@ -55,6 +55,7 @@ class RequestHandler:
             ApiKey.PRODUCE: self.produce,
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
         }
 
     def serves(self, api_key: int) -> bool:
@@ -147,6 +148,7 @@ class RequestHandler:
         body = request.body
         acks = body["acks"]
         responses = []
+        waits = []
         for topic_data in body["topic_data"]:
             topic = topic_data["topic"]
             partition_responses = []
@@ -167,6 +169,10 @@ class RequestHandler:
                     info = self.replicas.append(topic, partition, records, acks)
                     response["base_offset"] = info.first_offset
                     response["log_append_time"] = info.log_append_time
+                    if acks == -1:
+                        waits.append(
+                            self._await_replication(request, topic, info.last_offset, response)
+                        )
                 except KafkaError as error:
                     response["error_code"] = self._error(
                         error.code,
@@ -177,7 +183,22 @@ class RequestHandler:
             responses.append({"topic": topic, "partition_responses": partition_responses})
         if acks == 0:
             return None
+        await asyncio.gather(*waits)
         return {"responses": responses, "throttle_time_ms": 0}
+
+    async def _await_replication(
+        self, request: Request, topic: str, last_offset: int, response: dict
+    ) -> None:
+        """acks=all: the response waits until every in-sync replica has the messages."""
+        partition = response["partition"]
+        try:
+            await self.replicas.wait_for_replication(
+                topic, partition, last_offset + 1, max(request.body["timeout"], 0) / 1000
+            )
+        except KafkaError as error:
+            response["error_code"] = self._error(
+                error.code, f"produce to {topic}-{partition} from {request.client_id}", error
+            )
 
     # -- Fetch ---------------------------------------------------------------------------------
 
@@ -191,7 +212,7 @@ class RequestHandler:
             remaining = deadline - loop.time()
             if total >= body["min_bytes"] or failed or remaining <= 0:
                 return {"throttle_time_ms": 0, "responses": responses}
-            await self.replicas.wait_for_append(keys, remaining)
+            await self.replicas.wait_for_change(keys, remaining)
 
     def _read_partitions(self, request: Request) -> tuple[list[dict], int, bool]:
         body, version = request.body, request.api_version
@@ -237,6 +258,31 @@ class RequestHandler:
         if version >= 2 or partition_log.config.magic == 0 or not file_slice.length:
             return file_slice
         return convert_message_set(file_slice.read(), 0, self.clock.milliseconds())
+
+    # -- OffsetsForLeaderEpoch ----------------------------------------------------------------
+
+    async def offsets_for_leader_epoch(self, request: Request) -> dict:
+        """Where the asked epoch ended on this leader: the start of the next epoch it knows, or
+        its log end offset for its latest epoch (KIP-101)."""
+        topics = []
+        for topic_data in request.body["topics"]:
+            topic = topic_data["topic"]
+            answers = []
+            for wanted in topic_data["partitions"]:
+                partition = wanted["partition"]
+                answer = {"partition": partition, "error_code": 0, "end_offset": -1}
+                try:
+                    partition_log = self.replicas.leader_log(topic, partition)
+                    answer["end_offset"] = partition_log.leader_epochs.end_offset_for(
+                        wanted["leader_epoch"], partition_log.log_end_offset
+                    )
+                except KafkaError as error:
+                    answer["error_code"] = self._error(
+                        error.code, f"leader epoch of {topic}-{partition}"
+                    )
+                answers.append(answer)
+            topics.append({"topic": topic, "partitions": answers})
+        return {"topics": topics}
 
     # -- ListOffsets ---------------------------------------------------------------------------
 

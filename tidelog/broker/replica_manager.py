@@ -1,11 +1,11 @@
-"""The partitions a broker holds, and the appends and reads clients make on them."""
+"""The partitions a broker holds, as leader or follower, and what clients and replicas do."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from tidelog.broker.metadata import MetadataCache
 from tidelog.clock import Clock
@@ -13,98 +13,210 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.log import FetchData, Log, LogAppendInfo
 from tidelog.log.manager import LogManager
+from tidelog.replication.fetcher import ReplicaFetcher
+from tidelog.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 CONSUMER_REPLICA_ID = -1
+PersistIsr = Callable[[str, int, int, frozenset[int]], Awaitable[bool]]
 
 
 class ReplicaManager:
-    """Serves produce and fetch for the partitions this broker leads.
+    """Serves produce and fetch for the partitions this broker leads, and follows the others.
 
-    A partition is served only while the metadata names this broker its leader: anything else
-    is NOT_LEADER_FOR_PARTITION, or UNKNOWN_TOPIC_OR_PARTITION if the cluster has no such
-    partition. With one replica the high watermark follows the log end offset at every append.
-    Appends wake the fetches waiting on the partition (delayed fetch).
+    Leadership comes from the partition states in the metadata (written to ZooKeeper by the
+    controller): a partition whose state names this broker leader in a newer epoch becomes led
+    here; one that names another live broker is followed, through a fetcher per leader. Anything
+    asked of a partition not led here is NOT_LEADER_FOR_PARTITION, or UNKNOWN_TOPIC_OR_PARTITION
+    if the cluster has no such partition. Appends and high-watermark moves wake the fetches and
+    acks=all produces waiting on the partition.
     """
 
     def __init__(
-        self, broker_id: int, logs: LogManager, metadata: MetadataCache, clock: Clock
+        self,
+        broker_id: int,
+        logs: LogManager,
+        metadata: MetadataCache,
+        clock: Clock,
+        *,
+        persist_isr: PersistIsr | None = None,
+        fetch_version: int = 2,
+        truncation_mode: str = "leader-epoch",
+        replica_lag_time_max_ms: int = 10000,
     ) -> None:
         self.broker_id = broker_id
         self.logs = logs
         self.metadata = metadata
         self.clock = clock
+        self.persist_isr = persist_isr
+        self.fetch_version = fetch_version
+        self.truncation_mode = truncation_mode
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        self._isr_updates: set[TopicPartition] = set()
 
     # -- leadership ----------------------------------------------------------------------------
 
     def apply_metadata(self) -> None:
-        """Opens a log for every partition this broker leads, with the topic's config."""
+        """Brings every partition assigned here in line with its state in the metadata."""
+        now = self.clock.milliseconds()
         for name, topic in self.metadata.topics.items():
             config = LogConfig.from_topic_config(topic.config, self.logs.broker_config)
             if self.logs.topic_configs.get(name) != config:
                 self.logs.update_topic_config(name, config)
-            for partition in topic.assignment:
-                if self.metadata.leader_of(name, partition) == self.broker_id:
-                    partition_log = self.logs.get_or_create(name, partition)
-                    partition_log.high_watermark = partition_log.log_end_offset
+            for number, replicas in topic.assignment.items():
+                state = topic.states.get(number)
+                if self.broker_id not in replicas or state is None:
+                    continue
+                key = (name, number)
+                partition = self.partitions.get(key)
+                if partition is None:
+                    partition_log = self.logs.get_or_create(name, number)
+                    partition = Partition(name, number, self.broker_id, partition_log)
+                    self.partitions[key] = partition
+                leader_alive = state.leader in self.metadata.brokers
+                if partition.leader_epoch == state.leader_epoch and partition.leader_id == (
+                    state.leader if leader_alive else -1
+                ):
+                    continue
+                self._remove_from_fetchers(key)
+                isr = frozenset(state.isr)
+                if state.leader == self.broker_id:
+                    partition.make_leader(state.leader_epoch, replicas, isr, now)
+                    self._wake(key)
+                elif leader_alive:
+                    partition.make_follower(state.leader, state.leader_epoch, replicas, isr)
+                    self._fetcher_for(state.leader).add(partition)
+                    log.info(
+                        "%s-%d: following broker %d in epoch %d from offset %d",
+                        name,
+                        number,
+                        state.leader,
+                        state.leader_epoch,
+                        partition.log.log_end_offset,
+                    )
+                else:
+                    partition.make_follower(-1, state.leader_epoch, replicas, isr)
 
-    def leader_log(self, topic: str, partition: int) -> Log:
-        if not self.metadata.has_partition(topic, partition):
-            raise KafkaError(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{partition}"
+    def _fetcher_for(self, leader: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+
+            def address(leader: int = leader) -> tuple[str, int] | None:
+                endpoint = self.metadata.brokers.get(leader)
+                return (endpoint.host, endpoint.port) if endpoint else None
+
+            fetcher = ReplicaFetcher(
+                self.broker_id,
+                leader,
+                address,
+                fetch_version=self.fetch_version,
+                truncation_mode=self.truncation_mode,
             )
-        leader = self.metadata.leader_of(topic, partition)
-        partition_log = self.logs.get(topic, partition)
-        if leader != self.broker_id or partition_log is None:
+            self.fetchers[leader] = fetcher
+        return fetcher
+
+    def _remove_from_fetchers(self, key: TopicPartition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(key)
+
+    async def stop(self) -> None:
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+
+    def leader_partition(self, topic: str, number: int) -> Partition:
+        if not self.metadata.has_partition(topic, number):
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no partition {topic}-{number}")
+        partition = self.partitions.get((topic, number))
+        if partition is None or not partition.is_leader:
+            leader = self.metadata.leader_of(topic, number)
             raise KafkaError(
                 ErrorCode.NOT_LEADER_FOR_PARTITION,
-                f"broker {self.broker_id} does not lead {topic}-{partition} (leader {leader})",
+                f"broker {self.broker_id} does not lead {topic}-{number} (leader {leader})",
             )
-        return partition_log
+        return partition
+
+    def leader_log(self, topic: str, number: int) -> Log:
+        return self.leader_partition(topic, number).log
 
     # -- produce -------------------------------------------------------------------------------
 
-    def append(self, topic: str, partition: int, records: memoryview, acks: int) -> LogAppendInfo:
-        partition_log = self.leader_log(topic, partition)
-        if acks == -1:
-            state = self.metadata.topics[topic].states.get(partition)
-            in_sync = len(state.isr) if state else 0
-            if in_sync < partition_log.config.min_insync_replicas:
-                raise KafkaError(
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    f"{topic}-{partition} has {in_sync} in-sync replicas, "
-                    f"min.insync.replicas is {partition_log.config.min_insync_replicas}",
-                )
-        info = partition_log.append_as_leader(records)
-        partition_log.high_watermark = partition_log.log_end_offset
-        self._wake((topic, partition))
+    def append(self, topic: str, number: int, records: memoryview, acks: int) -> LogAppendInfo:
+        partition = self.leader_partition(topic, number)
+        minimum = partition.log.config.min_insync_replicas
+        if acks == -1 and len(partition.isr) < minimum:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{topic}-{number} has {len(partition.isr)} in-sync replicas "
+                f"{sorted(partition.isr)}, min.insync.replicas is {minimum}",
+            )
+        info = partition.log.append_as_leader(records, leader_epoch=partition.leader_epoch)
+        partition.maybe_advance_high_watermark()
+        self._wake((topic, number))
         return info
+
+    async def wait_for_replication(
+        self, topic: str, number: int, offset: int, timeout: float
+    ) -> None:
+        """Returns once every in-sync replica has the messages below ``offset`` (acks=all)."""
+        key = (topic, number)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            partition = self.leader_partition(topic, number)
+            if partition.log.high_watermark >= offset:
+                minimum = partition.log.config.min_insync_replicas
+                if len(partition.isr) < minimum:
+                    raise KafkaError(
+                        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                        f"{topic}-{number} shrank to {sorted(partition.isr)} in-sync replicas, "
+                        f"below min.insync.replicas {minimum}",
+                    )
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise KafkaError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
+                    f"{sorted(partition.isr)} in time "
+                    f"(high watermark {partition.log.high_watermark})",
+                )
+            await self.wait_for_change([key], remaining)
 
     # -- fetch ---------------------------------------------------------------------------------
 
     def read(
         self,
         topic: str,
-        partition: int,
+        number: int,
         offset: int,
         max_bytes: int,
         *,
         replica_id: int = CONSUMER_REPLICA_ID,
         min_one_message: bool = False,
     ) -> tuple[Log, FetchData]:
-        """A read for a consumer stops at the high watermark; a replica's read does not."""
-        partition_log = self.leader_log(topic, partition)
-        max_offset = partition_log.high_watermark if replica_id < 0 else None
-        data = partition_log.read(
+        """A read for a consumer stops at the high watermark. A replica's read records where
+        the follower is (which may move the high watermark or grow the ISR) and is not bounded."""
+        partition = self.leader_partition(topic, number)
+        if replica_id >= 0:
+            if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
+                self._wake((topic, number))
+            self._maybe_update_isr(partition, partition.isr_to_expand())
+            max_offset = None
+        else:
+            max_offset = partition.log.high_watermark
+        data = partition.log.read(
             offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
         )
-        return partition_log, data
+        return partition.log, data
 
-    async def wait_for_append(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
-        """Waits until one of ``partitions`` gets an append or ``timeout`` seconds pass."""
+    async def wait_for_change(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
+        """Waits until one of ``partitions`` gets an append or a new high watermark."""
         future = asyncio.get_running_loop().create_future()
         keys = list(partitions)
         for key in keys:
@@ -122,3 +234,52 @@ class ReplicaManager:
         for future in self._waiters.pop(key, ()):
             if not future.done():
                 future.set_result(None)
+
+    # -- ISR -----------------------------------------------------------------------------------
+
+    def check_isr(self) -> None:
+        """Drops followers that have not caught up within replica.lag.time.max.ms."""
+        now = self.clock.milliseconds()
+        for partition in list(self.partitions.values()):
+            if partition.is_leader:
+                self._maybe_update_isr(
+                    partition, partition.isr_to_shrink(now, self.replica_lag_time_max_ms)
+                )
+
+    def _maybe_update_isr(self, partition: Partition, isr: frozenset[int] | None) -> None:
+        key = (partition.topic, partition.partition)
+        if (
+            isr is None
+            or isr == partition.isr
+            or key in self._isr_updates
+            or self.persist_isr is None
+        ):
+            return
+        self._isr_updates.add(key)
+        asyncio.get_running_loop().create_task(self._update_isr(partition, isr))
+
+    async def _update_isr(self, partition: Partition, isr: frozenset[int]) -> None:
+        key = (partition.topic, partition.partition)
+        try:
+            epoch = partition.leader_epoch
+            assert self.persist_isr is not None
+            written = await self.persist_isr(partition.topic, partition.partition, epoch, isr)
+            if written and partition.is_leader and partition.leader_epoch == epoch:
+                change = "shrinks" if len(isr) < len(partition.isr) else "expands"
+                log.info(
+                    "%s-%d: ISR %s from %s to %s (high watermark %d, log end %d)",
+                    partition.topic,
+                    partition.partition,
+                    change,
+                    sorted(partition.isr),
+                    sorted(isr),
+                    partition.log.high_watermark,
+                    partition.log.log_end_offset,
+                )
+                partition.isr = isr
+                if partition.maybe_advance_high_watermark():
+                    self._wake(key)
+        except Exception:
+            log.exception("%s-%d: could not write the ISR", partition.topic, partition.partition)
+        finally:
+            self._isr_updates.discard(key)

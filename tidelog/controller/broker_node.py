@@ -17,9 +17,10 @@ from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import host_and_port
-from tidelog.controller import topics, zookeeper
+from tidelog.controller import controller, topics, zookeeper
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
+from tidelog.replication.fetcher import FETCH_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,20 @@ class BrokerNode:
     def __init__(self, config: dict[str, Any], clock: Clock | None = None) -> None:
         self.config = config
         self.broker_id: int = config["broker.id"]
-        self.clock = clock or SystemClock()
+        self.clock = clock or SystemClock(config["broker.clock.skew.ms"])
         self.metadata = MetadataCache()
         self.metrics = Metrics()
         self.logs = LogManager(config["log.dirs"], config, clock=self.clock)
-        self.replicas = ReplicaManager(self.broker_id, self.logs, self.metadata, self.clock)
+        self.replicas = ReplicaManager(
+            self.broker_id,
+            self.logs,
+            self.metadata,
+            self.clock,
+            persist_isr=self.persist_isr,
+            fetch_version=FETCH_VERSION[config["inter.broker.protocol.version"]],
+            truncation_mode=config["replica.truncation.mode"],
+            replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+        )
         self.handler = RequestHandler(
             self.broker_id,
             self.replicas,
@@ -69,6 +79,7 @@ class BrokerNode:
         self.zk = None
         self.registered = False
         self.stopping = False
+        self.controller_epoch: int | None = None  # set while this broker is the controller
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -104,6 +115,11 @@ class BrokerNode:
         await self.admin.start()
         await asyncio.to_thread(self._register)
         await self.refresh_metadata()
+        self.logs.scheduler.schedule(
+            "ISR expiration",
+            max(self.config["replica.lag.time.max.ms"] // 2, 50),
+            self.replicas.check_isr,
+        )
         self._tasks = [
             asyncio.create_task(self._refresh_on_watches()),
             asyncio.create_task(self.logs.scheduler.run_forever()),
@@ -127,6 +143,7 @@ class BrokerNode:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replicas.stop()
         await self.server.stop()
         await self.admin.stop()
         if self.zk is not None:
@@ -191,6 +208,38 @@ class BrokerNode:
         self.metadata.controller_id = fresh.controller_id
         self.metadata.cluster_id = fresh.cluster_id
         self.replicas.apply_metadata()
+        await self._act_as_controller()
+
+    async def _act_as_controller(self) -> None:
+        """Stands for controller when there is none; as controller, reconciles the cluster."""
+        if self.metadata.controller_id != self.broker_id:
+            self.controller_epoch = None
+        if self.metadata.controller_id < 0 and self.registered:
+            epoch = await asyncio.to_thread(
+                controller.try_to_become_controller, self.zk, self.broker_id
+            )
+            if epoch is not None:
+                self.controller_epoch = epoch
+                self.metadata.controller_id = self.broker_id
+                log.info("broker %d is the controller, epoch %d", self.broker_id, epoch)
+        if self.controller_epoch is not None:
+            changes = await asyncio.to_thread(
+                controller.reconcile,
+                self.zk,
+                self.controller_epoch,
+                self.config["unclean.leader.election.enable"],
+            )
+            for change in changes:
+                (log.warning if "UNCLEAN" in change or "offline" in change else log.info)(
+                    "controller: %s", change
+                )
+
+    async def persist_isr(
+        self, topic: str, partition: int, leader_epoch: int, isr: frozenset[int]
+    ) -> bool:
+        return await asyncio.to_thread(
+            zookeeper.update_isr, self.zk, topic, partition, self.broker_id, leader_epoch, isr
+        )
 
     async def auto_create_topic(self, topic: str) -> None:
         partitions = self.config["num.partitions"]

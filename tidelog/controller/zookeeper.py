@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
 
@@ -216,3 +216,52 @@ def create_topic_nodes(
             "isr": list(replicas),
         }
         zk.create(state_path(topic, partition), _dump(state), makepath=True)
+
+
+def read_state_and_version(
+    zk: KazooClient, topic: str, partition: int
+) -> tuple[PartitionState, int] | None:
+    try:
+        data, stat = zk.get(state_path(topic, partition))
+    except NoNodeError:
+        return None
+    document = _json(data)
+    state = PartitionState(
+        document["leader"],
+        document["leader_epoch"],
+        tuple(document["isr"]),
+        document.get("controller_epoch", 0),
+    )
+    return state, stat.version
+
+
+def write_state(
+    zk: KazooClient, topic: str, partition: int, state: PartitionState, version: int
+) -> bool:
+    """Compare-and-set of a partition state: False if someone wrote it since ``version``."""
+    document = {
+        "controller_epoch": state.controller_epoch,
+        "leader": state.leader,
+        "version": 1,
+        "leader_epoch": state.leader_epoch,
+        "isr": sorted(state.isr),
+    }
+    try:
+        zk.set(state_path(topic, partition), _dump(document), version=version)
+        return True
+    except (BadVersionError, NoNodeError):
+        return False
+
+
+def update_isr(
+    zk: KazooClient, topic: str, partition: int, leader: int, leader_epoch: int, isr: frozenset[int]
+) -> bool:
+    """A leader's ISR change: written only while the state still names it leader in that epoch."""
+    current = read_state_and_version(zk, topic, partition)
+    if current is None:
+        return False
+    state, version = current
+    if state.leader != leader or state.leader_epoch != leader_epoch:
+        return False
+    changed = PartitionState(leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch)
+    return write_state(zk, topic, partition, changed, version)

@@ -1,70 +1,13 @@
-"""tidelog's own asyncio Kafka client: pipelined requests over one connection per broker."""
+"""tidelog's own asyncio Kafka client: metadata, and one pipelined connection per broker."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
-from collections import deque
 from dataclasses import dataclass
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.protocol.frames import SIZE, decode_response, encode_request
+from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
-
-
-class Connection:
-    """Requests go out as soon as they are sent; responses come back in order, so each is
-    matched to the oldest request still waiting (and its correlation id checked)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-        self._ids = itertools.count(1)
-        self._pending: deque[tuple[int, ApiKey, int, asyncio.Future]] = deque()
-        self._receiver = asyncio.create_task(self._receive())
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> Connection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
-
-    def send(self, api_key: ApiKey, version: int, body: dict, expect_response: bool = True):  # type: ignore[no-untyped-def]
-        """Sends a request; returns a future of its response body (None: no response)."""
-        correlation_id = next(self._ids)
-        self.writer.write(encode_request(api_key, version, correlation_id, "tidelog-perf", body))
-        if not expect_response:
-            return None
-        future = asyncio.get_running_loop().create_future()
-        self._pending.append((correlation_id, api_key, version, future))
-        return future
-
-    async def request(self, api_key: ApiKey, version: int, body: dict) -> dict:
-        future = self.send(api_key, version, body)
-        await self.writer.drain()
-        return await future
-
-    async def _receive(self) -> None:
-        try:
-            while True:
-                (size,) = SIZE.unpack(await self.reader.readexactly(SIZE.size))
-                frame = await self.reader.readexactly(size)
-                correlation_id, api_key, version, future = self._pending.popleft()
-                received_id, body = decode_response(api_key, version, frame)
-                if received_id != correlation_id:
-                    raise ConnectionError(f"response {received_id} for request {correlation_id}")
-                if not future.done():
-                    future.set_result(body)
-        except (asyncio.IncompleteReadError, ConnectionError, IndexError) as error:
-            while self._pending:
-                _, _, _, future = self._pending.popleft()
-                if not future.done():
-                    future.set_exception(ConnectionError(f"connection lost: {error!r}"))
-
-    async def close(self) -> None:
-        self._receiver.cancel()
-        self.writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self.writer.wait_closed()
 
 
 @dataclass(frozen=True, order=True)
@@ -85,12 +28,7 @@ class Client:
         """The topic's partitions and leaders (created by auto-creation if need be)."""
         deadline = asyncio.get_running_loop().time() + wait
         while True:
-            host, port = self.bootstrap[0]
-            connection = await Connection.open(host, int(port))
-            try:
-                metadata = await connection.request(ApiKey.METADATA, 1, {"topics": [topic]})
-            finally:
-                await connection.close()
+            metadata = await self._metadata(topic)
             self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in metadata["brokers"]}
             (described,) = metadata["topic_metadata"]
             partitions = described["partition_metadata"]
@@ -105,10 +43,27 @@ class Client:
                 raise KafkaError(code, f"topic {topic} has no leader for every partition")
             await asyncio.sleep(0.2)
 
+    async def _metadata(self, topic: str) -> dict:
+        """Metadata from the first bootstrap server that answers."""
+        failures = []
+        for host, port in self.bootstrap:
+            try:
+                connection = await Connection.open(host, int(port), client_id="tidelog-perf")
+            except OSError as error:
+                failures.append(f"{host}:{port}: {error.strerror or error}")
+                continue
+            try:
+                return await connection.request(ApiKey.METADATA, 1, {"topics": [topic]})
+            finally:
+                await connection.close()
+        raise ConnectionError("no bootstrap server answered: " + "; ".join(failures))
+
     async def connection(self, broker_id: int) -> Connection:
         if broker_id not in self.connections:
             host, port = self.brokers[broker_id]
-            self.connections[broker_id] = await Connection.open(host, port)
+            self.connections[broker_id] = await Connection.open(
+                host, port, client_id="tidelog-perf"
+            )
         return self.connections[broker_id]
 
     async def close(self) -> None:

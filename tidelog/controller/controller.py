@@ -1,0 +1,107 @@
+"""The controller: one broker at a time elects partition leaders when brokers come and go.
+
+Every broker runs this; the one that creates the ephemeral ``/controller`` znode acts, with a
+controller epoch one above the last (``/controller_epoch``). Whenever the cluster changes (the
+broker's ZooKeeper watches fire) and on taking office, the controller reconciles every partition:
+
+- a partition whose leader is gone gets a new one, the first live replica (in assignment order)
+  that is in the ISR, in a new leader epoch; with unclean.leader.election.enable a live replica
+  outside the ISR may lead (and the log says so, since acknowledged messages can be lost);
+  with no candidate the partition is offline (leader -1) until one returns;
+- a dead broker is removed from the ISR of the partitions it followed, in a new leader epoch so
+  that the leader takes the smaller ISR at once.
+
+Every state is written with a compare-and-set on its znode version, so a write based on stale
+state (a leader's ISR change, an older controller) fails and is redone from fresh state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from tidelog.broker.metadata import PartitionState
+from tidelog.controller import zookeeper
+
+log = logging.getLogger(__name__)
+
+
+def try_to_become_controller(zk: KazooClient, broker_id: int) -> int | None:
+    """Creates /controller for ``broker_id`` and takes the next controller epoch; None if
+    another broker is controller."""
+    document = {"version": 1, "brokerid": broker_id, "timestamp": str(int(time.time() * 1000))}
+    try:
+        zk.create(zookeeper.CONTROLLER, json.dumps(document).encode(), ephemeral=True)
+    except NodeExistsError:
+        return None
+    while True:
+        try:
+            data, stat = zk.get(zookeeper.CONTROLLER_EPOCH)
+        except NoNodeError:
+            try:
+                zk.create(zookeeper.CONTROLLER_EPOCH, b"1")
+                return 1
+            except NodeExistsError:
+                continue
+        epoch = int(data) + 1
+        try:
+            zk.set(zookeeper.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+            return epoch
+        except BadVersionError:
+            continue
+
+
+def elect(
+    replicas: tuple[int, ...], state: PartitionState, live: set[int], unclean: bool
+) -> tuple[int, tuple[int, ...], bool]:
+    """(leader, ISR, unclean?) for a partition whose leader is gone; leader -1 if none can lead."""
+    in_sync = [r for r in replicas if r in state.isr and r in live]
+    if in_sync:
+        return in_sync[0], tuple(in_sync), False
+    alive = [r for r in replicas if r in live]
+    if unclean and alive:
+        return alive[0], (alive[0],), True
+    return -1, state.isr, False
+
+
+def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[str]:
+    """One pass over every partition; returns what it changed, in words."""
+    live = set(zookeeper.read_brokers(zk))
+    changes = []
+    for topic in zk.get_children(zookeeper.TOPICS):
+        metadata = zookeeper.read_topic(zk, topic)
+        if metadata is None:
+            continue
+        for partition, replicas in sorted(metadata.assignment.items()):
+            current = zookeeper.read_state_and_version(zk, topic, partition)
+            if current is None:
+                continue
+            state, version = current
+            if state.leader in live:
+                isr = tuple(r for r in state.isr if r in live)
+                if isr == state.isr:
+                    continue
+                new_state = PartitionState(
+                    state.leader, state.leader_epoch + 1, isr, controller_epoch
+                )
+                what = f"{topic}-{partition}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
+            else:
+                leader, isr, was_unclean = elect(replicas, state, live, unclean)
+                if leader == state.leader:
+                    continue  # still offline
+                new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+                what = (
+                    f"{topic}-{partition}: leader {state.leader} -> {leader} in epoch "
+                    f"{new_state.leader_epoch}, ISR {list(isr)}"
+                )
+                if was_unclean:
+                    what += " (UNCLEAN: the new leader was not in sync; messages may be lost)"
+                elif leader < 0:
+                    what += " (offline: no in-sync replica is alive)"
+            if zookeeper.write_state(zk, topic, partition, new_state, version):
+                changes.append(what)
+    return changes

@@ -1,0 +1,237 @@
+"""Followers fetching from leaders over the Kafka Fetch API (replica id = this broker's id)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET
+from tidelog.protocol.connection import Connection
+from tidelog.protocol.schemas import ApiKey
+from tidelog.replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+FETCH_MAX_WAIT_MS = 500
+FETCH_MAX_BYTES = 1024 * 1024
+RETRY_SECONDS = 0.5
+# inter.broker.protocol.version -> the Fetch version followers send
+FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
+
+Key = tuple[str, int]
+
+
+class ReplicaFetcher:
+    """Keeps the partitions this broker follows from one leader in step with it.
+
+    Before its first fetch from a new leader, a partition is truncated: by leader epoch (the end
+    offset the leader gives for the follower's latest epoch, OffsetsForLeaderEpoch) or, with
+    replica.truncation.mode=high-watermark, to its own high watermark as Kafka 0.10 did. Then
+    each fetch asks from the log end offset; what comes back is appended as follower, and the
+    high watermark follows the leader's.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        leader_id: int,
+        address: Callable[[], tuple[str, int] | None],
+        *,
+        fetch_version: int,
+        truncation_mode: str,
+    ) -> None:
+        self.broker_id = broker_id
+        self.leader_id = leader_id
+        self.address = address
+        self.fetch_version = fetch_version
+        self.truncation_mode = truncation_mode
+        self.partitions: dict[Key, Partition] = {}
+        self.needs_truncation: set[Key] = set()
+        self.out_of_range: set[Key] = set()
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._run())
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.partition)
+        self.partitions[key] = partition
+        self.needs_truncation.add(key)
+        self._changed.set()
+
+    def remove(self, key: Key) -> None:
+        self.partitions.pop(key, None)
+        self.needs_truncation.discard(key)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        connection: Connection | None = None
+        while True:
+            try:
+                if not self.partitions:
+                    self._changed.clear()
+                    await self._changed.wait()
+                    continue
+                if connection is None:
+                    address = self.address()
+                    if address is None:
+                        await asyncio.sleep(RETRY_SECONDS)
+                        continue
+                    connection = await Connection.open(
+                        *address, client_id=f"replica-{self.broker_id}"
+                    )
+                if self.needs_truncation:
+                    await self._truncate(connection)
+                if self.out_of_range:
+                    await self._reset_out_of_range(connection)
+                await self._fetch(connection)
+            except asyncio.CancelledError:
+                if connection is not None:
+                    await connection.close()
+                raise
+            except (OSError, ConnectionError, KafkaError) as error:
+                log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
+                if connection is not None:
+                    await connection.close()
+                    connection = None
+                await asyncio.sleep(RETRY_SECONDS)
+            except Exception:
+                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                connection = None
+                await asyncio.sleep(RETRY_SECONDS)
+
+    async def _truncate(self, connection: Connection) -> None:
+        keys = [k for k in self.needs_truncation if k in self.partitions]
+        if self.truncation_mode == "high-watermark":
+            for key in keys:
+                partition = self.partitions[key]
+                self._cut(partition, partition.log.high_watermark, "its high watermark")
+            self.needs_truncation.difference_update(keys)
+            return
+        by_topic: dict[str, list[dict]] = {}
+        for topic, number in keys:
+            epoch = self.partitions[(topic, number)].log.leader_epochs.latest_epoch
+            by_topic.setdefault(topic, []).append({"partition": number, "leader_epoch": epoch})
+        response = await connection.request(
+            ApiKey.OFFSETS_FOR_LEADER_EPOCH,
+            0,
+            {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]},
+        )
+        for topic_answer in response["topics"]:
+            for answer in topic_answer["partitions"]:
+                key = (topic_answer["topic"], answer["partition"])
+                partition = self.partitions.get(key)
+                if partition is None or answer["error_code"]:
+                    continue  # not led there yet: asked again on the next round
+                end = answer["end_offset"]
+                if end == UNDEFINED_EPOCH_OFFSET:
+                    self._cut(
+                        partition,
+                        partition.log.high_watermark,
+                        "its high watermark (no epoch known)",
+                    )
+                else:
+                    self._cut(partition, end, "the end of its latest leader epoch on the leader")
+                self.needs_truncation.discard(key)
+        if self.needs_truncation:
+            await asyncio.sleep(RETRY_SECONDS / 5)
+
+    async def _reset_out_of_range(self, connection: Connection) -> None:
+        """Past the leader's log end: truncate to it. Behind its log start (retention): start
+        an empty log there."""
+        for key in list(self.out_of_range):
+            partition = self.partitions.get(key)
+            self.out_of_range.discard(key)
+            if partition is None:
+                continue
+            start, end = (await self._leader_offset(connection, key, t) for t in (-2, -1))
+            if partition.log.log_end_offset > end:
+                self._cut(partition, end, "the leader's log end")
+            elif partition.log.log_end_offset < start:
+                partition.log.truncate_fully_and_start_at(start)
+
+    async def _leader_offset(self, connection: Connection, key: Key, timestamp: int) -> int:
+        response = await connection.request(
+            ApiKey.LIST_OFFSETS,
+            1,
+            {
+                "replica_id": self.broker_id,
+                "topics": [
+                    {"topic": key[0], "partitions": [{"partition": key[1], "timestamp": timestamp}]}
+                ],
+            },
+        )
+        answer = response["responses"][0]["partition_responses"][0]
+        if answer["error_code"]:
+            raise KafkaError(
+                ErrorCode(answer["error_code"]), f"listing offsets of {key[0]}-{key[1]}"
+            )
+        return answer["offset"]
+
+    def _cut(self, partition: Partition, offset: int, why: str) -> None:
+        before = partition.log.log_end_offset
+        if offset < before:
+            partition.log.truncate_to(offset)
+            log.info(
+                "%s-%d: truncated from %d to %d, %s (leader %d, epoch %d)",
+                partition.topic,
+                partition.partition,
+                before,
+                partition.log.log_end_offset,
+                why,
+                self.leader_id,
+                partition.leader_epoch,
+            )
+
+    async def _fetch(self, connection: Connection) -> None:
+        ready = {k: p for k, p in self.partitions.items() if k not in self.needs_truncation}
+        if not ready:
+            return
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, number), partition in ready.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": number,
+                    "fetch_offset": partition.log.log_end_offset,
+                    "max_bytes": FETCH_MAX_BYTES,
+                }
+            )
+        response = await connection.request(
+            ApiKey.FETCH,
+            self.fetch_version,
+            {
+                "replica_id": self.broker_id,
+                "max_wait_time": FETCH_MAX_WAIT_MS,
+                "min_bytes": 1,
+                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+            },
+        )
+        for topic_answer in response["responses"]:
+            for answer in topic_answer["partition_responses"]:
+                key = (topic_answer["topic"], answer["partition"])
+                partition = ready.get(key)
+                if partition is None or self.partitions.get(key) is not partition:
+                    continue  # removed while the fetch was out
+                self._apply(partition, answer)
+
+    def _apply(self, partition: Partition, answer: dict) -> None:
+        code = answer["error_code"]
+        if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.warning(
+                "%s-%d: offset %d is out of range on leader %d",
+                partition.topic,
+                partition.partition,
+                partition.log.log_end_offset,
+                self.leader_id,
+            )
+            self.out_of_range.add((partition.topic, partition.partition))
+            return
+        if code:
+            return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
+        records = answer["record_set"]
+        if records:
+            partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+        partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)

@@ -1,0 +1,114 @@
+"""One partition as this broker holds it: leader or follower, its ISR and high watermark."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from tidelog.log.log import Log
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower: the log end offset its last fetch asked from, and
+    when it last asked from the leader's log end (was caught up)."""
+
+    log_end_offset: int = -1
+    caught_up_ms: int = 0
+
+
+@dataclass
+class Partition:
+    """A partition on this broker.
+
+    As leader (leader_id == broker_id) it tracks every follower's log end offset; the ISR holds
+    the replicas caught up within replica.lag.time.max.ms, the leader always among them; the high
+    watermark is the smallest log end offset in the ISR and never goes down while this broker
+    leads. As follower, the high watermark is the leader's, capped at the local log end offset.
+    """
+
+    topic: str
+    partition: int
+    broker_id: int
+    log: Log
+    leader_id: int = -1
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: frozenset[int] = frozenset()
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def make_leader(
+        self, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int], now: int
+    ) -> None:
+        self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
+        self.replicas, self.isr = replicas, isr | {self.broker_id}
+        # Followers count as caught up at the start of the epoch: they get a full lag interval.
+        self.followers = {r: FollowerState(-1, now) for r in replicas if r != self.broker_id}
+        self.log.high_watermark = min(
+            max(self.log.high_watermark, self.log.log_start_offset), self.log.log_end_offset
+        )
+        self.maybe_advance_high_watermark()
+        log.info(
+            "%s-%d: leader in epoch %d, ISR %s, log end %d, high watermark %d",
+            self.topic,
+            self.partition,
+            leader_epoch,
+            sorted(self.isr),
+            self.log.log_end_offset,
+            self.log.high_watermark,
+        )
+
+    def make_follower(
+        self, leader_id: int, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int]
+    ) -> None:
+        self.leader_id, self.leader_epoch = leader_id, leader_epoch
+        self.replicas, self.isr = replicas, isr
+        self.followers = {}
+
+    def update_follower(self, replica_id: int, fetch_offset: int, now: int) -> bool:
+        """Records a follower's fetch; returns whether the high watermark moved."""
+        state = self.followers.setdefault(replica_id, FollowerState())
+        state.log_end_offset = fetch_offset
+        if fetch_offset >= self.log.log_end_offset:
+            state.caught_up_ms = now
+        return self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        ends = [self.log.log_end_offset]
+        ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
+        candidate = min(ends)
+        if candidate > self.log.high_watermark:
+            self.log.high_watermark = candidate
+            return True
+        return False
+
+    def isr_to_expand(self) -> frozenset[int] | None:
+        """The ISR with every follower that has caught up to the high watermark, if any has."""
+        joining = {
+            r
+            for r, state in self.followers.items()
+            if r not in self.isr
+            and r in self.replicas
+            and state.log_end_offset >= self.log.high_watermark
+        }
+        return self.isr | joining if joining else None
+
+    def isr_to_shrink(self, now: int, max_lag_ms: int) -> frozenset[int] | None:
+        """The ISR without the followers not caught up for max_lag_ms, if any is out."""
+        lagging = {
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and now - self.followers.get(r, FollowerState()).caught_up_ms > max_lag_ms
+        }
+        return self.isr - lagging if lagging else None
