@@ -249,6 +249,51 @@ def _perf(args: argparse.Namespace) -> int:
         return _fail(f"perf {args.action}", error)
 
 
+def _scenario(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import tempfile
+
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
+    from tidelog.cluster.zookeeper import ZooKeeperError
+
+    settings = ScenarioSettings(
+        failure=args.failure,
+        target=args.target,
+        message_format=args.format,
+        acks=-1 if args.acks == "all" else int(args.acks),
+        cycles=args.cycles,
+        rate=args.rate,
+    )
+    directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
+    cluster = LocalCluster(directory)
+    started_here = not cluster.running
+    try:
+        if started_here:
+            print(f"starting {args.brokers} brokers in {directory}")
+            cluster.up(args.brokers, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None)
+        topic, report = asyncio.run(run_scenario(cluster, settings))
+    except (ClusterError, ZooKeeperError) as error:
+        return _fail("scenario replication", error)
+    finally:
+        if started_here and cluster.state is not None:
+            cluster.down(progress=lambda _: None)
+    print()
+    print(
+        f"scenario: {args.failure} of the {args.target}, format {args.format}, acks={args.acks}, "
+        f"{args.cycles} cycle(s), topic {topic}"
+    )
+    print(report.table())
+    if args.report:
+        document = {"settings": vars(settings), "topic": topic, "report": report.as_dict()}
+        with open(args.report, "w") as file:
+            json.dump(document, file, indent=2)
+        print(f"report written to {args.report}")
+    print("verdict: " + ("PASS" if report.ok else "FAIL"))
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidelog",
@@ -375,6 +420,36 @@ def build_parser() -> argparse.ArgumentParser:
         where.add_argument("--dir", help="a local cluster's state directory")
         action.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     perf.set_defaults(run=_perf)
+
+    from tidelog.cluster.faults import FAILURES, TARGETS
+
+    scenario = commands.add_parser(
+        "scenario",
+        help="chaos scenarios with a delivery check",
+        description="Break a cluster on purpose while producing, then check every message.",
+    )
+    kinds = scenario.add_subparsers(dest="kind", required=True, metavar="KIND")
+    replication = kinds.add_parser(
+        "replication",
+        help="faults on the leader, a follower or the controller while producing",
+        description=(
+            "Produces at a steady rate to a topic with replication factor 3 and "
+            "min.insync.replicas 2, injects the failure CYCLES times (waiting for recovery each "
+            "time), then consumes everything and checks: acknowledged but lost, duplicates, "
+            "order, divergence between replicas, time indexes, LogAppendTime order. Exits 1 on "
+            "any violation."
+        ),
+    )
+    replication.add_argument("--brokers", type=int, default=3)
+    replication.add_argument("--failure", required=True, choices=FAILURES)
+    replication.add_argument("--target", default="leader", choices=TARGETS)
+    replication.add_argument("--format", default="0.10.0", choices=["0.9.0", "0.10.0"])
+    replication.add_argument("--acks", default="all", choices=["1", "all"])
+    replication.add_argument("--cycles", type=int, default=1)
+    replication.add_argument("--rate", type=float, default=200, help="messages per second")
+    replication.add_argument("--dir", help="use (or start) the cluster in this directory")
+    replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    scenario.set_defaults(run=_scenario)
     return parser
 
 

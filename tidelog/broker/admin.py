@@ -27,7 +27,9 @@ class AdminServer:
         host: str,
         port: int,
         is_registered: Callable[[], bool],
+        clock: object | None = None,
     ) -> None:
+        self.clock = clock
         self.broker_id = broker_id
         self.metadata = metadata
         self.logs = logs
@@ -44,6 +46,7 @@ class AdminServer:
                 web.get("/metrics", self.prometheus),
                 web.get("/topics", self.topics),
                 web.get("/topics/{topic}", self.topic),
+                web.put("/clock", self.set_clock),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)
@@ -65,6 +68,18 @@ class AdminServer:
             "status": "ok" if registered else "starting",
         }
         return web.json_response(body, status=200 if registered else 503)
+
+    async def set_clock(self, request: web.Request) -> web.Response:
+        """PUT /clock {"skew_ms": N}: a testbed setting (broker.clock.skew.ms), changed live."""
+        try:
+            skew = int((await request.json())["skew_ms"])
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": 'expected {"skew_ms": <integer>}'}, status=400)
+        if not hasattr(self.clock, "skew_ms"):
+            return web.json_response({"error": "this broker's clock cannot be skewed"}, status=409)
+        self.clock.skew_ms = skew  # type: ignore[union-attr]
+        log.warning("broker %d clock skew set to %d ms through the admin API", self.broker_id, skew)
+        return web.json_response({"skew_ms": skew})
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8")

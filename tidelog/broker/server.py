@@ -49,9 +49,17 @@ class KafkaServer:
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+    async def bind(self) -> None:
+        """Takes the port (so that it can be registered) without accepting connections yet."""
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, start_serving=False
+        )
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        if self._server is None:
+            await self.bind()
+        await self._server.start_serving()
         log.info("serving the Kafka protocol on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:

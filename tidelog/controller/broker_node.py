@@ -75,6 +75,7 @@ class BrokerNode:
             host=admin_host,
             port=admin_port,
             is_registered=lambda: self.registered,
+            clock=self.clock,
         )
         self.zk = None
         self.registered = False
@@ -111,10 +112,13 @@ class BrokerNode:
         )
         self.zk.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
-        await self.server.start()
+        await self.server.bind()
         await self.admin.start()
         await asyncio.to_thread(self._register)
         await self.refresh_metadata()
+        # Clients are served only once the metadata is known: an empty cache would answer
+        # UNKNOWN_TOPIC (or auto-create) for topics that exist.
+        await self.server.start()
         self.logs.scheduler.schedule(
             "ISR expiration",
             max(self.config["replica.lag.time.max.ms"] // 2, 50),

@@ -59,6 +59,9 @@ class Client:
         raise ConnectionError("no bootstrap server answered: " + "; ".join(failures))
 
     async def connection(self, broker_id: int) -> Connection:
+        existing = self.connections.get(broker_id)
+        if existing is not None and existing.closed:
+            del self.connections[broker_id]
         if broker_id not in self.connections:
             host, port = self.brokers[broker_id]
             self.connections[broker_id] = await Connection.open(

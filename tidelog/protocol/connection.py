@@ -22,6 +22,7 @@ class Connection:
         self.client_id = client_id
         self._ids = itertools.count(1)
         self._pending: deque[tuple[int, ApiKey, int, asyncio.Future]] = deque()
+        self.closed = False
         self._receiver = asyncio.create_task(self._receive())
 
     @classmethod
@@ -31,6 +32,8 @@ class Connection:
 
     def send(self, api_key: ApiKey, version: int, body: dict, expect_response: bool = True):  # type: ignore[no-untyped-def]
         """Sends a request; returns a future of its response body (None: no response)."""
+        if self.closed:
+            raise ConnectionError("the connection is closed")
         correlation_id = next(self._ids)
         self.writer.write(encode_request(api_key, version, correlation_id, self.client_id, body))
         if not expect_response:
@@ -56,12 +59,15 @@ class Connection:
                 if not future.done():
                     future.set_result(body)
         except (asyncio.IncompleteReadError, ConnectionError, IndexError) as error:
+            self.closed = True
+            self.writer.close()
             while self._pending:
                 _, _, _, future = self._pending.popleft()
                 if not future.done():
                     future.set_exception(ConnectionError(f"connection lost: {error!r}"))
 
     async def close(self) -> None:
+        self.closed = True
         self._receiver.cancel()
         self.writer.close()
         with contextlib.suppress(ConnectionError):

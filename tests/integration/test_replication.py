@@ -1,0 +1,99 @@
+"""Replication under failure, in the style of Kafka's replication system test.
+
+A three-broker cluster with failure detection tuned for tests; each scenario produces with
+acks=all to a topic with replication factor 3 and min.insync.replicas 2, injects a fault, waits
+for recovery, and hands everything to the delivery oracle: nothing acknowledged may be lost and
+no two replicas may diverge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from tests.integration.conftest import wait_for_leaders
+from tests.integration.test_bad_input import connect, request
+from tidelog.cluster import faults
+from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
+from tidelog.controller import topics, zookeeper
+from tidelog.protocol.schemas import ApiKey
+from tidelog.records.format import Record, build_message_set
+
+
+@pytest.fixture(scope="module")
+def replicated(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("replicated"))
+    cluster.up(3, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None)
+    yield cluster
+    cluster.down(progress=lambda _: None)
+
+
+def scenario(cluster, **settings):
+    topic, report = asyncio.run(
+        run_scenario(cluster, ScenarioSettings(rate=100, **settings), progress=lambda _: None)
+    )
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 100, report.table()
+    return report
+
+
+@pytest.mark.parametrize(
+    ("failure", "target", "message_format"),
+    [
+        ("hard_bounce", "leader", "0.9.0"),
+        ("hard_bounce", "leader", "0.10.0"),
+        ("clean_shutdown", "leader", "0.10.0"),
+        ("hard_shutdown", "follower", "0.9.0"),
+        ("hard_shutdown", "controller", "0.10.0"),
+        ("pause", "follower", "0.10.0"),
+        ("zk_session_expiry", "leader", "0.10.0"),
+    ],
+)
+def test_no_acknowledged_message_is_lost_and_no_replica_diverges(
+    replicated, failure, target, message_format
+):
+    scenario(replicated, failure=failure, target=target, message_format=message_format, cycles=1)
+
+
+def test_log_append_time_stays_monotonic_when_a_slower_clock_takes_over(replicated):
+    report = scenario(replicated, failure="clock_skew", target="leader", cycles=1)
+
+    assert report.timestamps_backwards == []
+
+
+def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        topics.create_topic(client, "strict", 1, 3, {"min.insync.replicas": "3"})
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "strict")
+    wait_for_leaders(replicated, "strict", 1)
+    follower = faults.pick_target(replicated, "strict", "follower")
+    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
+    body = {
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [{"topic": "strict", "data": [{"partition": 0, "record_set": records}]}],
+    }
+
+    leader = faults.pick_target(replicated, "strict", "leader")
+    with connect(replicated, leader) as connection:
+        accepted = request(connection, ApiKey.PRODUCE, 2, body)
+    replicated.signal_broker(follower, signal.SIGKILL)
+    try:
+        faults.wait_until_isr_size(replicated, "strict", 2)
+        with connect(replicated, leader) as connection:
+            refused = request(connection, ApiKey.PRODUCE, 2, body)
+    finally:
+        replicated.start_broker(follower)
+        faults.wait_for_full_isr(replicated, "strict")
+
+    assert accepted["responses"][0]["partition_responses"][0]["error_code"] == 0
+    assert (
+        refused["responses"][0]["partition_responses"][0]["error_code"] == 19
+    )  # NOT_ENOUGH_REPLICAS

@@ -1,0 +1,259 @@
+"""The delivery oracle every scenario shares: produce numbered messages, then check them.
+
+The producer sends each message once (never again after an error, so a message in the log twice
+is a real duplicate) and records the offset of every acknowledged one. The check consumes every
+partition to its high watermark and reports:
+
+- lost: acknowledged but not consumed; a look into the replicas' segment files tells "not in any
+  log" from "in a log but not served";
+- duplicates, and messages out of order within a partition;
+- diverged: in-sync replicas whose logs differ below the high watermark, message by message;
+- time index entries that do not agree with their log; LogAppendTime that went backwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.dump import dump_index_file
+from tidelog.perf.client import Client
+from tidelog.protocol.schemas import ApiKey
+from tidelog.records.format import Record, TimestampType, build_message_set, iter_deep
+
+
+@dataclass(frozen=True)
+class Acked:
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass
+class DeliveryProducer:
+    """Messages ``{partition}-{sequence}`` at ``rate`` per second over the topic's partitions."""
+
+    bootstrap_servers: str
+    topic: str
+    acks: int
+    rate: float
+    acked: list[Acked] = field(default_factory=list)
+    failed: int = 0
+    sent: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        client = Client(self.bootstrap_servers)
+        sequence: dict[int, int] = defaultdict(int)
+        started = time.monotonic()
+        partitions = None
+        try:
+            while not stop.is_set():
+                due = started + self.sent / self.rate
+                if due > time.monotonic():
+                    await asyncio.sleep(due - time.monotonic())
+                if partitions is None:
+                    try:
+                        partitions = await client.partitions(self.topic, wait=5)
+                    except (OSError, ConnectionError, KafkaError):
+                        await asyncio.sleep(0.2)
+                        continue
+                target = partitions[self.sent % len(partitions)]
+                value = b"%d-%08d" % (target.partition, sequence[target.partition])
+                sequence[target.partition] += 1
+                self.sent += 1
+                if not await self._send(client, target.partition, target.leader, value):
+                    partitions = None  # ask for the leaders again
+        finally:
+            await client.close()
+
+    async def _send(self, client: Client, partition: int, leader: int, value: bytes) -> bool:
+        records = build_message_set([Record(value, value, int(time.time() * 1000))], magic=1)
+        body = {
+            "acks": self.acks,
+            "timeout": 10000,
+            "topic_data": [
+                {"topic": self.topic, "data": [{"partition": partition, "record_set": records}]}
+            ],
+        }
+        try:
+            connection = await client.connection(leader)
+            response = await asyncio.wait_for(connection.request(ApiKey.PRODUCE, 2, body), 12)
+        except (OSError, ConnectionError, TimeoutError, KeyError):
+            stale = client.connections.pop(leader, None)
+            if stale is not None:
+                await stale.close()
+            self.failed += 1
+            return False
+        answer = response["responses"][0]["partition_responses"][0]
+        if answer["error_code"] == ErrorCode.NONE:
+            self.acked.append(Acked(partition, answer["base_offset"], value))
+            return True
+        self.failed += 1
+        return False
+
+
+@dataclass
+class DeliveryReport:
+    acked: int = 0
+    consumed: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicates: list[str] = field(default_factory=list)
+    out_of_order: list[str] = field(default_factory=list)
+    diverged: list[str] = field(default_factory=list)
+    time_index: list[str] = field(default_factory=list)
+    timestamps_backwards: list[str] = field(default_factory=list)
+
+    CHECKS = (
+        "lost",
+        "duplicates",
+        "out_of_order",
+        "diverged",
+        "time_index",
+        "timestamps_backwards",
+    )
+
+    @property
+    def ok(self) -> bool:
+        return not any(getattr(self, name) for name in self.CHECKS)
+
+    def table(self) -> str:
+        rows = [f"{'check':24} {'verdict':8} detail", "-" * 72]
+        rows.append(f"{'acknowledged':24} {'':8} {self.acked}")
+        rows.append(f"{'consumed':24} {'':8} {self.consumed}")
+        for name in self.CHECKS:
+            found = getattr(self, name)
+            detail = "; ".join(found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
+            rows.append(f"{name.replace('_', ' '):24} {'FAIL' if found else 'ok':8} {detail}")
+        return "\n".join(rows)
+
+    def as_dict(self) -> dict:
+        return {"ok": self.ok, "acked": self.acked, "consumed": self.consumed} | {
+            name: getattr(self, name) for name in self.CHECKS
+        }
+
+
+async def consume_partition(client: Client, topic: str, partition: int, leader: int) -> list:
+    """Every message of one partition up to its high watermark, read from its leader."""
+    connection = await client.connection(leader)
+    listed = await connection.request(
+        ApiKey.LIST_OFFSETS,
+        1,
+        {
+            "replica_id": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": partition, "timestamp": -2}]}],
+        },
+    )
+    offset = listed["responses"][0]["partition_responses"][0]["offset"]
+    messages: list = []
+    while True:
+        body = {
+            "replica_id": -1,
+            "max_wait_time": 0,
+            "min_bytes": 0,
+            "max_bytes": 4 << 20,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": partition, "fetch_offset": offset, "max_bytes": 4 << 20}
+                    ],
+                }
+            ],
+        }
+        answer = (await connection.request(ApiKey.FETCH, 3, body))["responses"][0][
+            "partition_responses"
+        ][0]
+        if answer["error_code"]:
+            raise RuntimeError(
+                f"fetch from {topic}-{partition}: {ErrorCode(answer['error_code']).name}"
+            )
+        batch = [m for m in iter_deep(answer["record_set"] or b"") if m.offset >= offset]
+        if not batch:
+            return messages
+        messages += batch
+        offset = batch[-1].offset + 1
+
+
+def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes | None, int]]:
+    """(offset, value, timestamp) of every message a replica holds below ``below``."""
+    found = []
+    for segment in sorted(log_directory.glob("*.log")):
+        for message in iter_deep(segment.read_bytes()):
+            if message.offset < below:
+                found.append((message.offset, message.value, message.timestamp))
+    return found
+
+
+async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:  # type: ignore[no-untyped-def]
+    """Checks a topic of a LocalCluster against what was acknowledged."""
+    report = DeliveryReport(acked=len(acked))
+    client = Client(cluster.bootstrap_servers)
+    try:
+        partitions = await client.partitions(topic)
+        consumed: dict[int, list] = {}
+        for partition in partitions:
+            consumed[partition.partition] = await consume_partition(
+                client, topic, partition.partition, partition.leader
+            )
+    finally:
+        await client.close()
+    report.consumed = sum(len(messages) for messages in consumed.values())
+    values = Counter(m.value for messages in consumed.values() for m in messages)
+    report.duplicates = [f"{v.decode()} x{n}" for v, n in values.items() if n > 1]
+    for number, messages in consumed.items():
+        sequences = [int(m.value.split(b"-")[1]) for m in messages if m.value]
+        for before, after, message in zip(sequences, sequences[1:], messages[1:], strict=False):
+            if after <= before:
+                report.out_of_order.append(
+                    f"{topic}-{number} offset {message.offset}: {after} after {before}"
+                )
+        log_append = [
+            m.timestamp for m in messages if m.timestamp_type == TimestampType.LOG_APPEND_TIME
+        ]
+        for before, after in itertools.pairwise(log_append):
+            if after < before:
+                report.timestamps_backwards.append(f"{topic}-{number}: {after} after {before}")
+    directories = sorted(Path(cluster.directory).glob(f"broker-*/logs/{topic}-*"))
+    for acked_message in acked:
+        if values[acked_message.value] == 0:
+            holders = [
+                d.parent.parent.name
+                for d in directories
+                if d.name == f"{topic}-{acked_message.partition}"
+                and any(v == acked_message.value for _, v, _ in replica_messages(d, 2**62))
+            ]
+            where = (
+                f"in the log of {', '.join(holders)} but not served"
+                if holders
+                else "in no replica's log"
+            )
+            name = f"{topic}-{acked_message.partition}"
+            report.lost.append(
+                f"{acked_message.value.decode()} ({name} offset {acked_message.offset}): {where}"
+            )
+    for number, messages in consumed.items():
+        high_watermark = messages[-1].offset + 1 if messages else 0
+        replicas = [d for d in directories if d.name == f"{topic}-{number}"]
+        copies = {d.parent.parent.name: replica_messages(d, high_watermark) for d in replicas}
+        reference_name, reference = max(
+            copies.items(), key=lambda item: len(item[1]), default=("", [])
+        )
+        for name, copy in copies.items():
+            # A replica may hold less (it lags); what it holds must be what the others hold.
+            for mine, theirs in zip(copy, reference, strict=False):
+                if mine != theirs:
+                    report.diverged.append(
+                        f"{topic}-{number}: {name} and {reference_name} differ at offset {mine[0]}"
+                    )
+                    break
+        for directory in replicas:
+            for index in sorted(directory.glob("*.timeindex")):
+                for mismatch in dump_index_file(index, verify=True)["mismatches"]:
+                    broker = index.parent.parent.parent.name
+                    report.time_index.append(f"{broker}/{directory.name}/{index.name}: {mismatch}")
+    return report

@@ -1,0 +1,141 @@
+"""Faults a scenario injects into a LocalCluster, each followed by a wait for recovery."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+
+from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.controller import zookeeper
+
+FAILURES = (
+    "clean_shutdown",
+    "hard_shutdown",
+    "clean_bounce",
+    "hard_bounce",
+    "pause",
+    "clock_skew",
+    "zk_session_expiry",
+)
+TARGETS = ("leader", "follower", "controller")
+CLOCK_SKEW_MS = -120_000
+
+
+def _zookeeper_read(cluster: LocalCluster, read):  # type: ignore[no-untyped-def]
+    client = zookeeper.connect(cluster.zookeeper)
+    try:
+        return read(client)
+    finally:
+        client.stop()
+        client.close()
+
+
+def pick_target(cluster: LocalCluster, topic: str, target: str) -> int:
+    """The broker to hit: partition 0's leader or a follower of ``topic``, or the controller."""
+    if target == "controller":
+        broker = _zookeeper_read(cluster, zookeeper.read_controller)
+    else:
+        metadata = _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic))
+        state = metadata.states[0]
+        if target == "leader":
+            broker = state.leader
+        else:
+            broker = next((r for r in metadata.assignment[0] if r != state.leader), -1)
+    if broker < 0:
+        raise ClusterError(f"no {target} to hit for {topic}")
+    return broker
+
+
+def set_clock_skew(cluster: LocalCluster, broker_id: int, skew_ms: int) -> None:
+    port = cluster.broker(broker_id).admin_port
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/clock",
+        data=json.dumps({"skew_ms": skew_ms}).encode(),
+        method="PUT",
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def inject(
+    cluster: LocalCluster, failure: str, broker_id: int, *, session_timeout_s: float, lag_s: float
+) -> str:
+    """Injects ``failure`` on ``broker_id`` and brings it back; returns what was done, in words."""
+    if failure == "clean_shutdown":
+        cluster.stop_broker(broker_id)
+        time.sleep(session_timeout_s)
+        cluster.start_broker(broker_id)
+        return f"stopped broker {broker_id} cleanly, ran without it, started it"
+    if failure == "hard_shutdown":
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+        time.sleep(session_timeout_s + 2)
+        cluster.start_broker(broker_id)
+        return f"killed broker {broker_id}, ran without it past its session timeout, started it"
+    if failure == "clean_bounce":
+        cluster.stop_broker(broker_id)
+        cluster.start_broker(broker_id)
+        return f"restarted broker {broker_id} cleanly"
+    if failure == "hard_bounce":
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+        cluster.start_broker(broker_id)
+        return f"killed and restarted broker {broker_id}"
+    if failure == "pause":
+        cluster.signal_broker(broker_id, signal.SIGSTOP)
+        time.sleep(lag_s + 1)
+        cluster.signal_broker(broker_id, signal.SIGCONT)
+        return f"paused broker {broker_id} for {lag_s + 1:.0f} s (past replica.lag.time.max.ms)"
+    if failure == "zk_session_expiry":
+        cluster.signal_broker(broker_id, signal.SIGSTOP)
+        time.sleep(session_timeout_s + 2)
+        cluster.signal_broker(broker_id, signal.SIGCONT)
+        return f"paused broker {broker_id} past its ZooKeeper session timeout"
+    if failure == "clock_skew":
+        others = [b for b in cluster.state.brokers if b != broker_id]  # type: ignore[union-attr]
+        for other in others:
+            set_clock_skew(cluster, other, CLOCK_SKEW_MS)
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+        time.sleep(session_timeout_s + 2)
+        cluster.start_broker(broker_id)
+        for other in others:
+            set_clock_skew(cluster, other, 0)
+        return (
+            f"set the clocks of brokers {others} {-CLOCK_SKEW_MS // 1000} s behind, killed "
+            f"broker {broker_id} so that one of them took over, restarted it"
+        )
+    raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
+
+
+def wait_for_full_isr(cluster: LocalCluster, topic: str, timeout: float = 90) -> None:
+    """Waits until every partition of ``topic`` has a live leader and every replica in its ISR."""
+
+    def recovered(zk) -> bool:  # type: ignore[no-untyped-def]
+        live = set(zookeeper.read_brokers(zk))
+        metadata = zookeeper.read_topic(zk, topic)
+        return all(
+            number in metadata.states
+            and metadata.states[number].leader in live
+            and set(metadata.states[number].isr) == set(replicas)
+            for number, replicas in metadata.assignment.items()
+        )
+
+    wait_until(
+        lambda: _zookeeper_read(cluster, recovered),
+        timeout,
+        f"every partition of {topic} to have a leader and a full ISR",
+        interval=0.5,
+    )
+
+
+def wait_until_isr_size(cluster: LocalCluster, topic: str, size: int, timeout: float = 60) -> None:
+    """Waits until partition 0 of ``topic`` has ``size`` replicas in its ISR."""
+    wait_until(
+        lambda: (
+            len(_zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[0].isr)
+            == size
+        ),
+        timeout,
+        f"the ISR of {topic}-0 to have {size} replicas",
+        interval=0.3,
+    )
