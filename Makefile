@@ -38,6 +38,7 @@ test: lint
 bench: install
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/broker.py
+	$(BIN)/python benchmarks/cluster.py
 
 demo: install
 	./scripts/demo.sh

@@ -22,13 +22,11 @@ import threading
 import time
 from pathlib import Path
 
+from common import MB, RECORD, create_topic, quiet
+
 from tidelog.cluster.local import LocalCluster
-from tidelog.controller import topics, zookeeper
 from tidelog.perf.consumer import run_consumer
 from tidelog.perf.producer import ProducerSettings, run_producer
-
-RECORD = 1024
-MB = 1_000_000
 
 
 def loopback_throughput(seconds: float) -> float:
@@ -55,20 +53,6 @@ def loopback_throughput(seconds: float) -> float:
     elapsed = time.perf_counter() - started
     listener.close()
     return received / elapsed / MB
-
-
-def create_topic(cluster: LocalCluster, name: str) -> None:
-    client = zookeeper.connect(cluster.zookeeper)
-    try:
-        topics.create_topic(client, name, 1, 1)
-    finally:
-        client.stop()
-        client.close()
-    time.sleep(1.0)  # the broker opens the log when its watch fires
-
-
-def quiet(_: str) -> None:
-    pass
 
 
 async def measure(cluster: LocalCluster, seconds: float) -> None:
