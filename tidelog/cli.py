@@ -167,6 +167,22 @@ def _topic(args: argparse.Namespace) -> int:
                         f"\tTopic: {name}\tPartition: {partition}\tLeader: {leader}\t"
                         f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}"
                     )
+        elif args.action == "preferred-leader-election":
+            if args.topic:
+                topic = zookeeper.read_topic(client, args.topic)
+                if topic is None:
+                    raise KafkaError(3, f"no topic {args.topic!r}")  # type: ignore[arg-type]
+                names = [args.topic]
+            else:
+                names = sorted(client.get_children(zookeeper.TOPICS))
+            partitions = [
+                (name, number)
+                for name in names
+                for number in zookeeper.read_topic(client, name).assignment  # type: ignore[union-attr]
+            ]
+            zookeeper.request_preferred_leader_election(client, partitions)
+            count = len(partitions)
+            print(f"asked the controller for a preferred leader election of {count} partitions")
         elif args.action == "alter-config":
             changes: dict[str, str | None] = dict(_key_values(args.add_config, "--add-config"))
             changes.update({key: None for key in args.delete_config or []})
@@ -175,7 +191,7 @@ def _topic(args: argparse.Namespace) -> int:
                 f"topic {args.topic} overrides: "
                 + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "none")
             )
-    except (KafkaError, ConfigError) as error:
+    except (KafkaError, ConfigError, RuntimeError) as error:
         return _fail(f"topic {args.action}", error)
     finally:
         client.stop()
@@ -382,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     topic_actions.add_parser("list", help="list topics")
     describe = topic_actions.add_parser("describe", help="partitions, leaders, replicas, ISR")
     describe.add_argument("--topic")
+    preferred = topic_actions.add_parser(
+        "preferred-leader-election", help="move leadership back to each partition's first replica"
+    )
+    preferred.add_argument("--topic", help="only this topic (default: every topic)")
     alter = topic_actions.add_parser("alter-config", help="set or remove topic settings")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")

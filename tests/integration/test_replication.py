@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -97,3 +99,27 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
     assert (
         refused["responses"][0]["partition_responses"][0]["error_code"] == 19
     )  # NOT_ENOUGH_REPLICAS
+
+
+def test_a_preferred_leader_election_gives_leadership_back_to_the_first_replica(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        assignment = topics.create_topic(client, "preferred", 1, 3)
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "preferred")
+    preferred = assignment[0][0]
+    replicated.stop_broker(preferred)
+    faults.wait_until_leader(replicated, "preferred", lambda leader: leader not in (-1, preferred))
+    replicated.start_broker(preferred)
+    faults.wait_for_full_isr(replicated, "preferred")
+
+    asked = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "topic", "preferred-leader-election",
+         "--dir", str(replicated.directory), "--topic", "preferred"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert asked.returncode == 0, asked.stderr
+    faults.wait_until_leader(replicated, "preferred", lambda leader: leader == preferred)

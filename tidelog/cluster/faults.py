@@ -139,3 +139,15 @@ def wait_until_isr_size(cluster: LocalCluster, topic: str, size: int, timeout: f
         f"the ISR of {topic}-0 to have {size} replicas",
         interval=0.3,
     )
+
+
+def wait_until_leader(cluster: LocalCluster, topic: str, wanted, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    """Waits until the leader of partition 0 of ``topic`` satisfies ``wanted(leader)``."""
+    wait_until(
+        lambda: wanted(
+            _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[0].leader
+        ),
+        timeout,
+        f"the leader of {topic}-0 to change",
+        interval=0.3,
+    )

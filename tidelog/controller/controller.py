@@ -9,7 +9,9 @@ broker's ZooKeeper watches fire) and on taking office, the controller reconciles
   outside the ISR may lead (and the log says so, since acknowledged messages can be lost);
   with no candidate the partition is offline (leader -1) until one returns;
 - a dead broker is removed from the ISR of the partitions it followed, in a new leader epoch so
-  that the leader takes the smaller ISR at once.
+  that the leader takes the smaller ISR at once;
+- on request (/admin/preferred_replica_election), a partition led by another replica goes back
+  to its preferred (first) replica if that one is alive and in sync.
 
 Every state is written with a compare-and-set on its znode version, so a write based on stale
 state (a leader's ISR change, an older controller) fails and is redone from fresh state.
@@ -104,4 +106,37 @@ def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[str
                     what += " (offline: no in-sync replica is alive)"
             if zookeeper.write_state(zk, topic, partition, new_state, version):
                 changes.append(what)
+    requested = zookeeper.take_preferred_leader_election(zk)
+    if requested is not None:
+        changes += elect_preferred_leaders(zk, requested, live, controller_epoch)
+    return changes
+
+
+def elect_preferred_leaders(
+    zk: KazooClient, partitions: list[tuple[str, int]], live: set[int], controller_epoch: int
+) -> list[str]:
+    changes = []
+    for topic, partition in partitions:
+        metadata = zookeeper.read_topic(zk, topic)
+        current = zookeeper.read_state_and_version(zk, topic, partition)
+        if metadata is None or current is None or partition not in metadata.assignment:
+            changes.append(
+                f"{topic}-{partition}: no such partition for a preferred leader election"
+            )
+            continue
+        state, version = current
+        preferred = metadata.assignment[partition][0]
+        if state.leader == preferred:
+            continue
+        if preferred not in live or preferred not in state.isr:
+            changes.append(
+                f"{topic}-{partition}: preferred replica {preferred} is not alive and in sync"
+            )
+            continue
+        new_state = PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+        if zookeeper.write_state(zk, topic, partition, new_state, version):
+            changes.append(
+                f"{topic}-{partition}: leader {state.leader} -> {preferred} (preferred) in epoch "
+                f"{new_state.leader_epoch}"
+            )
     return changes

@@ -33,6 +33,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 
 Watcher = Callable[..., object]
 log = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
         if metadata is not None:
             cache.topics[topic] = metadata
     cache.controller_id = read_controller(zk, watch)
+    _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # its creation wakes the controller
     data = _read(zk, CLUSTER_ID, None)
     cache.cluster_id = _json(data)["id"] if data else None
     return cache
@@ -265,3 +267,24 @@ def update_isr(
         return False
     changed = PartitionState(leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch)
     return write_state(zk, topic, partition, changed, version)
+
+
+def request_preferred_leader_election(zk: KazooClient, partitions: list[tuple[str, int]]) -> None:
+    """Asks the controller to move leadership back to each partition's first replica."""
+    document = {
+        "version": 1,
+        "partitions": [{"topic": t, "partition": p} for t, p in sorted(partitions)],
+    }
+    try:
+        zk.create(PREFERRED_REPLICA_ELECTION, _dump(document), makepath=True)
+    except NodeExistsError:
+        raise RuntimeError("a preferred leader election is already in progress") from None
+
+
+def take_preferred_leader_election(zk: KazooClient) -> list[tuple[str, int]] | None:
+    """The partitions of a pending preferred leader election (the request is consumed)."""
+    data = _read(zk, PREFERRED_REPLICA_ELECTION, None)
+    if data is None:
+        return None
+    zk.delete(PREFERRED_REPLICA_ELECTION)
+    return [(p["topic"], int(p["partition"])) for p in _json(data).get("partitions", [])]
