@@ -9,9 +9,11 @@ no two replicas may diverge.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
+import urllib.request
 
 import pytest
 
@@ -123,3 +125,65 @@ def test_a_preferred_leader_election_gives_leadership_back_to_the_first_replica(
 
     assert asked.returncode == 0, asked.stderr
     faults.wait_until_leader(replicated, "preferred", lambda leader: leader == preferred)
+
+
+def control(cluster, broker_id: int, kind: str, body: dict) -> dict:
+    port = cluster.broker(broker_id).admin_port
+    request_ = urllib.request.Request(
+        f"http://127.0.0.1:{port}/control/{kind}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request_, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def test_control_requests_from_an_older_controller_or_epoch_are_refused(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        assignment = topics.create_topic(client, "fenced", 1, 3)
+        controller_epoch = int(client.get(zookeeper.CONTROLLER_EPOCH)[0])
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "fenced")
+    wait_for_leaders(replicated, "fenced", 1)
+    replicas = assignment[0]
+    follower = replicas[1]
+    stale_partition = {
+        "topic": "fenced", "partition": 0, "leader": follower, "leader_epoch": -5,
+        "isr": replicas, "replicas": replicas,
+    }  # fmt: skip
+
+    def leader_and_isr(epoch: int) -> dict:
+        body = {"controller_id": 99, "controller_epoch": epoch, "partitions": [stale_partition]}
+        return control(replicated, follower, "leader-and-isr", body)
+
+    old_controller = leader_and_isr(controller_epoch - 1)
+    old_epoch = leader_and_isr(controller_epoch)
+
+    assert old_controller["error_code"] == 11  # STALE_CONTROLLER_EPOCH
+    assert old_epoch["error_code"] == 0
+    assert old_epoch["partitions"] == [{"topic": "fenced", "partition": 0, "error_code": 11}]
+
+
+def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        topics.create_topic(client, "told", 1, 3)
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "told")
+    leader = faults.pick_target(replicated, "told", "leader")
+
+    replicated.stop_broker(leader)
+    faults.wait_until_leader(replicated, "told", lambda new: new not in (-1, leader))
+    replicated.start_broker(leader)
+    faults.wait_for_full_isr(replicated, "told")
+
+    logs = "".join(
+        (replicated.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
+    )
+    assert "LeaderAndIsr from controller" in logs

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from tidelog.broker.control import ControlRequests
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.log.manager import LogManager
@@ -28,8 +29,10 @@ class AdminServer:
         port: int,
         is_registered: Callable[[], bool],
         clock: object | None = None,
+        control: ControlRequests | None = None,
     ) -> None:
         self.clock = clock
+        self.control = control
         self.broker_id = broker_id
         self.metadata = metadata
         self.logs = logs
@@ -47,6 +50,7 @@ class AdminServer:
                 web.get("/topics", self.topics),
                 web.get("/topics/{topic}", self.topic),
                 web.put("/clock", self.set_clock),
+                web.post("/control/{kind}", self.control_request),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)
@@ -68,6 +72,24 @@ class AdminServer:
             "status": "ok" if registered else "starting",
         }
         return web.json_response(body, status=200 if registered else 503)
+
+    async def control_request(self, request: web.Request) -> web.Response:
+        """POST /control/{leader-and-isr,update-metadata,stop-replica}: the controller's
+        requests (see tidelog.broker.control)."""
+        kinds = {
+            "leader-and-isr": "leader_and_isr",
+            "update-metadata": "update_metadata",
+            "stop-replica": "stop_replica",
+        }
+        kind = request.match_info["kind"]
+        if self.control is None or kind not in kinds:
+            return web.json_response({"error": f"no control request {kind!r}"}, status=404)
+        try:
+            body = await request.json()
+            answer = getattr(self.control, kinds[kind])(body)
+        except (ValueError, KeyError, TypeError) as error:
+            return web.json_response({"error": f"malformed {kind} request: {error!r}"}, status=400)
+        return web.json_response(answer)
 
     async def set_clock(self, request: web.Request) -> web.Response:
         """PUT /clock {"skew_ms": N}: a testbed setting (broker.clock.skew.ms), changed live."""

@@ -16,6 +16,7 @@ class BrokerEndpoint:
     host: str
     port: int
     rack: str | None = None
+    admin: str | None = None  # host:port of the admin API, where the controller sends requests
 
 
 @dataclass(frozen=True)

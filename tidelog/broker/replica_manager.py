@@ -124,6 +124,17 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.remove(key)
 
+    def stop_replica(self, topic: str, number: int, delete: bool) -> None:
+        """Stops holding a partition (StopReplica); with ``delete`` its log goes too."""
+        key = (topic, number)
+        self._remove_from_fetchers(key)
+        if self.partitions.pop(key, None) is not None:
+            log.info(
+                "%s-%d: no longer held here%s", topic, number, " (log deleted)" if delete else ""
+            )
+        if delete:
+            self.logs.delete(topic, number)
+
     async def stop(self) -> None:
         for fetcher in self.fetchers.values():
             await fetcher.stop()
@@ -206,7 +217,8 @@ class ReplicaManager:
         if replica_id >= 0:
             if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
                 self._wake((topic, number))
-            self._maybe_update_isr(partition, partition.isr_to_expand())
+            if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone: no
+                self._maybe_update_isr(partition, partition.isr_to_expand(replica_id))
             max_offset = None
         else:
             max_offset = partition.log.high_watermark

@@ -10,6 +10,7 @@ from typing import Any
 from kazoo.client import KazooState
 
 from tidelog.broker.admin import AdminServer
+from tidelog.broker.control import ControlRequests
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
@@ -18,6 +19,7 @@ from tidelog.broker.server import KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import host_and_port
 from tidelog.controller import controller, topics, zookeeper
+from tidelog.controller.control_plane import ControlPlane
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FETCH_VERSION
@@ -66,6 +68,10 @@ class BrokerNode:
             port=port,
             max_request_bytes=config["socket.request.max.bytes"],
         )
+        self.control = ControlRequests(
+            self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
+        )
+        self.control_plane = ControlPlane(self.broker_id)
         admin_host, admin_port = host_and_port(config["admin.listener"])
         self.admin = AdminServer(
             self.broker_id,
@@ -76,6 +82,7 @@ class BrokerNode:
             port=admin_port,
             is_registered=lambda: self.registered,
             clock=self.clock,
+            control=self.control,
         )
         self.zk = None
         self.registered = False
@@ -137,7 +144,13 @@ class BrokerNode:
         )
 
     def _register(self) -> None:
-        zookeeper.register_broker(self.zk, self.broker_id, self.server.host, self.server.port)
+        zookeeper.register_broker(
+            self.zk,
+            self.broker_id,
+            self.server.host,
+            self.server.port,
+            f"{self.admin.host}:{self.admin.port}",
+        )
         self.registered = True
         log.info("broker %d registered in ZooKeeper", self.broker_id)
 
@@ -148,6 +161,7 @@ class BrokerNode:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.replicas.stop()
+        await self.control_plane.close()
         await self.server.stop()
         await self.admin.stop()
         if self.zk is not None:
@@ -206,18 +220,22 @@ class BrokerNode:
                 self._refresh_wanted.set()
 
     async def refresh_metadata(self) -> None:
+        await self.refresh_metadata_only()
+        await self._act_as_controller()
+
+    async def refresh_metadata_only(self) -> None:
         fresh = await asyncio.to_thread(zookeeper.read_cluster, self.zk, self._on_watch)
         self.metadata.brokers = fresh.brokers
         self.metadata.topics = fresh.topics
         self.metadata.controller_id = fresh.controller_id
         self.metadata.cluster_id = fresh.cluster_id
         self.replicas.apply_metadata()
-        await self._act_as_controller()
 
     async def _act_as_controller(self) -> None:
         """Stands for controller when there is none; as controller, reconciles the cluster."""
         if self.metadata.controller_id != self.broker_id:
             self.controller_epoch = None
+            self.control_plane.brokers_told = set()
         if self.metadata.controller_id < 0 and self.registered:
             epoch = await asyncio.to_thread(
                 controller.try_to_become_controller, self.zk, self.broker_id
@@ -234,9 +252,13 @@ class BrokerNode:
                 self.config["unclean.leader.election.enable"],
             )
             for change in changes:
-                (log.warning if "UNCLEAN" in change or "offline" in change else log.info)(
-                    "controller: %s", change
+                text = change.description
+                (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
+                    "controller: %s", text
                 )
+            if changes:
+                await self.refresh_metadata_only()
+            await self.control_plane.send(self.controller_epoch, self.metadata, changes)
 
     async def persist_isr(
         self, topic: str, partition: int, leader_epoch: int, isr: frozenset[int]

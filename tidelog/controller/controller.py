@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -30,6 +31,17 @@ from tidelog.broker.metadata import PartitionState
 from tidelog.controller import zookeeper
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A partition state the controller wrote (``state`` None: only something to say)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    state: PartitionState | None
+    description: str
 
 
 def try_to_become_controller(zk: KazooClient, broker_id: int) -> int | None:
@@ -70,8 +82,8 @@ def elect(
     return -1, state.isr, False
 
 
-def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[str]:
-    """One pass over every partition; returns what it changed, in words."""
+def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[Change]:
+    """One pass over every partition; returns what it changed."""
     live = set(zookeeper.read_brokers(zk))
     changes = []
     for topic in zk.get_children(zookeeper.TOPICS):
@@ -105,7 +117,7 @@ def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[str
                 elif leader < 0:
                     what += " (offline: no in-sync replica is alive)"
             if zookeeper.write_state(zk, topic, partition, new_state, version):
-                changes.append(what)
+                changes.append(Change(topic, partition, replicas, new_state, what))
     requested = zookeeper.take_preferred_leader_election(zk)
     if requested is not None:
         changes += elect_preferred_leaders(zk, requested, live, controller_epoch)
@@ -114,29 +126,29 @@ def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[str
 
 def elect_preferred_leaders(
     zk: KazooClient, partitions: list[tuple[str, int]], live: set[int], controller_epoch: int
-) -> list[str]:
+) -> list[Change]:
     changes = []
     for topic, partition in partitions:
         metadata = zookeeper.read_topic(zk, topic)
         current = zookeeper.read_state_and_version(zk, topic, partition)
         if metadata is None or current is None or partition not in metadata.assignment:
-            changes.append(
-                f"{topic}-{partition}: no such partition for a preferred leader election"
-            )
+            what = f"{topic}-{partition}: no such partition for a preferred leader election"
+            changes.append(Change(topic, partition, (), None, what))
             continue
         state, version = current
-        preferred = metadata.assignment[partition][0]
+        replicas = metadata.assignment[partition]
+        preferred = replicas[0]
         if state.leader == preferred:
             continue
         if preferred not in live or preferred not in state.isr:
-            changes.append(
-                f"{topic}-{partition}: preferred replica {preferred} is not alive and in sync"
-            )
+            what = f"{topic}-{partition}: preferred replica {preferred} is not alive and in sync"
+            changes.append(Change(topic, partition, replicas, None, what))
             continue
         new_state = PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
         if zookeeper.write_state(zk, topic, partition, new_state, version):
-            changes.append(
+            what = (
                 f"{topic}-{partition}: leader {state.leader} -> {preferred} (preferred) in epoch "
                 f"{new_state.leader_epoch}"
             )
+            changes.append(Change(topic, partition, replicas, new_state, what))
     return changes

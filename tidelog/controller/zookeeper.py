@@ -86,7 +86,7 @@ def ensure_layout(zk: KazooClient) -> str:
 
 
 def register_broker(
-    zk: KazooClient, broker_id: int, host: str, port: int, wait: float = 30.0
+    zk: KazooClient, broker_id: int, host: str, port: int, admin: str, wait: float = 30.0
 ) -> None:
     """Creates the broker's ephemeral znode. If a previous session of this broker (one that was
     killed) still holds it, waits up to ``wait`` seconds for ZooKeeper to expire that session,
@@ -97,6 +97,7 @@ def register_broker(
         "jmx_port": -1,
         "host": host,
         "port": port,
+        "tidelog_admin": admin,
         "timestamp": str(int(time.time() * 1000)),
         "version": 4,
     }
@@ -131,7 +132,11 @@ def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, Bro
         except NoNodeError:
             continue  # it went away while we looked
         brokers[int(child)] = BrokerEndpoint(
-            int(child), document["host"], int(document["port"]), document.get("rack")
+            int(child),
+            document["host"],
+            int(document["port"]),
+            document.get("rack"),
+            document.get("tidelog_admin"),
         )
     return brokers
 

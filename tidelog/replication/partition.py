@@ -92,16 +92,18 @@ class Partition:
             return True
         return False
 
-    def isr_to_expand(self) -> frozenset[int] | None:
-        """The ISR with every follower that has caught up to the high watermark, if any has."""
-        joining = {
-            r
-            for r, state in self.followers.items()
-            if r not in self.isr
-            and r in self.replicas
-            and state.log_end_offset >= self.log.high_watermark
-        }
-        return self.isr | joining if joining else None
+    def isr_to_expand(self, replica_id: int) -> frozenset[int] | None:
+        """The ISR with ``replica_id`` if that follower is out of it but has caught up to the
+        high watermark (called on its fetch, Kafka's rule for rejoining)."""
+        state = self.followers.get(replica_id)
+        if (
+            replica_id in self.isr
+            or replica_id not in self.replicas
+            or state is None
+            or state.log_end_offset < self.log.high_watermark
+        ):
+            return None
+        return self.isr | {replica_id}
 
     def isr_to_shrink(self, now: int, max_lag_ms: int) -> frozenset[int] | None:
         """The ISR without the followers not caught up for max_lag_ms, if any is out."""

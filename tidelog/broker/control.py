@@ -1,0 +1,113 @@
+"""The control plane as a broker receives it: LeaderAndIsr, UpdateMetadata and StopReplica from
+the controller, over the admin HTTP API, fenced by controller epoch and leader epoch.
+
+A request from a controller whose epoch is older than the newest this broker has seen is refused
+whole (STALE_CONTROLLER_EPOCH): a deposed controller cannot undo its successor's decisions. A
+partition state older (by leader epoch) than the one the broker holds is refused for that
+partition alone. Accepted states go into the metadata cache and the replica manager acts on them
+at once, without waiting for its ZooKeeper watches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
+from tidelog.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+
+class ControlRequests:
+    def __init__(
+        self,
+        broker_id: int,
+        metadata: MetadataCache,
+        apply: Callable[[], None],
+        stop_replica: Callable[[str, int, bool], None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata
+        self.apply = apply
+        self.stop_replica_callback = stop_replica
+        self.controller_epoch = -1
+
+    def _fenced(self, body: dict) -> dict | None:
+        epoch = int(body["controller_epoch"])
+        if epoch < self.controller_epoch:
+            log.warning(
+                "refused a request from controller %s in epoch %d: epoch %d is current",
+                body.get("controller_id"),
+                epoch,
+                self.controller_epoch,
+            )
+            return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH), "partitions": []}
+        self.controller_epoch = epoch
+        return None
+
+    def _take_states(self, body: dict) -> list[dict[str, Any]]:
+        answers = []
+        for entry in body.get("partitions", []):
+            topic, number = entry["topic"], int(entry["partition"])
+            state = PartitionState(
+                int(entry["leader"]),
+                int(entry["leader_epoch"]),
+                tuple(entry["isr"]),
+                int(body["controller_epoch"]),
+            )
+            metadata = self.metadata.topics.get(topic)
+            if metadata is None:
+                metadata = TopicMetadata(topic, {})
+                self.metadata.topics[topic] = metadata
+            current = metadata.states.get(number)
+            if current is not None and state.leader_epoch < current.leader_epoch:
+                code = ErrorCode.STALE_CONTROLLER_EPOCH
+            else:
+                metadata.assignment[number] = tuple(entry["replicas"])
+                metadata.states[number] = state
+                code = ErrorCode.NONE
+            answers.append({"topic": topic, "partition": number, "error_code": int(code)})
+        return answers
+
+    def leader_and_isr(self, body: dict) -> dict:
+        refused = self._fenced(body)
+        if refused:
+            return refused
+        answers = self._take_states(body)
+        self.apply()
+        log.info(
+            "LeaderAndIsr from controller %s (epoch %s) for %d partitions",
+            body.get("controller_id"),
+            body["controller_epoch"],
+            len(answers),
+        )
+        return {"error_code": 0, "partitions": answers}
+
+    def update_metadata(self, body: dict) -> dict:
+        refused = self._fenced(body)
+        if refused:
+            return refused
+        if "brokers" in body:
+            self.metadata.brokers = {
+                int(b["id"]): BrokerEndpoint(
+                    int(b["id"]), b["host"], int(b["port"]), None, b.get("admin")
+                )
+                for b in body["brokers"]
+            }
+        self.metadata.controller_id = int(body.get("controller_id", self.metadata.controller_id))
+        answers = self._take_states(body)
+        self.apply()
+        return {"error_code": 0, "partitions": answers}
+
+    def stop_replica(self, body: dict) -> dict:
+        refused = self._fenced(body)
+        if refused:
+            return refused
+        answers = []
+        for entry in body.get("partitions", []):
+            topic, number = entry["topic"], int(entry["partition"])
+            self.stop_replica_callback(topic, number, bool(body.get("delete", False)))
+            answers.append({"topic": topic, "partition": number, "error_code": 0})
+        return {"error_code": 0, "partitions": answers}
