@@ -167,6 +167,12 @@ def _topic(args: argparse.Namespace) -> int:
                         f"\tTopic: {name}\tPartition: {partition}\tLeader: {leader}\t"
                         f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}"
                     )
+        elif args.action == "delete":
+            try:
+                zookeeper.request_topic_deletion(client, args.topic)
+            except KeyError:
+                raise KafkaError(3, f"no topic {args.topic!r}") from None  # type: ignore[arg-type]
+            print(f"asked the controller to delete topic {args.topic}")
         elif args.action == "preferred-leader-election":
             if args.topic:
                 topic = zookeeper.read_topic(client, args.topic)
@@ -398,6 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     topic_actions.add_parser("list", help="list topics")
     describe = topic_actions.add_parser("describe", help="partitions, leaders, replicas, ISR")
     describe.add_argument("--topic")
+    delete = topic_actions.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("--topic", required=True)
     preferred = topic_actions.add_parser(
         "preferred-leader-election", help="move leadership back to each partition's first replica"
     )

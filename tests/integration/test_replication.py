@@ -20,7 +20,7 @@ import pytest
 from tests.integration.conftest import wait_for_leaders
 from tests.integration.test_bad_input import connect, request
 from tidelog.cluster import faults
-from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
 from tidelog.controller import topics, zookeeper
 from tidelog.protocol.schemas import ApiKey
@@ -187,3 +187,40 @@ def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(rep
         (replicated.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
     )
     assert "LeaderAndIsr from controller" in logs
+
+
+def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        topics.create_topic(client, "doomed", 2, 3)
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "doomed")
+    wait_for_leaders(replicated, "doomed", 2)
+    directories = list(replicated.directory.glob("broker-*/logs/doomed-*"))
+    assert len(directories) == 6
+
+    asked = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "topic", "delete", "--dir", str(replicated.directory),
+         "--topic", "doomed"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+    assert asked.returncode == 0, asked.stderr
+    wait_until(
+        lambda: not any(d.exists() for d in directories),
+        30,
+        "every replica of doomed to delete its log",
+    )
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        wait_until(
+            lambda: zookeeper.read_topic(client, "doomed") is None,
+            30,
+            "the controller to remove doomed from ZooKeeper",
+        )
+        assert zookeeper.pending_topic_deletions(client) == []
+    finally:
+        client.stop()
+        client.close()

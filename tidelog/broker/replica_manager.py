@@ -64,6 +64,9 @@ class ReplicaManager:
     def apply_metadata(self) -> None:
         """Brings every partition assigned here in line with its state in the metadata."""
         now = self.clock.milliseconds()
+        for key in [k for k in self.partitions if k[0] not in self.metadata.topics]:
+            self._remove_from_fetchers(key)  # a deleted topic: no more fetching for it
+            del self.partitions[key]
         for name, topic in self.metadata.topics.items():
             config = LogConfig.from_topic_config(topic.config, self.logs.broker_config)
             if self.logs.topic_configs.get(name) != config:

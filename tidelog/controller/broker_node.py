@@ -259,6 +259,20 @@ class BrokerNode:
             if changes:
                 await self.refresh_metadata_only()
             await self.control_plane.send(self.controller_epoch, self.metadata, changes)
+            await self._delete_requested_topics()
+
+    async def _delete_requested_topics(self) -> None:
+        """Topic deletion: StopReplica (with delete) to every live replica, then the topic
+        leaves ZooKeeper. A replica down at the time keeps its files until it is cleaned up by
+        hand; the topic is gone from the cluster either way."""
+        for topic in await asyncio.to_thread(zookeeper.pending_topic_deletions, self.zk):
+            acknowledged = await self.control_plane.stop_replicas(
+                self.controller_epoch, self.metadata, topic, delete=True
+            )
+            await asyncio.to_thread(zookeeper.delete_topic_nodes, self.zk, topic)
+            log.info(
+                "controller: deleted topic %s (its replicas on brokers %s)", topic, acknowledged
+            )
 
     async def persist_isr(
         self, topic: str, partition: int, leader_epoch: int, isr: frozenset[int]

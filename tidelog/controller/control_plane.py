@@ -57,6 +57,32 @@ class ControlPlane:
             log.warning("controller: broker %d refused %s: %s", broker.broker_id, kind, answer)
         return answer
 
+    async def stop_replicas(
+        self, epoch: int, metadata: MetadataCache, topic: str, delete: bool
+    ) -> list[int]:
+        """StopReplica for every partition of ``topic`` to the live brokers holding one;
+        returns the brokers that acknowledged."""
+        holders: dict[int, list[dict]] = defaultdict(list)
+        described = metadata.topics.get(topic)
+        for number, replicas in described.assignment.items() if described else []:
+            for replica in replicas:
+                holders[replica].append({"topic": topic, "partition": number})
+        header = {"controller_id": self.controller_id, "controller_epoch": epoch, "delete": delete}
+        targets = [b for b in holders if b in metadata.brokers]
+        answers = await asyncio.gather(
+            *(
+                self._post(
+                    metadata.brokers[b], "stop-replica", {**header, "partitions": holders[b]}
+                )
+                for b in targets
+            )
+        )
+        return [
+            b
+            for b, answer in zip(targets, answers, strict=True)
+            if answer and not answer.get("error_code")
+        ]
+
     async def send(self, epoch: int, metadata: MetadataCache, changes: list[Change]) -> None:
         """LeaderAndIsr for changed partitions to their replicas, the whole state to brokers new
         since the last call, and UpdateMetadata to every live broker."""

@@ -15,6 +15,7 @@ thread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -189,6 +190,8 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
             cache.topics[topic] = metadata
     cache.controller_id = read_controller(zk, watch)
     _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # its creation wakes the controller
+    with contextlib.suppress(NoNodeError):  # so does a deletion request
+        zk.get_children(DELETE_TOPICS, watch=watch)
     data = _read(zk, CLUSTER_ID, None)
     cache.cluster_id = _json(data)["id"] if data else None
     return cache
@@ -293,3 +296,24 @@ def take_preferred_leader_election(zk: KazooClient) -> list[tuple[str, int]] | N
         return None
     zk.delete(PREFERRED_REPLICA_ELECTION)
     return [(p["topic"], int(p["partition"])) for p in _json(data).get("partitions", [])]
+
+
+def request_topic_deletion(zk: KazooClient, topic: str) -> None:
+    if not zk.exists(topic_path(topic)):
+        raise KeyError(topic)
+    with contextlib.suppress(NodeExistsError):  # already asked for
+        zk.create(f"{DELETE_TOPICS}/{topic}", makepath=True)
+
+
+def pending_topic_deletions(zk: KazooClient) -> list[str]:
+    try:
+        return sorted(zk.get_children(DELETE_TOPICS))
+    except NoNodeError:
+        return []
+
+
+def delete_topic_nodes(zk: KazooClient, topic: str) -> None:
+    """Removes a topic from ZooKeeper: its assignment and states, its config, the request."""
+    for path in (topic_path(topic), f"{TOPIC_CONFIGS}/{topic}", f"{DELETE_TOPICS}/{topic}"):
+        with contextlib.suppress(NoNodeError):
+            zk.delete(path, recursive=True)
