@@ -111,15 +111,16 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _zookeeper_of(args: argparse.Namespace) -> str:
+def _from_cluster(args: argparse.Namespace, given: str | None, option: str, pick) -> str:  # type: ignore[no-untyped-def]
+    """An address given on the command line, or read from the local cluster in --dir."""
     from tidelog.cluster.local import ClusterError, LocalCluster
 
-    if args.zookeeper:
-        return args.zookeeper
+    if given:
+        return given
     cluster = LocalCluster(args.dir)
     if cluster.state is None:
-        raise ClusterError(f"no cluster in {args.dir}; give --zookeeper host:port or --dir DIR")
-    return cluster.zookeeper
+        raise ClusterError(f"no cluster in {args.dir}; give {option} or --dir DIR")
+    return pick(cluster)
 
 
 def _topic(args: argparse.Namespace) -> int:
@@ -129,7 +130,9 @@ def _topic(args: argparse.Namespace) -> int:
     from tidelog.errors import KafkaError
 
     try:
-        client = zookeeper.connect(_zookeeper_of(args))
+        client = zookeeper.connect(
+            _from_cluster(args, args.zookeeper, "--zookeeper host:port", lambda c: c.zookeeper)
+        )
     except (ClusterError, OSError) as error:
         return _fail(f"topic {args.action}", error)
     try:
@@ -205,17 +208,6 @@ def _topic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bootstrap_of(args: argparse.Namespace) -> str:
-    from tidelog.cluster.local import ClusterError, LocalCluster
-
-    if args.bootstrap_server:
-        return args.bootstrap_server
-    cluster = LocalCluster(args.dir)
-    if cluster.state is None:
-        raise ClusterError(f"no cluster in {args.dir}; give --bootstrap-server or --dir")
-    return cluster.bootstrap_servers
-
-
 def _perf(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -224,7 +216,9 @@ def _perf(args: argparse.Namespace) -> int:
     from tidelog.records.format import Codec
 
     try:
-        bootstrap = _bootstrap_of(args)
+        bootstrap = _from_cluster(
+            args, args.bootstrap_server, "--bootstrap-server", lambda c: c.bootstrap_servers
+        )
         if args.action == "produce":
             from tidelog.perf.producer import ProducerSettings, run_producer
 

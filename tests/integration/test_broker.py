@@ -127,6 +127,7 @@ def test_the_admin_api_shows_health_metrics_and_partitions(cluster, new_topic):
         "broker_id": leader,
         "registered": True,
         "status": "ok",
+        "brokers": [1, 2, 3],
     }
     described = admin(cluster, leader, f"/topics/{topic}")
     (partition,) = described["partitions"]

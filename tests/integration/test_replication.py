@@ -224,3 +224,34 @@ def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(rep
     finally:
         client.stop()
         client.close()
+
+
+def test_acks_all_times_out_while_an_in_sync_follower_does_not_fetch(replicated):
+    client = zookeeper.connect(replicated.zookeeper)
+    try:
+        topics.create_topic(client, "slow", 1, 3, {"min.insync.replicas": "2"})
+    finally:
+        client.stop()
+        client.close()
+    faults.wait_for_full_isr(replicated, "slow")
+    wait_for_leaders(replicated, "slow", 1)
+    leader = faults.pick_target(replicated, "slow", "leader")
+    follower = faults.pick_target(replicated, "slow", "follower")
+    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
+    body = {
+        "acks": -1,
+        "timeout": 500,
+        "topic_data": [{"topic": "slow", "data": [{"partition": 0, "record_set": records}]}],
+    }
+
+    replicated.signal_broker(follower, signal.SIGSTOP)  # still in the ISR for a while
+    try:
+        with connect(replicated, leader) as connection:
+            timed_out = request(connection, ApiKey.PRODUCE, 2, body)
+    finally:
+        replicated.signal_broker(follower, signal.SIGCONT)
+    faults.wait_for_full_isr(replicated, "slow")
+
+    assert (
+        timed_out["responses"][0]["partition_responses"][0]["error_code"] == 7
+    )  # REQUEST_TIMED_OUT

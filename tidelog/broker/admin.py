@@ -70,6 +70,7 @@ class AdminServer:
             "broker_id": self.broker_id,
             "registered": registered,
             "status": "ok" if registered else "starting",
+            "brokers": sorted(self.metadata.brokers),  # the live brokers this broker knows of
         }
         return web.json_response(body, status=200 if registered else 503)
 

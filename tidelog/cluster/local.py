@@ -142,6 +142,13 @@ class LocalCluster:
             progress(f"starting broker {broker_id}")
             self.start_broker(broker_id, wait=False)
         self.wait_registered(list(self.state.brokers), timeout)
+        everyone = sorted(self.state.brokers)
+        wait_until(
+            lambda: all(self.health(b).get("brokers") == everyone for b in everyone),
+            timeout,
+            "every broker to know every other",
+            interval=0.2,
+        )
         progress(f"{brokers} brokers registered; bootstrap servers: {self.bootstrap_servers}")
 
     def _prepare_zookeeper(self, connect: str) -> None:
@@ -239,15 +246,19 @@ class LocalCluster:
             client.stop()
             client.close()
 
-    def is_registered(self, broker_id: int) -> bool:
-        """Whether the broker process says it is registered (its admin /health): a znode left
-        by a killed process does not count."""
+    def health(self, broker_id: int) -> dict:
+        """The broker's own /health answer ({} if it does not answer)."""
         port = self.broker(broker_id).admin_port
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-                return bool(json.loads(reply.read()).get("registered"))
+                return json.loads(reply.read())
         except (OSError, ValueError):
-            return False
+            return {}
+
+    def is_registered(self, broker_id: int) -> bool:
+        """Whether the broker process says it is registered: a znode left by a killed process
+        does not count."""
+        return bool(self.health(broker_id).get("registered"))
 
     def wait_registered(self, broker_ids: list[int], timeout: float = 60.0) -> None:
         def all_registered() -> bool:
