@@ -18,12 +18,8 @@ def create_topic(
     config: dict[str, str] | None = None,
 ) -> None:
     """Creates a topic and waits until its leaders serve it with a full ISR."""
-    client = zookeeper.connect(cluster.zookeeper)
-    try:
+    with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, partitions, replication_factor, config or {})
-    finally:
-        client.stop()
-        client.close()
     wait_for_full_isr(cluster, name)
     import time
 

@@ -31,14 +31,10 @@ def new_topic(cluster):
 
     def create(partitions: int = 1, **config: str) -> str:
         name = f"topic-{next(_names)}"
-        client = zookeeper.connect(cluster.zookeeper)
-        try:
+        with zookeeper.session(cluster.zookeeper) as client:
             topics.create_topic(
                 client, name, partitions, 1, {k.replace("_", "."): v for k, v in config.items()}
             )
-        finally:
-            client.stop()
-            client.close()
         wait_for_leaders(cluster, name, partitions)
         return name
 

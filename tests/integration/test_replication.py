@@ -69,12 +69,8 @@ def test_log_append_time_stays_monotonic_when_a_slower_clock_takes_over(replicat
 
 
 def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         topics.create_topic(client, "strict", 1, 3, {"min.insync.replicas": "3"})
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "strict")
     wait_for_leaders(replicated, "strict", 1)
     follower = faults.pick_target(replicated, "strict", "follower")
@@ -104,12 +100,8 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
 
 
 def test_a_preferred_leader_election_gives_leadership_back_to_the_first_replica(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         assignment = topics.create_topic(client, "preferred", 1, 3)
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "preferred")
     preferred = assignment[0][0]
     replicated.stop_broker(preferred)
@@ -140,13 +132,9 @@ def control(cluster, broker_id: int, kind: str, body: dict) -> dict:
 
 
 def test_control_requests_from_an_older_controller_or_epoch_are_refused(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         assignment = topics.create_topic(client, "fenced", 1, 3)
         controller_epoch = int(client.get(zookeeper.CONTROLLER_EPOCH)[0])
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "fenced")
     wait_for_leaders(replicated, "fenced", 1)
     replicas = assignment[0]
@@ -169,12 +157,8 @@ def test_control_requests_from_an_older_controller_or_epoch_are_refused(replicat
 
 
 def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         topics.create_topic(client, "told", 1, 3)
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "told")
     leader = faults.pick_target(replicated, "told", "leader")
 
@@ -190,12 +174,8 @@ def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(rep
 
 
 def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         topics.create_topic(client, "doomed", 2, 3)
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "doomed")
     wait_for_leaders(replicated, "doomed", 2)
     directories = list(replicated.directory.glob("broker-*/logs/doomed-*"))
@@ -213,26 +193,18 @@ def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(rep
         30,
         "every replica of doomed to delete its log",
     )
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         wait_until(
             lambda: zookeeper.read_topic(client, "doomed") is None,
             30,
             "the controller to remove doomed from ZooKeeper",
         )
         assert zookeeper.pending_topic_deletions(client) == []
-    finally:
-        client.stop()
-        client.close()
 
 
 def test_acks_all_times_out_while_an_in_sync_follower_does_not_fetch(replicated):
-    client = zookeeper.connect(replicated.zookeeper)
-    try:
+    with zookeeper.session(replicated.zookeeper) as client:
         topics.create_topic(client, "slow", 1, 3, {"min.insync.replicas": "2"})
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(replicated, "slow")
     wait_for_leaders(replicated, "slow", 1)
     leader = faults.pick_target(replicated, "slow", "leader")

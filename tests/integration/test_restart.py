@@ -27,10 +27,8 @@ def single_broker(tmp_path):
         overrides={"log.segment.bytes": "4000", "log.index.interval.bytes": "512"},
         progress=lambda _: None,
     )
-    client = zookeeper.connect(cluster.zookeeper)
-    topics.create_topic(client, "events", 2, 1)
-    client.stop()
-    client.close()
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, "events", 2, 1)
     wait_for_leaders(cluster, "events", 2)
     yield cluster
     cluster.down(progress=lambda _: None)

@@ -24,12 +24,8 @@ CLOCK_SKEW_MS = -120_000
 
 
 def _zookeeper_read(cluster: LocalCluster, read):  # type: ignore[no-untyped-def]
-    client = zookeeper.connect(cluster.zookeeper)
-    try:
+    with zookeeper.session(cluster.zookeeper) as client:
         return read(client)
-    finally:
-        client.stop()
-        client.close()
 
 
 def pick_target(cluster: LocalCluster, topic: str, target: str) -> int:

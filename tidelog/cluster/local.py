@@ -154,12 +154,8 @@ class LocalCluster:
     def _prepare_zookeeper(self, connect: str) -> None:
         from tidelog.controller import zookeeper
 
-        client = zookeeper.connect(connect)
-        try:
+        with zookeeper.session(connect) as client:
             zookeeper.ensure_layout(client)
-        finally:
-            client.stop()
-            client.close()
 
     def _configure_broker(self, broker_id: int, overrides: dict[str, str]) -> BrokerProcess:
         directory = self.directory / f"broker-{broker_id}"
@@ -239,12 +235,8 @@ class LocalCluster:
         host, _, port = self.zookeeper.rpartition(":")
         if not is_serving(host, int(port)):
             return set()
-        client = zookeeper.connect(self.zookeeper)
-        try:
+        with zookeeper.session(self.zookeeper) as client:
             return set(zookeeper.read_brokers(client))
-        finally:
-            client.stop()
-            client.close()
 
     def health(self, broker_id: int) -> dict:
         """The broker's own /health answer ({} if it does not answer)."""

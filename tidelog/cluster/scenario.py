@@ -52,12 +52,8 @@ def create_topic(cluster: LocalCluster, settings: ScenarioSettings) -> str:
     }
     if settings.failure == "clock_skew" and settings.message_format != "0.9.0":
         config["message.timestamp.type"] = "LogAppendTime"
-    client = zookeeper.connect(cluster.zookeeper)
-    try:
+    with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, settings.partitions, replication_factor, config)
-    finally:
-        client.stop()
-        client.close()
     faults.wait_for_full_isr(cluster, name)
     return name
 

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -72,6 +72,17 @@ def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 6.0) -> 
     client = KazooClient(hosts=hosts, timeout=session_timeout)
     client.start(timeout=timeout)
     return client
+
+
+@contextlib.contextmanager
+def session(hosts: str) -> Iterator[KazooClient]:
+    """A client connected for the length of a ``with`` block."""
+    client = connect(hosts)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
 
 
 def ensure_layout(zk: KazooClient) -> str:
