@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -227,3 +228,43 @@ def test_acks_all_times_out_while_an_in_sync_follower_does_not_fetch(replicated)
     assert (
         timed_out["responses"][0]["partition_responses"][0]["error_code"] == 7
     )  # REQUEST_TIMED_OUT
+
+
+@pytest.fixture(scope="module")
+def unclean(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("unclean"))
+    overrides = {**SCENARIO_OVERRIDES, "unclean.leader.election.enable": "true"}
+    cluster.up(3, overrides=overrides, progress=lambda _: None)
+    yield cluster
+    cluster.down(progress=lambda _: None)
+
+
+@pytest.mark.parametrize("allowed", [False, True], ids=["clean-only", "unclean-allowed"])
+def test_an_out_of_sync_replica_leads_only_when_unclean_election_is_enabled(
+    replicated, unclean, allowed
+):
+    cluster = unclean if allowed else replicated
+    topic = f"last-replica-{allowed}"
+    with zookeeper.session(cluster.zookeeper) as client:
+        leader, follower = topics.create_topic(client, topic, 1, 2)[0]
+    faults.wait_for_full_isr(cluster, topic)
+
+    cluster.stop_broker(follower)  # the ISR shrinks to the leader alone
+    faults.wait_until_isr_size(cluster, topic, 1)
+    cluster.stop_broker(leader)  # no in-sync replica is left
+    faults.wait_until_leader(cluster, topic, lambda current: current == -1)
+    cluster.start_broker(follower)
+    try:
+        if allowed:
+            faults.wait_until_leader(cluster, topic, lambda current: current == follower)
+            controller_logs = "".join(
+                (cluster.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
+            )
+            assert f"{topic}-0: leader -1 -> {follower}" in controller_logs
+            assert "UNCLEAN" in controller_logs
+        else:
+            time.sleep(3)  # the controller has seen the follower return and left it out
+            faults.wait_until_leader(cluster, topic, lambda current: current == -1, timeout=1)
+    finally:
+        cluster.start_broker(leader)
+    faults.wait_until_leader(cluster, topic, lambda current: current >= 0)
