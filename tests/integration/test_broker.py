@@ -11,7 +11,7 @@ import urllib.request
 
 from tests.integration.conftest import admin
 from tests.integration.test_bad_input import connect, leader_of, request
-from tests.integration.test_kafka_python import consume, produce
+from tests.integration.test_kafka_python import consume_all, produce
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Record, build_message_set, iter_deep
 
@@ -163,7 +163,7 @@ def test_a_topic_config_change_takes_effect_on_the_running_broker(cluster, new_t
     deadline = time.monotonic() + 20
     while True:
         produce(cluster, topic, (0, 10, 1), [(b"k", b"after", {"timestamp_ms": 1000})])
-        records = consume(cluster, topic, (0, 10, 1), 100)
+        records = consume_all(cluster, topic)
         if records[-1].timestamp != 1000 or time.monotonic() > deadline:
             break
         time.sleep(0.2)

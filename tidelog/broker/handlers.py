@@ -142,45 +142,60 @@ class RequestHandler:
             "partition_metadata": partitions,
         }
 
+    def _each_partition(
+        self,
+        topics: list[dict],
+        partitions_key: str,
+        blank: dict[str, Any],
+        fill: Callable[[str, int, dict, dict], None],
+        where: str,
+        responses_key: str = "partition_responses",
+    ) -> list[dict]:
+        """Kafka's response layout, per topic and partition: ``blank`` filled in by
+        ``fill(topic, partition, wanted, response)``; a KafkaError it raises becomes that
+        partition's error code (and the partition keeps the blank values)."""
+        out = []
+        for topic_data in topics:
+            topic = topic_data["topic"]
+            answers = []
+            for wanted in topic_data[partitions_key]:
+                partition = wanted["partition"]
+                response = {"partition": partition, "error_code": 0, **blank}
+                try:
+                    fill(topic, partition, wanted, response)
+                except KafkaError as error:
+                    response.update(blank)
+                    response["error_code"] = self._error(
+                        error.code, f"{where} {topic}-{partition}", error
+                    )
+                answers.append(response)
+            out.append({"topic": topic, responses_key: answers})
+        return out
+
     # -- Produce -------------------------------------------------------------------------------
 
     async def produce(self, request: Request) -> dict | None:
-        body = request.body
-        acks = body["acks"]
-        responses = []
+        acks = request.body["acks"]
         waits = []
-        for topic_data in body["topic_data"]:
-            topic = topic_data["topic"]
-            partition_responses = []
-            for data in topic_data["data"]:
-                partition = data["partition"]
-                response = {
-                    "partition": partition,
-                    "error_code": 0,
-                    "base_offset": -1,
-                    "log_append_time": -1,
-                }
-                try:
-                    if acks not in (-1, 0, 1):
-                        raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
-                    records = data["record_set"]
-                    if records is None:
-                        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "null message set")
-                    info = self.replicas.append(topic, partition, records, acks)
-                    response["base_offset"] = info.first_offset
-                    response["log_append_time"] = info.log_append_time
-                    if acks == -1:
-                        waits.append(
-                            self._await_replication(request, topic, info.last_offset, response)
-                        )
-                except KafkaError as error:
-                    response["error_code"] = self._error(
-                        error.code,
-                        f"produce to {topic}-{partition} from {request.client_id}",
-                        error,
-                    )
-                partition_responses.append(response)
-            responses.append({"topic": topic, "partition_responses": partition_responses})
+
+        def append(topic: str, partition: int, data: dict, response: dict) -> None:
+            if acks not in (-1, 0, 1):
+                raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
+            if data["record_set"] is None:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "null message set")
+            info = self.replicas.append(topic, partition, data["record_set"], acks)
+            response["base_offset"] = info.first_offset
+            response["log_append_time"] = info.log_append_time
+            if acks == -1:
+                waits.append(self._await_replication(request, topic, info.last_offset, response))
+
+        responses = self._each_partition(
+            request.body["topic_data"],
+            "data",
+            {"base_offset": -1, "log_append_time": -1},
+            append,
+            f"produce from {request.client_id} to",
+        )
         if acks == 0:
             return None
         await asyncio.gather(*waits)
@@ -197,7 +212,7 @@ class RequestHandler:
             )
         except KafkaError as error:
             response["error_code"] = self._error(
-                error.code, f"produce to {topic}-{partition} from {request.client_id}", error
+                error.code, f"produce from {request.client_id} to {topic}-{partition}", error
             )
 
     # -- Fetch ---------------------------------------------------------------------------------
@@ -208,49 +223,43 @@ class RequestHandler:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
         while True:
-            responses, total, failed = self._read_partitions(request)
+            responses, total = self._read_partitions(request)
+            failed = any(r["error_code"] for t in responses for r in t["partition_responses"])
             remaining = deadline - loop.time()
             if total >= body["min_bytes"] or failed or remaining <= 0:
                 return {"throttle_time_ms": 0, "responses": responses}
             await self.replicas.wait_for_change(keys, remaining)
 
-    def _read_partitions(self, request: Request) -> tuple[list[dict], int, bool]:
+    def _read_partitions(self, request: Request) -> tuple[list[dict], int]:
+        """One pass over the fetched partitions; returns the responses and the bytes in them.
+        Fetch v3's max_bytes bounds the whole response; its first partition with data returns
+        at least one whole message."""
         body, version = request.body, request.api_version
-        replica_id = body["replica_id"]
         budget = body.get("max_bytes", NO_LIMIT)
-        responses, total, failed = [], 0, False
-        for topic_data in body["topics"]:
-            topic = topic_data["topic"]
-            partition_responses = []
-            for wanted in topic_data["partitions"]:
-                partition = wanted["partition"]
-                response = {
-                    "partition": partition,
-                    "error_code": 0,
-                    "high_watermark": -1,
-                    "record_set": b"",
-                }
-                try:
-                    max_bytes = min(wanted["max_bytes"], max(budget - total, 0))
-                    partition_log, data = self.replicas.read(
-                        topic,
-                        partition,
-                        wanted["fetch_offset"],
-                        max_bytes,
-                        replica_id=replica_id,
-                        min_one_message=version >= 3 and total == 0,
-                    )
-                    response["high_watermark"] = partition_log.high_watermark
-                    response["record_set"] = self._records_for(partition_log, data.slice, version)
-                    total += data.slice.length
-                except KafkaError as error:
-                    failed = True
-                    response["error_code"] = self._error(
-                        error.code, f"fetch from {topic}-{partition} by {request.client_id}", error
-                    )
-                partition_responses.append(response)
-            responses.append({"topic": topic, "partition_responses": partition_responses})
-        return responses, total, failed
+        total = 0
+
+        def read(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            nonlocal total
+            partition_log, data = self.replicas.read(
+                topic,
+                partition,
+                wanted["fetch_offset"],
+                min(wanted["max_bytes"], max(budget - total, 0)),
+                replica_id=body["replica_id"],
+                min_one_message=version >= 3 and total == 0,
+            )
+            response["high_watermark"] = partition_log.high_watermark
+            response["record_set"] = self._records_for(partition_log, data.slice, version)
+            total += data.slice.length
+
+        responses = self._each_partition(
+            body["topics"],
+            "partitions",
+            {"high_watermark": -1, "record_set": b""},
+            read,
+            f"fetch by {request.client_id} from",
+        )
+        return responses, total
 
     def _records_for(self, partition_log: Log, file_slice: Any, version: int) -> Any:
         """The slice itself (sent with zero copy) when the fetcher reads the log's format;
@@ -264,54 +273,46 @@ class RequestHandler:
     async def offsets_for_leader_epoch(self, request: Request) -> dict:
         """Where the asked epoch ended on this leader: the start of the next epoch it knows, or
         its log end offset for its latest epoch (KIP-101)."""
-        topics = []
-        for topic_data in request.body["topics"]:
-            topic = topic_data["topic"]
-            answers = []
-            for wanted in topic_data["partitions"]:
-                partition = wanted["partition"]
-                answer = {"partition": partition, "error_code": 0, "end_offset": -1}
-                try:
-                    partition_log = self.replicas.leader_log(topic, partition)
-                    answer["end_offset"] = partition_log.leader_epochs.end_offset_for(
-                        wanted["leader_epoch"], partition_log.log_end_offset
-                    )
-                except KafkaError as error:
-                    answer["error_code"] = self._error(
-                        error.code, f"leader epoch of {topic}-{partition}"
-                    )
-                answers.append(answer)
-            topics.append({"topic": topic, "partitions": answers})
+
+        def end_offset(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            partition_log = self.replicas.leader_log(topic, partition)
+            response["end_offset"] = partition_log.leader_epochs.end_offset_for(
+                wanted["leader_epoch"], partition_log.log_end_offset
+            )
+
+        topics = self._each_partition(
+            request.body["topics"],
+            "partitions",
+            {"end_offset": -1},
+            end_offset,
+            "leader epoch of",
+            responses_key="partitions",
+        )
         return {"topics": topics}
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
     async def list_offsets(self, request: Request) -> dict:
         body, version = request.body, request.api_version
-        responses = []
-        for topic_data in body["topics"]:
-            topic = topic_data["topic"]
-            partition_responses = []
-            for wanted in topic_data["partitions"]:
-                partition = wanted["partition"]
-                response: dict[str, Any] = {"partition": partition, "error_code": 0}
-                try:
-                    partition_log = self.replicas.leader_log(topic, partition)
-                    if version == 0:
-                        response["offsets"] = self._offsets_before(
-                            partition_log, wanted["timestamp"], wanted["max_num_offsets"], body
-                        )
-                    else:
-                        response["timestamp"], response["offset"] = self._offset_for_time(
-                            partition_log, wanted["timestamp"], body["replica_id"]
-                        )
-                except KafkaError as error:
-                    response["error_code"] = self._error(
-                        error.code, f"list offsets of {topic}-{partition}", error
-                    )
-                    response.update(offsets=[], timestamp=-1, offset=-1)
-                partition_responses.append(response)
-            responses.append({"topic": topic, "partition_responses": partition_responses})
+
+        def offsets(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            partition_log = self.replicas.leader_log(topic, partition)
+            if version == 0:
+                response["offsets"] = self._offsets_before(
+                    partition_log, wanted["timestamp"], wanted["max_num_offsets"], body
+                )
+            else:
+                response["timestamp"], response["offset"] = self._offset_for_time(
+                    partition_log, wanted["timestamp"], body["replica_id"]
+                )
+
+        responses = self._each_partition(
+            body["topics"],
+            "partitions",
+            {"offsets": [], "timestamp": -1, "offset": -1},
+            offsets,
+            "list offsets of",
+        )
         return {"responses": responses}
 
     def _latest(self, partition_log: Log, replica_id: int) -> int:
