@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -31,23 +32,28 @@ def produce(cluster, topic, api_version, messages, compression=None, acks=1):
         producer.close()
 
 
-def consume(cluster, topic, api_version, count):
+def consume(cluster, topic, api_version, count, timeout=30.0):
+    """``count`` messages from the start of every partition, read by kafka-python at
+    ``api_version`` with partitions assigned explicitly (no subscription to wait on)."""
     consumer = KafkaConsumer(
-        topic,
         bootstrap_servers=cluster.bootstrap_servers,
         api_version=api_version,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         group_id=None,
-        consumer_timeout_ms=10_000,
     )
+    deadline = time.monotonic() + timeout
     try:
+        numbers = consumer.partitions_for_topic(topic)
+        while not numbers and time.monotonic() < deadline:
+            time.sleep(0.2)
+            numbers = consumer.partitions_for_topic(topic)
+        consumer.assign([TopicPartition(topic, number) for number in sorted(numbers or [])])
         records = []
-        for record in consumer:
-            records.append(record)
-            if len(records) == count:
-                break
-        return records
+        while len(records) < count and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                records += batch
+        return sorted(records, key=lambda r: (r.partition, r.offset))[:count]
     finally:
         consumer.close()
 
