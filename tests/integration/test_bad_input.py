@@ -36,6 +36,15 @@ def receive(connection: socket.socket, count: int) -> bytes:
     return data
 
 
+def produce_body(topic: str, records: bytes, acks: int = 1, timeout: int = 1000) -> dict:
+    """A Produce request body for partition 0 of ``topic``."""
+    return {
+        "acks": acks,
+        "timeout": timeout,
+        "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
+    }
+
+
 def closed_by_broker(connection: socket.socket) -> bool:
     try:
         return connection.recv(1) == b""
@@ -96,32 +105,12 @@ def test_a_crc_corrupt_message_set_is_refused_with_corrupt_message(cluster, new_
     leader = leader_of(cluster, topic)
 
     with connect(cluster, leader) as connection:
-        response = request(
-            connection,
-            ApiKey.PRODUCE,
-            2,
-            {
-                "acks": 1,
-                "timeout": 1000,
-                "topic_data": [
-                    {"topic": topic, "data": [{"partition": 0, "record_set": bytes(message_set)}]}
-                ],
-            },
-        )
+        response = request(connection, ApiKey.PRODUCE, 2, produce_body(topic, bytes(message_set)))
         (partition,) = response["responses"][0]["partition_responses"]
         assert partition["error_code"] == 2  # CORRUPT_MESSAGE
         # Nothing was appended, and the connection still works for a good set.
         good = build_message_set([Record(b"k", b"fine", 0)], magic=1)
-        response = request(
-            connection,
-            ApiKey.PRODUCE,
-            2,
-            {
-                "acks": 1,
-                "timeout": 1000,
-                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": good}]}],
-            },
-        )
+        response = request(connection, ApiKey.PRODUCE, 2, produce_body(topic, good))
         (partition,) = response["responses"][0]["partition_responses"]
         assert (partition["error_code"], partition["base_offset"]) == (0, 0)
     assert still_serves(cluster)
@@ -133,16 +122,7 @@ def test_produce_to_a_broker_that_does_not_lead_is_not_leader_for_partition(clus
     good = build_message_set([Record(b"k", b"v", 0)], magic=1)
 
     with connect(cluster, other) as connection:
-        response = request(
-            connection,
-            ApiKey.PRODUCE,
-            2,
-            {
-                "acks": 1,
-                "timeout": 1000,
-                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": good}]}],
-            },
-        )
+        response = request(connection, ApiKey.PRODUCE, 2, produce_body(topic, good))
 
     assert response["responses"][0]["partition_responses"][0]["error_code"] == 6
 

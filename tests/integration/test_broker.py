@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 from tests.integration.conftest import admin
-from tests.integration.test_bad_input import connect, leader_of, request
+from tests.integration.test_bad_input import connect, leader_of, produce_body, request
 from tests.integration.test_kafka_python import consume_all, produce
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Record, build_message_set, iter_deep
@@ -41,14 +41,6 @@ def fetch_body(topic: str, offset: int, max_wait: int, min_bytes: int = 1) -> di
                 "partitions": [{"partition": 0, "fetch_offset": offset, "max_bytes": 1 << 20}],
             }
         ],
-    }
-
-
-def produce_body(topic: str, records: bytes) -> dict:
-    return {
-        "acks": 1,
-        "timeout": 1000,
-        "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
     }
 
 

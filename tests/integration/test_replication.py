@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from tests.integration.conftest import wait_for_leaders
-from tests.integration.test_bad_input import connect, request
+from tests.integration.test_bad_input import connect, produce_body, request
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
@@ -76,11 +76,7 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
     wait_for_leaders(replicated, "strict", 1)
     follower = faults.pick_target(replicated, "strict", "follower")
     records = build_message_set([Record(b"k", b"v", 0)], magic=1)
-    body = {
-        "acks": -1,
-        "timeout": 5000,
-        "topic_data": [{"topic": "strict", "data": [{"partition": 0, "record_set": records}]}],
-    }
+    body = produce_body("strict", records, acks=-1, timeout=5000)
 
     leader = faults.pick_target(replicated, "strict", "leader")
     with connect(replicated, leader) as connection:
@@ -214,11 +210,7 @@ def test_acks_all_times_out_while_an_in_sync_follower_does_not_fetch(replicated)
     leader = faults.pick_target(replicated, "slow", "leader")
     follower = faults.pick_target(replicated, "slow", "follower")
     records = build_message_set([Record(b"k", b"v", 0)], magic=1)
-    body = {
-        "acks": -1,
-        "timeout": 500,
-        "topic_data": [{"topic": "slow", "data": [{"partition": 0, "record_set": records}]}],
-    }
+    body = produce_body("slow", records, acks=-1, timeout=500)
 
     replicated.signal_broker(follower, signal.SIGSTOP)  # still in the ISR for a while
     try:
