@@ -102,7 +102,7 @@ def test_a_follower_refuses_offsets_below_its_log_end(make_log, clock):
     fill(leader, clock, 2)
     follower.append_as_follower(leader.read(0, 10**6).slice.read())
 
-    with pytest.raises(KafkaError, match="follower append of offset 0"):
+    with pytest.raises(KafkaError, match="offset 0 at position 0 is below 10"):
         follower.append_as_follower(leader.read(0, 10**6).slice.read())
 
 

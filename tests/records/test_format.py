@@ -17,6 +17,7 @@ from tidelog.records.format import (
     iter_deep,
     iter_shallow,
     read_entry,
+    scan_entries,
 )
 
 optional_bytes = st.one_of(st.none(), st.binary(max_size=300))
@@ -107,3 +108,56 @@ def test_null_key_and_null_value_are_distinct_from_empty_ones():
         empty = encode_message(magic, b"", b"")
         assert null != empty
         assert len(null) == len(empty)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    batches=st.lists(records, min_size=1, max_size=4),
+    magic=st.sampled_from([0, 1]),
+    codec=st.sampled_from(list(Codec)),
+    cut=st.integers(1, 40),
+)
+def test_a_replicated_set_scans_whole_entries_and_stops_at_a_partial_one(
+    batches, magic, codec, cut
+):
+    buffer, offset = b"", 100
+    for batch in batches:
+        buffer += build_message_set(batch, magic=magic, codec=codec, base_offset=offset)
+        offset += len(batch)
+    entries = list(iter_shallow(buffer))
+    cut = 1 + cut % (12 + entries[-1].size)  # somewhere inside the last entry
+
+    whole = scan_entries(buffer, 100)
+    partial = scan_entries(buffer[:-cut], 100)
+
+    assert (whole.end, whole.first_offset, whole.last_offset) == (
+        len(buffer),
+        entries[0].offset,
+        entries[-1].offset,
+    )
+    largest = max(e.timestamp for e in entries)
+    assert whole.max_timestamp == (largest if magic == 1 else -1)
+    assert partial.end == entries[-1].position
+    assert partial.last_offset == (entries[-2].offset if len(entries) > 1 else -1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda b: b[:40] + bytes([b[40] ^ 0xFF]) + b[41:], "CRC mismatch at offset 7"),
+        (lambda b: b[:16] + b"\x07" + b[17:], "unknown magic 7 at offset 7"),
+        (lambda b: b + bytes(12), "message size 0 at position"),
+    ],
+)
+def test_a_damaged_replicated_set_is_refused_not_cut(damage, reason):
+    buffer = damage(build_message_set([Record(b"k", b"value" * 10)] * 3, magic=1, base_offset=7))
+
+    with pytest.raises(KafkaError, match=reason):
+        scan_entries(buffer, 7)
+
+
+def test_a_replicated_set_must_move_offsets_forward():
+    buffer = build_message_set([Record(b"k", b"v")] * 2, magic=1, base_offset=5)
+
+    with pytest.raises(KafkaError, match="offset 5 at position 0 is below 6"):
+        scan_entries(buffer, 6)

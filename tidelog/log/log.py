@@ -20,10 +20,8 @@ from tidelog.records.format import (
     CODEC_MASK,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
-    corrupt,
     iter_inner,
-    read_entry,
-    read_timestamp,
+    scan_entries,
     view_at,
 )
 from tidelog.records.validation import validate_and_assign_offsets
@@ -233,34 +231,20 @@ class Log:
         """Appends what the leader of ``leader_epoch`` wrote, offsets and timestamps as they
         are. A partial last entry (a fetch cut at max_bytes) is left for the next fetch. None if
         nothing whole."""
-        view = memoryview(buffer)
-        position, limit = 0, len(view)
-        first_offset = last_offset = -1
-        max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-        while limit - position >= LOG_OVERHEAD:
-            try:
-                offset, size, magic, _ = read_entry(view, position, limit)
-            except KafkaError:
-                if _is_partial(view, position, limit):
-                    break
-                raise
-            if offset < max(last_offset + 1, self.log_end_offset):
-                raise corrupt(
-                    f"follower append of offset {offset} at log end offset {self.log_end_offset}"
-                )
-            timestamp = read_timestamp(view, position + LOG_OVERHEAD, magic)
-            if timestamp > max_timestamp:
-                max_timestamp, offset_of_max = timestamp, offset
-            if first_offset < 0:
-                first_offset = offset
-            last_offset = offset
-            position += LOG_OVERHEAD + size
-        if first_offset < 0:
+        scan = scan_entries(buffer, self.log_end_offset)
+        if scan.first_offset < 0:
             return None
-        info = LogAppendInfo(first_offset, last_offset, max_timestamp, offset_of_max, -1, position)
+        info = LogAppendInfo(
+            scan.first_offset,
+            scan.last_offset,
+            scan.max_timestamp,
+            scan.offset_of_max_timestamp,
+            -1,
+            scan.end,
+        )
         if leader_epoch is not None:
             self.leader_epochs.assign(leader_epoch, self.log_end_offset)
-        self._append(info, view[:position])
+        self._append(info, memoryview(buffer)[: scan.end])
         return info
 
     def _append(self, info: LogAppendInfo, data: bytes | memoryview) -> None:
@@ -350,6 +334,10 @@ class Log:
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.directory}",
             )
+        if offset == end or (max_offset is not None and offset >= max_offset):
+            # A caught-up follower or consumer: nothing to read, and no index to search.
+            active = self.active_segment
+            return FetchData(offset, FileSlice(active.file, active.size, 0))
         number = self._segment_for(offset)
         while number < len(self.segments):
             segment = self.segments[number]
@@ -522,11 +510,3 @@ class Log:
             f"Log({self.directory.name}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, hw={self.high_watermark}, segments={len(self.segments)})"
         )
-
-
-def _is_partial(view: memoryview, position: int, limit: int) -> bool:
-    """Whether the entry at ``position`` runs past ``limit`` (as opposed to being corrupt)."""
-    if limit - position < LOG_OVERHEAD:
-        return True
-    size = int.from_bytes(view[position + 8 : position + 12], "big", signed=True)
-    return size >= 0 and position + LOG_OVERHEAD + size > limit

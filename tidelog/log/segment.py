@@ -96,15 +96,19 @@ class LogSegment:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def iter_headers(self, position: int = 0, end: int | None = None) -> Iterator[tuple[int, ...]]:
+    def iter_headers(
+        self, position: int = 0, end: int | None = None, first_chunk: int = SCAN_CHUNK
+    ) -> Iterator[tuple[int, ...]]:
         """(offset, position, size, magic, timestamp) of each entry from ``position`` on, read
-        in chunks and without CRC checks (for data already validated)."""
+        in chunks (the first of ``first_chunk`` bytes) without CRC checks, for data already
+        validated."""
         end = self.size if end is None else end
-        chunk, chunk_start = b"", position
+        chunk, chunk_start, chunk_size = b"", position, first_chunk
         while position + LOG_OVERHEAD <= end:
             if position + HEADER_PREFIX > chunk_start + len(chunk):
                 chunk_start = position
-                chunk = os.pread(self._fd, min(SCAN_CHUNK, end - position), position)
+                chunk = os.pread(self._fd, min(chunk_size, end - position), position)
+                chunk_size = SCAN_CHUNK
             at = position - chunk_start
             offset, size = OFFSET_AND_SIZE.unpack_from(chunk, at)
             if size < MESSAGE_OVERHEAD[0] or position + LOG_OVERHEAD + size > end:
@@ -118,7 +122,12 @@ class LogSegment:
         """(offset, position) of the first entry whose offset is >= ``offset`` (for a compressed
         wrapper, its last inner offset), or None if there is none."""
         _, position = self.index.lookup(offset)
-        for entry_offset, entry_position, *_ in self.iter_headers(position):
+        # Mostly the indexed entry is the one sought (fetches start where a batch did): its
+        # header is all there is to read then.
+        first_chunk = min(SCAN_CHUNK, self.index_interval_bytes + HEADER_PREFIX)
+        for entry_offset, entry_position, *_ in self.iter_headers(
+            position, first_chunk=first_chunk
+        ):
             if entry_offset >= offset:
                 return entry_offset, entry_position
         return None

@@ -31,6 +31,9 @@ V0_ENTRY_HEADER = struct.Struct(">qiIbBi")
 V1_ENTRY_HEADER = struct.Struct(">qiIbBqi")
 CRC = struct.Struct(">I")
 MAGIC_AND_ATTRIBUTES = struct.Struct(">bB")
+# An entry up to where a v1 message's timestamp ends (26 bytes: no entry of either magic is
+# shorter): offset, size, crc, magic, attributes, timestamp (meaningless for v0).
+SHALLOW_HEADER = struct.Struct(">qiIbBq")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
 # The fixed part of a message after its CRC, per magic.
@@ -91,6 +94,59 @@ def read_entry(buffer: memoryview | bytes, position: int, limit: int) -> tuple[i
     if zlib.crc32(buffer[start + MAGIC_POSITION : start + size]) != crc:
         raise corrupt(f"CRC mismatch at offset {offset}")
     return offset, size, magic, attributes
+
+
+@dataclass(frozen=True)
+class ShallowScan:
+    """What ``scan_entries`` found: ``end`` is the position after the last whole entry (the
+    start of a partial one a fetch cut at its max_bytes, if any); offsets are -1 when no entry
+    was whole; ``max_timestamp`` is -1 for format v0."""
+
+    end: int
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+
+
+def scan_entries(buffer: bytes | bytearray | memoryview, min_offset: int) -> ShallowScan:
+    """Checks a replicated message set entry by entry, without opening compressed wrappers.
+
+    Every whole entry must pass its CRC, have a known magic and an offset above the previous
+    one's and at least ``min_offset``; anything else raises CORRUPT_MESSAGE, naming the fault.
+    A partial last entry ends the scan. This is the follower's append path, so the loop
+    unpacks one struct per entry and calls no function of its own.
+    """
+    view = memoryview(buffer)
+    limit, position = len(view), 0
+    unpack, crc32, minimum = SHALLOW_HEADER.unpack_from, zlib.crc32, MESSAGE_OVERHEAD
+    first_offset = last_offset = offset_of_max = NO_TIMESTAMP
+    max_timestamp, next_offset = NO_TIMESTAMP, min_offset
+    while limit - position >= SHALLOW_HEADER.size:
+        offset, size, crc, magic, _, timestamp = unpack(view, position)
+        end = position + LOG_OVERHEAD + size
+        if end > limit and size >= 0:
+            break  # partial: the next fetch brings it whole
+        if (
+            offset < next_offset
+            or magic not in minimum
+            or size < minimum[magic]
+            or crc32(view[position + 16 : end]) != crc
+        ):
+            if offset < next_offset:
+                raise corrupt(f"offset {offset} at position {position} is below {next_offset}")
+            read_entry(view, position, limit)  # raises the precise error
+        if first_offset < 0:
+            first_offset = offset
+        if magic and timestamp > max_timestamp:
+            max_timestamp, offset_of_max = timestamp, offset
+        last_offset, next_offset, position = offset, offset + 1, end
+    if limit - position >= LOG_OVERHEAD:  # too short for the loop: whole (and bad) or partial?
+        (size,) = INT32.unpack_from(view, position + 8)
+        if position + LOG_OVERHEAD + size <= limit:
+            read_entry(view, position, limit)
+    view.release()
+    return ShallowScan(position, first_offset, last_offset, max_timestamp, offset_of_max)
 
 
 def read_timestamp(buffer: memoryview | bytes, message_start: int, magic: int) -> int:
