@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
 import time
 
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metrics import Metrics
 from tidelog.errors import ErrorCode
 from tidelog.log.segment import FileSlice
+from tidelog.protocol.connection import STREAM_BUFFER_BYTES
 from tidelog.protocol.frames import (
     SIZE,
     UnsupportedRequest,
@@ -52,7 +56,7 @@ class KafkaServer:
     async def bind(self) -> None:
         """Takes the port (so that it can be registered) without accepting connections yet."""
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, start_serving=False
+            self._serve, self.host, self.port, start_serving=False, limit=STREAM_BUFFER_BYTES
         )
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -135,13 +139,40 @@ class KafkaServer:
         return True
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list) -> None:
-        loop = asyncio.get_running_loop()
-        for part in parts:
-            if isinstance(part, FileSlice):
-                await writer.drain()
-                await loop.sendfile(writer.transport, part.file, part.position, part.length)
-                self.metrics.bytes_out += part.length
-            else:
-                writer.write(part)
-                self.metrics.bytes_out += len(part)
+        """Writes a response; its file slices go by sendfile. A response with slices is corked
+        (TCP_CORK) until its last byte, so the reader gets it in full-sized segments rather
+        than a header first, and each slice is first offered to the socket directly: only
+        what the socket cannot take at once goes through ``loop.sendfile``."""
+        sliced = any(isinstance(part, FileSlice) for part in parts)
+        transport = writer.transport
+        sock = transport.get_extra_info("socket")
+        if sliced:
+            _cork(sock, True)
+        try:
+            for part in parts:
+                if isinstance(part, FileSlice):
+                    await self._send_slice(transport, sock, part)
+                    self.metrics.bytes_out += part.length
+                else:
+                    writer.write(part)
+                    self.metrics.bytes_out += len(part)
+        finally:
+            if sliced and not transport.is_closing():
+                _cork(sock, False)
         await writer.drain()
+
+    async def _send_slice(self, transport: asyncio.Transport, sock, part: FileSlice) -> None:  # type: ignore[no-untyped-def]
+        sent = 0
+        if not transport.get_write_buffer_size():  # nothing queued ahead of it
+            try:
+                sent = os.sendfile(sock.fileno(), part.file.fileno(), part.position, part.length)
+            except BlockingIOError:
+                sent = 0
+        if sent < part.length:
+            loop = asyncio.get_running_loop()
+            await loop.sendfile(transport, part.file, part.position + sent, part.length - sent)
+
+
+def _cork(sock, on: bool) -> None:  # type: ignore[no-untyped-def]
+    with contextlib.suppress(OSError):  # not TCP (a test's socket pair), or already closed
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)

@@ -10,6 +10,11 @@ from collections import deque
 from tidelog.protocol.frames import SIZE, decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 
+# What a connection's reader (client or broker side) buffers before it stops reading the
+# socket: asyncio's default of 64 KiB would pause and resume reading several times for each
+# 1 MB produce request or replica fetch response.
+STREAM_BUFFER_BYTES = 4 * 1024 * 1024
+
 
 class Connection:
     """Requests go out as soon as they are sent; responses come back in order, so each is
@@ -27,7 +32,7 @@ class Connection:
 
     @classmethod
     async def open(cls, host: str, port: int, client_id: str = "tidelog") -> Connection:
-        reader, writer = await asyncio.open_connection(host, port)
+        reader, writer = await asyncio.open_connection(host, port, limit=STREAM_BUFFER_BYTES)
         return cls(reader, writer, client_id)
 
     def send(self, api_key: ApiKey, version: int, body: dict, expect_response: bool = True):  # type: ignore[no-untyped-def]

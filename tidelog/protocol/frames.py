@@ -68,6 +68,8 @@ def encode_response(
     write(APIS[api_key].responses[api_version], writer, body)
     size = writer.size
     parts = writer.finish()
+    if parts and isinstance(parts[0], bytes):  # one write, not a 4-byte one and the rest
+        return [SIZE.pack(size) + parts[0], *parts[1:]]
     return [SIZE.pack(size), *parts]
 
 
