@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def percentile(sorted_values: array | list[float], fraction: float) -> float:
@@ -19,7 +19,9 @@ class Summary:
     records: int
     bytes: int
     seconds: float
-    latencies_ms: array  # one per record (producer) or per request (consumer)
+    # one per record (producer) or per request (consumer); not in the repr, which asyncio may
+    # build for a finished task's result
+    latencies_ms: array = field(repr=False)
 
     @property
     def records_per_second(self) -> float:

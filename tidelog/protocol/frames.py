@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidelog.protocol.schemas import APIS, REQUEST_HEADER, RESPONSE_HEADER, ApiKey
-from tidelog.protocol.types import ProtocolError, Writer, decode, encode, write
+from tidelog.protocol.types import ProtocolError, Writer, decode, write
 
 SIZE = struct.Struct(">i")
 
@@ -45,18 +45,22 @@ def decode_request(frame: bytes | memoryview) -> Request:
 
 def encode_request(
     api_key: ApiKey, api_version: int, correlation_id: int, client_id: str | None, body: dict
-) -> bytes:
-    header = encode(
-        REQUEST_HEADER,
-        {
-            "api_key": api_key,
-            "api_version": api_version,
-            "correlation_id": correlation_id,
-            "client_id": client_id,
-        },
-    )
-    payload = header + encode(APIS[api_key].requests[api_version], body)
-    return SIZE.pack(len(payload)) + payload
+) -> bytearray:
+    """A request frame, size prefix included, built in one buffer (a produce request's records
+    are copied once)."""
+    writer = Writer()
+    writer.write(bytes(SIZE.size))  # the size, filled in below
+    header = {
+        "api_key": api_key,
+        "api_version": api_version,
+        "correlation_id": correlation_id,
+        "client_id": client_id,
+    }
+    write(REQUEST_HEADER, writer, header)
+    write(APIS[api_key].requests[api_version], writer, body)
+    frame = writer.finish_buffer()
+    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
+    return frame
 
 
 def encode_response(

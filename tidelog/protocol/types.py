@@ -43,6 +43,13 @@ class Writer:
             self.buffer = bytearray()
         return self.parts
 
+    def finish_buffer(self) -> bytearray:
+        """Everything written, as one buffer, for encodings without file slices."""
+        if self.parts:
+            raise ValueError("this encoding holds file slices; use finish()")
+        buffer, self.buffer = self.buffer, bytearray()
+        return buffer
+
     @property
     def size(self) -> int:
         return len(self.buffer) + sum(
@@ -214,7 +221,4 @@ def decode(field_type: Any, data: bytes | memoryview, position: int = 0) -> tupl
 def encode(field_type: Any, value: Any) -> bytes:
     writer = Writer()
     write(field_type, writer, value)
-    parts = writer.finish()
-    if any(not isinstance(part, bytes) for part in parts):
-        raise ValueError("encode() is for values without file slices; use a Writer")
-    return b"".join(parts)  # type: ignore[arg-type]
+    return bytes(writer.finish_buffer())
