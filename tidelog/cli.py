@@ -38,7 +38,7 @@ def _dump_log(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _fail(command: str, error: Exception) -> int:
+def _fail(command: str, error: Exception | str) -> int:
     print(f"tidelog {command}: {error}", file=sys.stderr)
     return 2
 
@@ -274,6 +274,8 @@ def _scenario(args: argparse.Namespace) -> int:
     from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
     from tidelog.cluster.zookeeper import ZooKeeperError
 
+    if args.failure == "truncation_failover" and args.target != "leader":
+        return _fail("scenario replication", "truncation_failover: --target must be leader")
     settings = ScenarioSettings(
         failure=args.failure,
         target=args.target,
@@ -288,7 +290,8 @@ def _scenario(args: argparse.Namespace) -> int:
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
-            cluster.up(args.brokers, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None)
+            overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
+            cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         topic, report = asyncio.run(run_scenario(cluster, settings))
     except (ClusterError, ZooKeeperError) as error:
         return _fail("scenario replication", error)
@@ -463,8 +466,26 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     replication.add_argument("--brokers", type=int, default=3)
-    replication.add_argument("--failure", required=True, choices=FAILURES)
+    replication.add_argument(
+        "--failure",
+        required=True,
+        choices=FAILURES,
+        help=(
+            "truncation_failover stops a leader while its next-in-line follower is paused, so "
+            "that the third replica truncates and then leads (KIP-101); it picks its own "
+            "brokers, so --target must be leader"
+        ),
+    )
     replication.add_argument("--target", default="leader", choices=TARGETS)
+    replication.add_argument(
+        "--truncation-mode",
+        default="leader-epoch",
+        choices=["leader-epoch", "high-watermark"],
+        help=(
+            "replica.truncation.mode of a cluster this command starts: high-watermark "
+            "truncates as Kafka 0.10 did, and can lose acknowledged messages"
+        ),
+    )
     replication.add_argument("--format", default="0.10.0", choices=["0.9.0", "0.10.0"])
     replication.add_argument("--acks", default="all", choices=["1", "all"])
     replication.add_argument("--cycles", type=int, default=1)

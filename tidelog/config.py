@@ -158,6 +158,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             _one_of(*INTER_BROKER_PROTOCOL_VERSIONS),
         ),
         _key("replica.lag.time.max.ms", _int, 10000, _at_least(1)),
+        _key("replica.fetch.wait.max.ms", _int, 500, _at_least(0, INT_MAX)),
+        _key("replica.fetch.min.bytes", _int, 1, _at_least(1, INT_MAX)),
+        _key("replica.fetch.max.bytes", _int, 1048576, _at_least(0, INT_MAX)),
         # tidelog's own: how a new follower truncates (Kafka 0.10 used the high watermark).
         _key(
             "replica.truncation.mode",

@@ -55,6 +55,8 @@ def scenario(cluster, **settings):
         ("hard_shutdown", "controller", "0.10.0"),
         ("pause", "follower", "0.10.0"),
         ("zk_session_expiry", "leader", "0.10.0"),
+        ("clean_bounce", "follower", "0.9.0"),
+        ("truncation_failover", "leader", "0.10.0"),
     ],
 )
 def test_no_acknowledged_message_is_lost_and_no_replica_diverges(
@@ -94,6 +96,32 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
     assert (
         refused["responses"][0]["partition_responses"][0]["error_code"] == 19
     )  # NOT_ENOUGH_REPLICAS
+
+
+def test_acks_all_fails_after_the_append_when_the_isr_shrinks_below_the_minimum(replicated):
+    with zookeeper.session(replicated.zookeeper) as client:
+        topics.create_topic(client, "shrinking", 1, 3, {"min.insync.replicas": "2"})
+    faults.wait_for_full_isr(replicated, "shrinking")
+    wait_for_leaders(replicated, "shrinking", 1)
+    leader = faults.pick_target(replicated, "shrinking", "leader")
+    followers = [b for b in (1, 2, 3) if b != leader]
+    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
+    body = produce_body("shrinking", records, acks=-1, timeout=20000)
+
+    for follower in followers:  # in the ISR when the message is appended, then dropped from it
+        replicated.signal_broker(follower, signal.SIGSTOP)
+    try:
+        with connect(replicated, leader) as connection:
+            connection.settimeout(25)
+            answer = request(connection, ApiKey.PRODUCE, 2, body)
+    finally:
+        for follower in followers:
+            replicated.signal_broker(follower, signal.SIGCONT)
+    faults.wait_for_full_isr(replicated, "shrinking")
+
+    partition = answer["responses"][0]["partition_responses"][0]
+    assert partition["error_code"] == 20  # NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    assert partition["base_offset"] == 0  # it was appended: the ISR was full then
 
 
 def test_a_preferred_leader_election_gives_leadership_back_to_the_first_replica(replicated):
@@ -263,3 +291,27 @@ def test_an_out_of_sync_replica_leads_only_when_unclean_election_is_enabled(
     finally:
         cluster.start_broker(leader)
     faults.wait_until_leader(cluster, topic, lambda current: current >= 0)
+
+
+@pytest.fixture(scope="module")
+def truncating_to_high_watermark(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("high-watermark"))
+    overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": "high-watermark"}
+    cluster.up(3, overrides=overrides, progress=lambda _: None)
+    yield cluster
+    cluster.down(progress=lambda _: None)
+
+
+def test_truncating_to_the_high_watermark_loses_acknowledged_messages(
+    truncating_to_high_watermark,
+):
+    # The same scenario passes by leader epoch (the matrix above): this is what KIP-101 fixed.
+    _, report = asyncio.run(
+        run_scenario(
+            truncating_to_high_watermark,
+            ScenarioSettings(failure="truncation_failover", rate=100),
+            progress=lambda _: None,
+        )
+    )
+
+    assert report.lost, report.table()

@@ -13,7 +13,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.log import FetchData, Log, LogAppendInfo
 from tidelog.log.manager import LogManager
-from tidelog.replication.fetcher import ReplicaFetcher
+from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,7 @@ class ReplicaManager:
         clock: Clock,
         *,
         persist_isr: PersistIsr | None = None,
-        fetch_version: int = 2,
-        truncation_mode: str = "leader-epoch",
+        fetcher_settings: FetcherSettings | None = None,
         replica_lag_time_max_ms: int = 10000,
     ) -> None:
         self.broker_id = broker_id
@@ -51,8 +50,7 @@ class ReplicaManager:
         self.metadata = metadata
         self.clock = clock
         self.persist_isr = persist_isr
-        self.fetch_version = fetch_version
-        self.truncation_mode = truncation_mode
+        self.fetcher_settings = fetcher_settings or FetcherSettings()
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -117,8 +115,7 @@ class ReplicaManager:
                 self.broker_id,
                 leader,
                 address,
-                fetch_version=self.fetch_version,
-                truncation_mode=self.truncation_mode,
+                self.fetcher_settings,
             )
             self.fetchers[leader] = fetcher
         return fetcher

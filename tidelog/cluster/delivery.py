@@ -45,6 +45,15 @@ class DeliveryProducer:
     acked: list[Acked] = field(default_factory=list)
     failed: int = 0
     sent: int = 0
+    _gate: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+
+    async def hold(self) -> None:
+        """Returns once the message in flight is answered; nothing more is sent until
+        ``resume``. A fault that needs a quiet moment after an acknowledgement waits for this."""
+        await self._gate.acquire()
+
+    def resume(self) -> None:
+        self._gate.release()
 
     async def run(self, stop: asyncio.Event) -> None:
         client = Client(self.bootstrap_servers)
@@ -56,18 +65,21 @@ class DeliveryProducer:
                 due = started + self.sent / self.rate
                 if due > time.monotonic():
                     await asyncio.sleep(due - time.monotonic())
-                if partitions is None:
-                    try:
-                        partitions = await client.partitions(self.topic, wait=5)
-                    except (OSError, ConnectionError, KafkaError):
-                        await asyncio.sleep(0.2)
-                        continue
-                target = partitions[self.sent % len(partitions)]
-                value = b"%d-%08d" % (target.partition, sequence[target.partition])
-                sequence[target.partition] += 1
-                self.sent += 1
-                if not await self._send(client, target.partition, target.leader, value):
-                    partitions = None  # ask for the leaders again
+                waiting = time.monotonic()
+                async with self._gate:
+                    started += time.monotonic() - waiting  # held time does not count: no burst
+                    if partitions is None:
+                        try:
+                            partitions = await client.partitions(self.topic, wait=5)
+                        except (OSError, ConnectionError, KafkaError):
+                            await asyncio.sleep(0.2)
+                            continue
+                    target = partitions[self.sent % len(partitions)]
+                    value = b"%d-%08d" % (target.partition, sequence[target.partition])
+                    sequence[target.partition] += 1
+                    self.sent += 1
+                    if not await self._send(client, target.partition, target.leader, value):
+                        partitions = None  # ask for the leaders again
         finally:
             await client.close()
 

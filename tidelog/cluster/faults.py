@@ -6,6 +6,7 @@ import json
 import signal
 import time
 import urllib.request
+from dataclasses import dataclass
 
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.controller import zookeeper
@@ -18,6 +19,7 @@ FAILURES = (
     "pause",
     "clock_skew",
     "zk_session_expiry",
+    "truncation_failover",
 )
 TARGETS = ("leader", "follower", "controller")
 CLOCK_SKEW_MS = -120_000
@@ -100,7 +102,76 @@ def inject(
             f"set the clocks of brokers {others} {-CLOCK_SKEW_MS // 1000} s behind, killed "
             f"broker {broker_id} so that one of them took over, restarted it"
         )
+    if failure == "truncation_failover":
+        raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
+
+
+@dataclass(frozen=True)
+class TruncationRoles:
+    """The brokers of one partition in ``truncation_failover``."""
+
+    partition: int
+    leader: int
+    paused: int  # the follower next in line, never the controller
+    third: int
+
+
+def truncation_failover(
+    cluster: LocalCluster, topic: str, roles: TruncationRoles, *, session_timeout_s: float
+) -> str:
+    """KIP-101's first scenario, made to happen: a follower truncates, then leads.
+
+    Right after an acknowledgement (the producer holds; ``roles`` were read before, as the
+    followers learn the high watermark of that acknowledgement within replica.fetch.wait.max.ms),
+    the partition's next-in-line follower is paused and its leader stopped cleanly. The
+    controller hands the partition to the paused follower, so the third replica becomes its
+    follower and truncates: with replica.truncation.mode=high-watermark to its own high
+    watermark, which has not yet caught up with the last acknowledgement; by leader epoch it
+    cannot truncate, as the paused leader does not answer. When the paused follower's session
+    expires the third replica leads, with or without the acknowledged messages. Both
+    brokers then come back.
+    """
+    partition, leader, paused, third = roles.partition, roles.leader, roles.paused, roles.third
+    cluster.signal_broker(paused, signal.SIGSTOP)
+    try:
+        cluster.stop_broker(leader)
+        wait_until_leader(cluster, topic, lambda current: current == paused, partition=partition)
+        wait_until_leader(
+            cluster,
+            topic,
+            lambda current: current == third,
+            partition=partition,
+            timeout=session_timeout_s * 3 + 10,
+        )
+    finally:
+        cluster.signal_broker(paused, signal.SIGCONT)
+        if not cluster.broker(leader).alive:
+            cluster.start_broker(leader)
+    return (
+        f"{topic}-{partition}: stopped leader {leader} while follower {paused} was paused; "
+        f"broker {third} followed {paused}, then led once its session expired"
+    )
+
+
+def truncation_roles(cluster: LocalCluster, topic: str) -> TruncationRoles:
+    """A partition whose next in line is not the controller (so that a controller is there to
+    elect it), with its three in-sync replicas."""
+
+    def roles(zk):  # type: ignore[no-untyped-def]
+        controller = zookeeper.read_controller(zk)
+        metadata = zookeeper.read_topic(zk, topic)
+        for number, replicas in sorted(metadata.assignment.items()):
+            state = metadata.states[number]
+            in_line = [r for r in replicas if r != state.leader and r in state.isr]
+            if len(in_line) == 2 and in_line[0] != controller:
+                return TruncationRoles(number, state.leader, in_line[0], in_line[1])
+        raise ClusterError(
+            f"truncation_failover needs a partition of {topic} with three in-sync replicas "
+            f"whose next in line is not the controller (broker {controller})"
+        )
+
+    return _zookeeper_read(cluster, roles)
 
 
 def wait_for_full_isr(cluster: LocalCluster, topic: str, timeout: float = 90) -> None:
@@ -124,26 +195,29 @@ def wait_for_full_isr(cluster: LocalCluster, topic: str, timeout: float = 90) ->
     )
 
 
-def wait_until_isr_size(cluster: LocalCluster, topic: str, size: int, timeout: float = 60) -> None:
-    """Waits until partition 0 of ``topic`` has ``size`` replicas in its ISR."""
+def _state(cluster: LocalCluster, topic: str, partition: int):  # type: ignore[no-untyped-def]
+    return _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[partition]
+
+
+def wait_until_isr_size(
+    cluster: LocalCluster, topic: str, size: int, timeout: float = 60, partition: int = 0
+) -> None:
+    """Waits until a partition of ``topic`` has ``size`` replicas in its ISR."""
     wait_until(
-        lambda: (
-            len(_zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[0].isr)
-            == size
-        ),
+        lambda: len(_state(cluster, topic, partition).isr) == size,
         timeout,
-        f"the ISR of {topic}-0 to have {size} replicas",
+        f"the ISR of {topic}-{partition} to have {size} replicas",
         interval=0.3,
     )
 
 
-def wait_until_leader(cluster: LocalCluster, topic: str, wanted, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-    """Waits until the leader of partition 0 of ``topic`` satisfies ``wanted(leader)``."""
+def wait_until_leader(  # type: ignore[no-untyped-def]
+    cluster: LocalCluster, topic: str, wanted, timeout: float = 60, partition: int = 0
+) -> None:
+    """Waits until the leader of a partition of ``topic`` satisfies ``wanted(leader)``."""
     wait_until(
-        lambda: wanted(
-            _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[0].leader
-        ),
+        lambda: wanted(_state(cluster, topic, partition).leader),
         timeout,
-        f"the leader of {topic}-0 to change",
-        interval=0.3,
+        f"the leader of {topic}-{partition} to change",
+        interval=0.1,
     )

@@ -4,7 +4,9 @@ A scenario in the style of Kafka's replication system test: a topic with replica
 (or as many brokers as there are) and min.insync.replicas 2, messages produced at a steady rate
 with every acknowledged offset recorded, a fault injected ``cycles`` times on the leader, a
 follower or the controller (waiting each time until every partition has a leader and a full
-ISR again), then every message consumed and checked by the delivery oracle.
+ISR again), then every message consumed and checked by the delivery oracle. For
+truncation_failover the producer holds while the fault goes in, so that it lands right after an
+acknowledgement.
 """
 
 from __future__ import annotations
@@ -73,15 +75,31 @@ async def run_scenario(
     try:
         await asyncio.sleep(settings.settle_seconds)
         for cycle in range(1, settings.cycles + 1):
-            broker = await asyncio.to_thread(faults.pick_target, cluster, topic, settings.target)
-            done = await asyncio.to_thread(
-                faults.inject,
-                cluster,
-                settings.failure,
-                broker,
-                session_timeout_s=session_timeout,
-                lag_s=lag,
-            )
+            if settings.failure == "truncation_failover":
+                roles = await asyncio.to_thread(faults.truncation_roles, cluster, topic)
+                await producer.hold()  # right after an acknowledgement, nothing more in flight
+                try:
+                    done = await asyncio.to_thread(
+                        faults.truncation_failover,
+                        cluster,
+                        topic,
+                        roles,
+                        session_timeout_s=session_timeout,
+                    )
+                finally:
+                    producer.resume()
+            else:
+                broker = await asyncio.to_thread(
+                    faults.pick_target, cluster, topic, settings.target
+                )
+                done = await asyncio.to_thread(
+                    faults.inject,
+                    cluster,
+                    settings.failure,
+                    broker,
+                    session_timeout_s=session_timeout,
+                    lag_s=lag,
+                )
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
             progress(
                 f"cycle {cycle}/{settings.cycles}: {done}; recovered "

@@ -22,7 +22,7 @@ from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
-from tidelog.replication.fetcher import FETCH_VERSION
+from tidelog.replication.fetcher import FetcherSettings
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ class BrokerNode:
             self.metadata,
             self.clock,
             persist_isr=self.persist_isr,
-            fetch_version=FETCH_VERSION[config["inter.broker.protocol.version"]],
-            truncation_mode=config["replica.truncation.mode"],
+            fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
         )
         self.handler = RequestHandler(

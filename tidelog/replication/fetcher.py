@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET
@@ -14,8 +16,6 @@ from tidelog.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
-FETCH_MAX_WAIT_MS = 500
-FETCH_MAX_BYTES = 1024 * 1024
 RETRY_SECONDS = 0.5
 # inter.broker.protocol.version -> the Fetch version followers send
 FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
@@ -23,12 +23,35 @@ FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
 Key = tuple[str, int]
 
 
+@dataclass(frozen=True)
+class FetcherSettings:
+    """How followers fetch: Kafka's replica.fetch.* settings, the Fetch version that
+    inter.broker.protocol.version implies, and replica.truncation.mode."""
+
+    fetch_version: int = 2
+    truncation_mode: str = "leader-epoch"
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> FetcherSettings:
+        return cls(
+            fetch_version=FETCH_VERSION[config["inter.broker.protocol.version"]],
+            truncation_mode=config["replica.truncation.mode"],
+            wait_max_ms=config["replica.fetch.wait.max.ms"],
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.max.bytes"],
+        )
+
+
 class ReplicaFetcher:
     """Keeps the partitions this broker follows from one leader in step with it.
 
     Before its first fetch from a new leader, a partition is truncated: by leader epoch (the end
     offset the leader gives for the follower's latest epoch, OffsetsForLeaderEpoch) or, with
-    replica.truncation.mode=high-watermark, to its own high watermark as Kafka 0.10 did. Then
+    replica.truncation.mode=high-watermark, to its own high watermark as Kafka 0.10 did (which
+    can drop messages the old leader acknowledged; see cluster.faults.truncation_failover). Then
     each fetch asks from the log end offset; what comes back is appended as follower, and the
     high watermark follows the leader's.
     """
@@ -38,15 +61,12 @@ class ReplicaFetcher:
         broker_id: int,
         leader_id: int,
         address: Callable[[], tuple[str, int] | None],
-        *,
-        fetch_version: int,
-        truncation_mode: str,
+        settings: FetcherSettings,
     ) -> None:
         self.broker_id = broker_id
         self.leader_id = leader_id
         self.address = address
-        self.fetch_version = fetch_version
-        self.truncation_mode = truncation_mode
+        self.settings = settings
         self.partitions: dict[Key, Partition] = {}
         self.needs_truncation: set[Key] = set()
         self.out_of_range: set[Key] = set()
@@ -54,9 +74,15 @@ class ReplicaFetcher:
         self._task = asyncio.create_task(self._run())
 
     def add(self, partition: Partition) -> None:
+        """Starts following ``partition``. With replica.truncation.mode=high-watermark it is
+        truncated at once, as Kafka 0.10 did on becoming follower, before any word from the
+        leader; by leader epoch it is truncated once the leader answers."""
         key = (partition.topic, partition.partition)
         self.partitions[key] = partition
-        self.needs_truncation.add(key)
+        if self.settings.truncation_mode == "high-watermark":
+            self._cut(partition, partition.log.high_watermark, "its high watermark")
+        else:
+            self.needs_truncation.add(key)
         self._changed.set()
 
     def remove(self, key: Key) -> None:
@@ -104,13 +130,9 @@ class ReplicaFetcher:
                 await asyncio.sleep(RETRY_SECONDS)
 
     async def _truncate(self, connection: Connection) -> None:
+        """By leader epoch: each partition is cut where the leader says its latest epoch
+        ended (OffsetsForLeaderEpoch); one the leader does not answer for is asked again."""
         keys = [k for k in self.needs_truncation if k in self.partitions]
-        if self.truncation_mode == "high-watermark":
-            for key in keys:
-                partition = self.partitions[key]
-                self._cut(partition, partition.log.high_watermark, "its high watermark")
-            self.needs_truncation.difference_update(keys)
-            return
         by_topic: dict[str, list[dict]] = {}
         for topic, number in keys:
             epoch = self.partitions[(topic, number)].log.leader_epochs.latest_epoch
@@ -196,16 +218,16 @@ class ReplicaFetcher:
                 {
                     "partition": number,
                     "fetch_offset": partition.log.log_end_offset,
-                    "max_bytes": FETCH_MAX_BYTES,
+                    "max_bytes": self.settings.max_bytes,
                 }
             )
         response = await connection.request(
             ApiKey.FETCH,
-            self.fetch_version,
+            self.settings.fetch_version,
             {
                 "replica_id": self.broker_id,
-                "max_wait_time": FETCH_MAX_WAIT_MS,
-                "min_bytes": 1,
+                "max_wait_time": self.settings.wait_max_ms,
+                "min_bytes": self.settings.min_bytes,
                 "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
             },
         )
