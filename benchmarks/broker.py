@@ -14,7 +14,6 @@ Nothing is asserted; the figures are printed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 import tempfile
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from common import MB, RECORD, create_topic, quiet
 
+from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
 from tidelog.perf.consumer import run_consumer
 from tidelog.perf.producer import ProducerSettings, run_producer
@@ -104,11 +104,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each run")
     args = parser.parse_args()
+    os.sync()  # the previous benchmark's writeback is not this one's
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as directory:
         cluster = LocalCluster(Path(directory) / "cluster")
         cluster.up(1, progress=quiet, overrides={"log.segment.bytes": str(256 * 1024 * 1024)})
         try:
-            asyncio.run(measure(cluster, args.seconds))
+            runtime.run(measure(cluster, args.seconds))
         finally:
             cluster.down(progress=quiet)
 

@@ -16,13 +16,13 @@ process; the three brokers and ZooKeeper share the machine's cores with it. Noth
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import tempfile
 from pathlib import Path
 
 from common import MB, RECORD, create_topic, quiet
 
+from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
 from tidelog.perf.producer import ProducerSettings, run_producer
 
@@ -70,11 +70,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0, help="length of each run")
     args = parser.parse_args()
+    os.sync()  # the previous benchmark's writeback is not this one's
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as directory:
         cluster = LocalCluster(Path(directory) / "cluster")
         cluster.up(3, progress=quiet)
         try:
-            asyncio.run(measure(cluster, args.seconds))
+            runtime.run(measure(cluster, args.seconds))
         finally:
             cluster.down(progress=quiet)
 

@@ -44,8 +44,7 @@ def _fail(command: str, error: Exception | str) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from tidelog import runtime
     from tidelog.config import ConfigError, broker_config, read_properties
     from tidelog.controller.broker_node import BrokerNode
 
@@ -55,7 +54,7 @@ def _broker(args: argparse.Namespace) -> int:
         config = broker_config(raw)
     except (ConfigError, OSError) as error:
         return _fail("broker", error)
-    asyncio.run(BrokerNode(config).run_until_signalled())
+    runtime.run(BrokerNode(config).run_until_signalled())
     return 0
 
 
@@ -209,8 +208,7 @@ def _topic(args: argparse.Namespace) -> int:
 
 
 def _perf(args: argparse.Namespace) -> int:
-    import asyncio
-
+    from tidelog import runtime
     from tidelog.cluster.local import ClusterError
     from tidelog.errors import KafkaError
     from tidelog.records.format import Codec
@@ -232,7 +230,7 @@ def _perf(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 linger_ms=args.linger_ms,
             )
-            summary, errors = asyncio.run(run_producer(bootstrap, settings))
+            summary, errors = runtime.run(run_producer(bootstrap, settings))
             print(summary.line("records sent"))
             for name, count in sorted(errors.items()):
                 print(f"{count} records failed: {name}")
@@ -241,7 +239,7 @@ def _perf(args: argparse.Namespace) -> int:
         else:
             from tidelog.perf.consumer import run_consumer
 
-            summary = asyncio.run(
+            summary = runtime.run(
                 run_consumer(
                     bootstrap,
                     args.topic,
@@ -266,10 +264,10 @@ def _perf(args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    import asyncio
     import json
     import tempfile
 
+    from tidelog import runtime
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
     from tidelog.cluster.zookeeper import ZooKeeperError
@@ -292,7 +290,7 @@ def _scenario(args: argparse.Namespace) -> int:
             print(f"starting {args.brokers} brokers in {directory}")
             overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
             cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
-        topic, report = asyncio.run(run_scenario(cluster, settings))
+        topic, report = runtime.run(run_scenario(cluster, settings))
     except (ClusterError, ZooKeeperError) as error:
         return _fail("scenario replication", error)
     finally:

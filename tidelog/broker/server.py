@@ -25,6 +25,9 @@ from tidelog.protocol.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
+# What goes through the transport (copied) when a sendfile finds the socket full.
+FULL_SOCKET_CHUNK = 64 * 1024
+
 
 class KafkaServer:
     """Serves the Kafka wire protocol on one listener.
@@ -33,7 +36,7 @@ class KafkaServer:
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
     that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
     body, as 0.10 brokers do, so clients fall back); every other connection goes on. A file
-    slice in a response goes out with ``loop.sendfile``.
+    slice in a response goes out with ``os.sendfile`` (zero-copy).
     """
 
     def __init__(
@@ -141,36 +144,66 @@ class KafkaServer:
     async def _send(self, writer: asyncio.StreamWriter, parts: list) -> None:
         """Writes a response; its file slices go by sendfile. A response with slices is corked
         (TCP_CORK) until its last byte, so the reader gets it in full-sized segments rather
-        than a header first, and each slice is first offered to the socket directly: only
-        what the socket cannot take at once goes through ``loop.sendfile``."""
+        than a header first."""
         sliced = any(isinstance(part, FileSlice) for part in parts)
-        transport = writer.transport
-        sock = transport.get_extra_info("socket")
+        sock = writer.transport.get_extra_info("socket")
         if sliced:
             _cork(sock, True)
         try:
             for part in parts:
                 if isinstance(part, FileSlice):
-                    await self._send_slice(transport, sock, part)
+                    await _send_slice(writer, sock, part)
                     self.metrics.bytes_out += part.length
                 else:
                     writer.write(part)
                     self.metrics.bytes_out += len(part)
         finally:
-            if sliced and not transport.is_closing():
+            if sliced and not writer.transport.is_closing():
                 _cork(sock, False)
         await writer.drain()
 
-    async def _send_slice(self, transport: asyncio.Transport, sock, part: FileSlice) -> None:  # type: ignore[no-untyped-def]
-        sent = 0
+
+async def _send_slice(writer: asyncio.StreamWriter, sock, part: FileSlice) -> None:  # type: ignore[no-untyped-def]
+    """Sends a file slice with ``os.sendfile`` straight from the page cache to the socket (the
+    event loop's own ``loop.sendfile`` is not zero-copy on every loop, uvloop's not at all).
+
+    Whatever the socket takes at once goes without a copy. When it is full, one chunk goes
+    through the transport, which waits for room; once that chunk is out, sendfile goes on. So
+    only one chunk per full socket buffer is copied, and nothing overtakes what the transport
+    still holds.
+    """
+    transport = writer.transport
+    out, source = sock.fileno(), part.file.fileno()
+    position, remaining = part.position, part.length
+    while remaining:
         if not transport.get_write_buffer_size():  # nothing queued ahead of it
             try:
-                sent = os.sendfile(sock.fileno(), part.file.fileno(), part.position, part.length)
+                sent = os.sendfile(out, source, position, remaining)
             except BlockingIOError:
                 sent = 0
-        if sent < part.length:
-            loop = asyncio.get_running_loop()
-            await loop.sendfile(transport, part.file, part.position + sent, part.length - sent)
+            position, remaining = position + sent, remaining - sent
+            if not remaining:
+                return
+        chunk = os.pread(source, min(remaining, FULL_SOCKET_CHUNK), position)
+        if not chunk:
+            raise OSError(f"{part.file.name}: {remaining} bytes of a slice are gone")
+        writer.write(chunk)
+        position, remaining = position + len(chunk), remaining - len(chunk)
+        await _flushed(writer)
+
+
+async def _flushed(writer: asyncio.StreamWriter) -> None:
+    """Waits until the transport has handed everything it holds to the socket."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size():
+        return
+    low, high = transport.get_write_buffer_limits()
+    transport.set_write_buffer_limits(high=0, low=0)
+    try:
+        await writer.drain()
+    finally:
+        if not transport.is_closing():
+            transport.set_write_buffer_limits(high=high, low=low)
 
 
 def _cork(sock, on: bool) -> None:  # type: ignore[no-untyped-def]

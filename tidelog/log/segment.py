@@ -37,7 +37,7 @@ def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
 @dataclass(frozen=True)
 class FileSlice:
     """``length`` bytes of a segment's log file from ``position``: what a fetch sends, with
-    ``loop.sendfile`` when no conversion is needed. The file stays readable after the segment is
+    ``os.sendfile`` when no conversion is needed. The file stays readable after the segment is
     deleted (the descriptor keeps the data), so a slice taken may still be sent."""
 
     file: BinaryIO

@@ -47,8 +47,7 @@ async def run_consumer(
         by_leader.setdefault(partition.leader, []).append(partition.partition)
     latencies = array("d")
     totals = {"records": 0, "bytes": 0}
-    loop = asyncio.get_running_loop()
-    started = loop.time()
+    started = time.perf_counter()
     last_activity = started
     stop = asyncio.Event()
 
@@ -101,15 +100,15 @@ async def run_consumer(
                     totals["records"] += next_offset - offsets[answer["partition"]]
                     totals["bytes"] += size
                     offsets[answer["partition"]] = next_offset
-                    last_activity = loop.time()
-            if totals["records"] >= num_records or loop.time() - last_activity > timeout:
+                    last_activity = time.perf_counter()
+            if totals["records"] >= num_records or time.perf_counter() - last_activity > timeout:
                 stop.set()
 
     async def report() -> None:
-        previous, previous_time = 0, loop.time()
+        previous, previous_time = 0, time.perf_counter()
         while not stop.is_set():
             await asyncio.sleep(PROGRESS_INTERVAL)
-            now = loop.time()
+            now = time.perf_counter()
             rate = (totals["records"] - previous) / (now - previous_time)
             progress(f"{totals['records']} records consumed, {rate:,.1f} records/sec")
             previous, previous_time = totals["records"], now
@@ -117,6 +116,6 @@ async def run_consumer(
     reporter = asyncio.create_task(report())
     await asyncio.gather(*(fetch_loop(leader, numbers) for leader, numbers in by_leader.items()))
     reporter.cancel()
-    elapsed = (last_activity if totals["records"] < num_records else loop.time()) - started
+    elapsed = (last_activity if totals["records"] < num_records else time.perf_counter()) - started
     await client.close()
     return Summary(totals["records"], totals["bytes"], elapsed, latencies)

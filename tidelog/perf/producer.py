@@ -103,8 +103,7 @@ async def run_producer(
     slots = asyncio.Semaphore(MAX_IN_FLIGHT * len({p.leader for p in partitions}))
     window = _Window()
     pending: set[asyncio.Task] = set()
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+    start = time.perf_counter()
     last_progress = start
     sent = 0
     batch_number = 0
@@ -117,7 +116,7 @@ async def run_producer(
             return
         finally:
             slots.release()
-        now = loop.time()
+        now = time.perf_counter()
         if response is not None:
             code = response["responses"][0]["partition_responses"][0]["error_code"]
             if code:
@@ -131,7 +130,7 @@ async def run_producer(
 
     while sent < settings.num_records:
         await slots.acquire()
-        now = loop.time()
+        now = time.perf_counter()
         if throttled:
             due_count = min(settings.num_records, int((now - start) * settings.throughput) + 1)
             if due_count - sent < per_batch and settings.linger_ms > 0:
@@ -140,13 +139,13 @@ async def run_producer(
                 wake = min(full_at, oldest_due + settings.linger_ms / 1000)
                 if wake > now:
                     await asyncio.sleep(wake - now)
-                    now = loop.time()
+                    now = time.perf_counter()
                     due_count = min(
                         settings.num_records, int((now - start) * settings.throughput) + 1
                     )
             if due_count <= sent:
                 await asyncio.sleep(start + sent / settings.throughput - now)
-                now = loop.time()
+                now = time.perf_counter()
                 due_count = sent + 1
             count = min(per_batch, due_count - sent)
             first_due, spacing = start + sent / settings.throughput, 1 / settings.throughput
@@ -173,12 +172,12 @@ async def run_producer(
         pending.add(task)
         task.add_done_callback(pending.discard)
         sent += count
-        if loop.time() - last_progress >= PROGRESS_INTERVAL:
+        if time.perf_counter() - last_progress >= PROGRESS_INTERVAL:
             progress(window.line(settings.record_size))
             window = _Window()
-            last_progress = loop.time()
+            last_progress = time.perf_counter()
     await asyncio.gather(*pending)
-    elapsed = loop.time() - start
+    elapsed = time.perf_counter() - start
     await client.close()
     latencies = array("d")
     for batch in acknowledged:

@@ -1,0 +1,59 @@
+"""File slices go out with sendfile, whole and in order, to fast and to slow readers alike."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+
+import pytest
+import uvloop
+
+from tidelog.broker.server import _send_slice
+from tidelog.log.segment import FileSlice
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+async def serve_and_read(file_slice: FileSlice, before: bytes, after: bytes, slow: bool) -> bytes:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(before)
+        await _send_slice(writer, writer.transport.get_extra_info("socket"), file_slice)
+        writer.write(after)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    if slow:  # a small window: the sender finds the socket full again and again
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    received = bytearray()
+    while chunk := await reader.read(65536):
+        received += chunk
+    writer.close()
+    server.close()
+    await server.wait_closed()
+    return bytes(received)
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-reader", "slow-reader"])
+def test_a_slice_arrives_whole_between_what_was_written_around_it(
+    tmp_path, monkeypatch, loop, slow
+):
+    copied = []  # the chunks that went through the transport when the socket was full
+    pread = os.pread
+    monkeypatch.setattr(os, "pread", lambda *args: copied.append(pread(*args)) or copied[-1])
+    data = os.urandom(6_000_000)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    with open(path, "rb") as file:
+        file_slice = FileSlice(file, 1_000, 5_000_000)  # starts and ends mid-file
+        runner = asyncio.Runner(loop_factory=LOOPS[loop])
+        with runner:
+            received = runner.run(serve_and_read(file_slice, b"header", b"trailer", slow))
+
+    assert received == b"header" + data[1_000:5_001_000] + b"trailer"
+    if slow:  # most of it still went by sendfile
+        assert 0 < sum(map(len, copied)) < 5_000_000 / 4
