@@ -203,6 +203,12 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
     values = parse_config(raw, BROKER_KEYS)
     if values["broker.id"] is None:
         raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
+    if values["replica.fetch.wait.max.ms"] > values["replica.lag.time.max.ms"]:
+        # as Kafka requires: an idle follower would otherwise drop out of the ISR between fetches
+        raise ConfigError(
+            f"replica.fetch.wait.max.ms: {values['replica.fetch.wait.max.ms']} is not allowed; "
+            f"allowed: at most replica.lag.time.max.ms ({values['replica.lag.time.max.ms']})"
+        )
     return values
 
 

@@ -296,7 +296,12 @@ def test_an_out_of_sync_replica_leads_only_when_unclean_election_is_enabled(
 @pytest.fixture(scope="module")
 def truncating_to_high_watermark(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("high-watermark"))
-    overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": "high-watermark"}
+    overrides = {
+        **SCENARIO_OVERRIDES,
+        "replica.truncation.mode": "high-watermark",
+        # a wider window in which followers have not yet heard of the last acknowledgement
+        "replica.fetch.wait.max.ms": "2000",
+    }
     cluster.up(3, overrides=overrides, progress=lambda _: None)
     yield cluster
     cluster.down(progress=lambda _: None)

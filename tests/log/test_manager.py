@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import message_set
 from tidelog.config import BROKER_KEYS, ConfigError, parse_config
+from tidelog.config import broker_config as server_properties
 from tidelog.log.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
@@ -129,6 +130,14 @@ def test_a_bad_config_value_names_the_key_and_the_allowed_values():
         broker_config(**{"log.segment.bytes": "big"})
     with pytest.raises(ConfigError, match="unknown configuration key 'log.segment.byte'"):
         broker_config(**{"log.segment.byte": "1"})
+
+
+def test_a_follower_may_not_wait_longer_than_it_may_lag():
+    settings = {"broker.id": "1", "replica.lag.time.max.ms": "3000"}
+    assert server_properties({**settings, "replica.fetch.wait.max.ms": "3000"})
+
+    with pytest.raises(ConfigError, match=r"replica.fetch.wait.max.ms: 3001 .* \(3000\)"):
+        server_properties({**settings, "replica.fetch.wait.max.ms": "3001"})
 
 
 def test_topic_settings_fall_back_to_the_broker_defaults():
