@@ -463,7 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
             "any violation."
         ),
     )
-    replication.add_argument("--brokers", type=int, default=3)
+    replication.add_argument(
+        "--brokers", type=int, default=3, help="brokers of a cluster this command starts"
+    )
     replication.add_argument(
         "--failure",
         required=True,
@@ -474,7 +476,12 @@ def build_parser() -> argparse.ArgumentParser:
             "brokers, so --target must be leader"
         ),
     )
-    replication.add_argument("--target", default="leader", choices=TARGETS)
+    replication.add_argument(
+        "--target",
+        default="leader",
+        choices=TARGETS,
+        help="the broker hit: partition 0's leader, one of its followers, or the controller",
+    )
     replication.add_argument(
         "--truncation-mode",
         default="leader-epoch",
@@ -484,9 +491,16 @@ def build_parser() -> argparse.ArgumentParser:
             "truncates as Kafka 0.10 did, and can lose acknowledged messages"
         ),
     )
-    replication.add_argument("--format", default="0.10.0", choices=["0.9.0", "0.10.0"])
+    replication.add_argument(
+        "--format",
+        default="0.10.0",
+        choices=["0.9.0", "0.10.0"],
+        help="the topic's message.format.version (0.9.0: v0 messages, 0.10.0: v1)",
+    )
     replication.add_argument("--acks", default="all", choices=["1", "all"])
-    replication.add_argument("--cycles", type=int, default=1)
+    replication.add_argument(
+        "--cycles", type=int, default=1, help="how many times the failure is injected"
+    )
     replication.add_argument("--rate", type=float, default=200, help="messages per second")
     replication.add_argument("--dir", help="use (or start) the cluster in this directory")
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
