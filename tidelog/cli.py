@@ -311,6 +311,11 @@ def _scenario(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _command(actions, name: str, text: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+    """A subcommand whose --help opens with what it does (its one-line help, as a sentence)."""
+    return actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidelog",
@@ -361,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A local cluster: an embedded ZooKeeper and N brokers on 127.0.0.1.",
     )
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="start ZooKeeper (unless given) and N brokers")
+    up = _command(actions, "up", "start ZooKeeper (unless given) and N brokers")
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--zookeeper", help="use this ZooKeeper (host:port) instead of starting one")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="a broker setting")
@@ -369,13 +374,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("status", "show each broker: process, registration, ports"),
         ("down", "stop every broker, then ZooKeeper"),
     ]:
-        actions.add_parser(name, help=text)
+        _command(actions, name, text)
     for name, text in [
         ("start", "start a stopped broker"),
         ("stop", "stop a broker cleanly (SIGTERM)"),
         ("kill", "send a broker a signal (default KILL)"),
     ]:
-        action = actions.add_parser(name, help=text)
+        action = _command(actions, name, text)
         action.add_argument("broker_id", type=int, metavar="BROKER_ID")
         if name == "kill":
             action.add_argument(
@@ -391,21 +396,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Topics in ZooKeeper.",
     )
     topic_actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = topic_actions.add_parser("create", help="create a topic")
+    create = _command(topic_actions, "create", "create a topic")
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, default=1)
     create.add_argument("--replication-factor", type=int, default=1)
     create.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic setting")
-    topic_actions.add_parser("list", help="list topics")
-    describe = topic_actions.add_parser("describe", help="partitions, leaders, replicas, ISR")
+    _command(topic_actions, "list", "list topics")
+    describe = _command(topic_actions, "describe", "partitions, leaders, replicas, ISR")
     describe.add_argument("--topic")
-    delete = topic_actions.add_parser("delete", help="delete a topic and its data")
+    delete = _command(topic_actions, "delete", "delete a topic and its data")
     delete.add_argument("--topic", required=True)
-    preferred = topic_actions.add_parser(
-        "preferred-leader-election", help="move leadership back to each partition's first replica"
+    preferred = _command(
+        topic_actions,
+        "preferred-leader-election",
+        "move leadership back to each partition's first replica",
     )
     preferred.add_argument("--topic", help="only this topic (default: every topic)")
-    alter = topic_actions.add_parser("alter-config", help="set or remove topic settings")
+    alter = _command(topic_actions, "alter-config", "set or remove topic settings")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
     alter.add_argument("--delete-config", action="append", metavar="KEY")
@@ -421,9 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kafka's producer and consumer perf tests, on tidelog's own asyncio client.",
     )
     perf_actions = perf.add_subparsers(dest="action", required=True, metavar="ACTION")
-    produce = perf_actions.add_parser(
-        "produce", help="produce records and report throughput and latency"
-    )
+    produce = _command(perf_actions, "produce", "produce records and report throughput and latency")
     produce.add_argument("--topic", required=True)
     produce.add_argument("--num-records", type=int, required=True)
     produce.add_argument("--record-size", type=int, default=1024, help="bytes (default 1024)")
@@ -432,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4"])
     produce.add_argument("--batch-size", type=int, default=16384, help="bytes per batch")
     produce.add_argument("--linger-ms", type=float, default=0)
-    consume = perf_actions.add_parser("consume", help="consume records and report throughput")
+    consume = _command(perf_actions, "consume", "consume records and report throughput")
     consume.add_argument("--topic", required=True)
     consume.add_argument("--messages", type=int, required=True, help="how many records to read")
     consume.add_argument("--fetch-size", type=int, default=1024 * 1024, help="bytes per partition")
