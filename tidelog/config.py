@@ -161,6 +161,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.wait.max.ms", _int, 500, _at_least(0, INT_MAX)),
         _key("replica.fetch.min.bytes", _int, 1, _at_least(1, INT_MAX)),
         _key("replica.fetch.max.bytes", _int, 1048576, _at_least(0, INT_MAX)),
+        _key("replica.socket.timeout.ms", _int, 30000, _at_least(1, INT_MAX)),
         # tidelog's own: how a new follower truncates (Kafka 0.10 used the high watermark).
         _key(
             "replica.truncation.mode",
@@ -203,6 +204,12 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
     values = parse_config(raw, BROKER_KEYS)
     if values["broker.id"] is None:
         raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
+    if values["replica.socket.timeout.ms"] < values["replica.fetch.wait.max.ms"]:
+        # as Kafka requires: a fetch may be held that long before it is answered
+        raise ConfigError(
+            f"replica.socket.timeout.ms: {values['replica.socket.timeout.ms']} is not allowed; "
+            f"allowed: at least replica.fetch.wait.max.ms ({values['replica.fetch.wait.max.ms']})"
+        )
     if values["replica.fetch.wait.max.ms"] > values["replica.lag.time.max.ms"]:
         # as Kafka requires: an idle follower would otherwise drop out of the ISR between fetches
         raise ConfigError(

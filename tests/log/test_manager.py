@@ -132,12 +132,14 @@ def test_a_bad_config_value_names_the_key_and_the_allowed_values():
         broker_config(**{"log.segment.byte": "1"})
 
 
-def test_a_follower_may_not_wait_longer_than_it_may_lag():
+def test_a_follower_may_not_wait_longer_than_it_may_lag_or_its_socket_allows():
     settings = {"broker.id": "1", "replica.lag.time.max.ms": "3000"}
     assert server_properties({**settings, "replica.fetch.wait.max.ms": "3000"})
 
     with pytest.raises(ConfigError, match=r"replica.fetch.wait.max.ms: 3001 .* \(3000\)"):
         server_properties({**settings, "replica.fetch.wait.max.ms": "3001"})
+    with pytest.raises(ConfigError, match=r"replica.socket.timeout.ms: 400 .* \(500\)"):
+        server_properties({**settings, "replica.socket.timeout.ms": "400"})
 
 
 def test_topic_settings_fall_back_to_the_broker_defaults():

@@ -33,6 +33,7 @@ class FetcherSettings:
     wait_max_ms: int = 500
     min_bytes: int = 1
     max_bytes: int = 1024 * 1024
+    socket_timeout_ms: int = 30000
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FetcherSettings:
@@ -42,6 +43,7 @@ class FetcherSettings:
             wait_max_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
             max_bytes=config["replica.fetch.max.bytes"],
+            socket_timeout_ms=config["replica.socket.timeout.ms"],
         )
 
 
@@ -106,8 +108,9 @@ class ReplicaFetcher:
                     if address is None:
                         await asyncio.sleep(RETRY_SECONDS)
                         continue
-                    connection = await Connection.open(
-                        *address, client_id=f"replica-{self.broker_id}"
+                    connection = await asyncio.wait_for(
+                        Connection.open(*address, client_id=f"replica-{self.broker_id}"),
+                        self.settings.socket_timeout_ms / 1000,
                     )
                 if self.needs_truncation:
                     await self._truncate(connection)
@@ -118,7 +121,7 @@ class ReplicaFetcher:
                 if connection is not None:
                     await connection.close()
                 raise
-            except (OSError, ConnectionError, KafkaError) as error:
+            except (OSError, ConnectionError, KafkaError, TimeoutError) as error:
                 log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
                 if connection is not None:
                     await connection.close()
@@ -137,7 +140,8 @@ class ReplicaFetcher:
         for topic, number in keys:
             epoch = self.partitions[(topic, number)].log.leader_epochs.latest_epoch
             by_topic.setdefault(topic, []).append({"partition": number, "leader_epoch": epoch})
-        response = await connection.request(
+        response = await self._request(
+            connection,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
             0,
             {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]},
@@ -176,7 +180,8 @@ class ReplicaFetcher:
                 partition.log.truncate_fully_and_start_at(start)
 
     async def _leader_offset(self, connection: Connection, key: Key, timestamp: int) -> int:
-        response = await connection.request(
+        response = await self._request(
+            connection,
             ApiKey.LIST_OFFSETS,
             1,
             {
@@ -192,6 +197,19 @@ class ReplicaFetcher:
                 ErrorCode(answer["error_code"]), f"listing offsets of {key[0]}-{key[1]}"
             )
         return answer["offset"]
+
+    async def _request(self, connection: Connection, api_key: ApiKey, version: int, body: dict):  # type: ignore[no-untyped-def]
+        """A request to the leader, given up after replica.socket.timeout.ms (a leader that
+        hangs; the connection is then opened again)."""
+        try:
+            return await asyncio.wait_for(
+                connection.request(api_key, version, body), self.settings.socket_timeout_ms / 1000
+            )
+        except TimeoutError:
+            raise TimeoutError(
+                f"no answer to {api_key.name} in replica.socket.timeout.ms "
+                f"{self.settings.socket_timeout_ms}"
+            ) from None
 
     def _cut(self, partition: Partition, offset: int, why: str) -> None:
         before = partition.log.log_end_offset
@@ -221,7 +239,8 @@ class ReplicaFetcher:
                     "max_bytes": self.settings.max_bytes,
                 }
             )
-        response = await connection.request(
+        response = await self._request(
+            connection,
             ApiKey.FETCH,
             self.settings.fetch_version,
             {
