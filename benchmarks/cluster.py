@@ -10,7 +10,9 @@
 
 The producer is tidelog's pipelined client with 128 KiB batches and 3 ms linger (smaller
 batches overload the brokers at these rates: a request costs more than its bytes), in this
-process; the three brokers and ZooKeeper share the machine's cores with it. Nothing is asserted.
+process; the three brokers and ZooKeeper share the machine's cores with it, all on uvloop
+(tidelog/runtime.py). The run starts with os.sync(), so that what an earlier benchmark left
+for the kernel to write back is not measured here. Nothing is asserted.
 """
 
 from __future__ import annotations
