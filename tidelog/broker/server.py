@@ -146,7 +146,7 @@ class KafkaServer:
         (TCP_CORK) until its last byte, so the reader gets it in full-sized segments rather
         than a header first."""
         sliced = any(isinstance(part, FileSlice) for part in parts)
-        sock = writer.transport.get_extra_info("socket")
+        sock = writer.transport.get_extra_info("socket") if sliced else None
         if sliced:
             _cork(sock, True)
         try:

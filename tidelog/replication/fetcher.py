@@ -202,9 +202,8 @@ class ReplicaFetcher:
         """A request to the leader, given up after replica.socket.timeout.ms (a leader that
         hangs; the connection is then opened again)."""
         try:
-            return await asyncio.wait_for(
-                connection.request(api_key, version, body), self.settings.socket_timeout_ms / 1000
-            )
+            async with asyncio.timeout(self.settings.socket_timeout_ms / 1000):
+                return await connection.request(api_key, version, body)
         except TimeoutError:
             raise TimeoutError(
                 f"no answer to {api_key.name} in replica.socket.timeout.ms "
