@@ -234,7 +234,10 @@ class ReplicaManager:
         for key in keys:
             self._waiters[key].add(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancellation that comes
+            # as the future completes, and a stopping broker would wait on
+            async with asyncio.timeout(timeout):
+                await future
             return True
         except TimeoutError:
             return False

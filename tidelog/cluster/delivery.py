@@ -94,7 +94,8 @@ class DeliveryProducer:
         }
         try:
             connection = await client.connection(leader)
-            response = await asyncio.wait_for(connection.request(ApiKey.PRODUCE, 2, body), 12)
+            async with asyncio.timeout(12):
+                response = await connection.request(ApiKey.PRODUCE, 2, body)
         except (OSError, ConnectionError, TimeoutError, KeyError):
             stale = client.connections.pop(leader, None)
             if stale is not None:

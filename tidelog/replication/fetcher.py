@@ -73,6 +73,7 @@ class ReplicaFetcher:
         self.needs_truncation: set[Key] = set()
         self.out_of_range: set[Key] = set()
         self._changed = asyncio.Event()
+        self._stopping = False
         self._task = asyncio.create_task(self._run())
 
     def add(self, partition: Partition) -> None:
@@ -92,45 +93,48 @@ class ReplicaFetcher:
         self.needs_truncation.discard(key)
 
     async def stop(self) -> None:
+        self._stopping = True  # in case a cancellation is lost on the way, the loop ends too
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
         connection: Connection | None = None
-        while True:
-            try:
-                if not self.partitions:
-                    self._changed.clear()
-                    await self._changed.wait()
-                    continue
-                if connection is None:
-                    address = self.address()
-                    if address is None:
-                        await asyncio.sleep(RETRY_SECONDS)
+        try:
+            while not self._stopping:
+                try:
+                    if not self.partitions:
+                        self._changed.clear()
+                        await self._changed.wait()
                         continue
-                    connection = await asyncio.wait_for(
-                        Connection.open(*address, client_id=f"replica-{self.broker_id}"),
-                        self.settings.socket_timeout_ms / 1000,
-                    )
-                if self.needs_truncation:
-                    await self._truncate(connection)
-                if self.out_of_range:
-                    await self._reset_out_of_range(connection)
-                await self._fetch(connection)
-            except asyncio.CancelledError:
-                if connection is not None:
-                    await connection.close()
-                raise
-            except (OSError, ConnectionError, KafkaError, TimeoutError) as error:
-                log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
-                if connection is not None:
-                    await connection.close()
-                    connection = None
-                await asyncio.sleep(RETRY_SECONDS)
-            except Exception:
-                log.exception("fetcher for leader %d failed; retrying", self.leader_id)
-                connection = None
-                await asyncio.sleep(RETRY_SECONDS)
+                    if connection is None:
+                        address = self.address()
+                        if address is None:
+                            await asyncio.sleep(RETRY_SECONDS)
+                            continue
+                        async with asyncio.timeout(self.settings.socket_timeout_ms / 1000):
+                            connection = await Connection.open(
+                                *address, client_id=f"replica-{self.broker_id}"
+                            )
+                    if self.needs_truncation:
+                        await self._truncate(connection)
+                    if self.out_of_range:
+                        await self._reset_out_of_range(connection)
+                    await self._fetch(connection)
+                except (OSError, ConnectionError, KafkaError, TimeoutError) as error:
+                    log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
+                    if connection is not None:
+                        await connection.close()
+                        connection = None
+                    await asyncio.sleep(RETRY_SECONDS)
+                except Exception:
+                    log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                    if connection is not None:
+                        await connection.close()
+                        connection = None
+                    await asyncio.sleep(RETRY_SECONDS)
+        finally:
+            if connection is not None:
+                await connection.close()
 
     async def _truncate(self, connection: Connection) -> None:
         """By leader epoch: each partition is cut where the leader says its latest epoch
