@@ -5,6 +5,13 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import message_set
+from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
+from tidelog.broker.metrics import Metrics
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.server import KafkaServer
+from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
 
@@ -60,3 +67,83 @@ def test_high_watermark_truncation_happens_before_any_word_from_the_leader(make_
     asyncio.run(add_and_stop())
 
     assert log.log_end_offset == 6
+
+
+class InProcessLeader:
+    """Broker 1 leading partition t-0 in this process: its real log manager, replica manager,
+    request handler and Kafka protocol server, with the metadata filled in by hand."""
+
+    def __init__(self, directory, clock) -> None:  # type: ignore[no-untyped-def]
+        config = parse_config({"log.dirs": str(directory)}, BROKER_KEYS)
+        self.logs = LogManager([directory], config, clock=clock)
+        self.logs.startup()
+        self.metadata = MetadataCache()
+        self.metadata.topics["t"] = TopicMetadata(
+            "t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))}
+        )
+        self.replicas = ReplicaManager(1, self.logs, self.metadata, clock)
+        metrics = Metrics()
+        handler = RequestHandler(
+            1, self.replicas, self.metadata, metrics, clock, auto_create_topics=False
+        )
+        self.server = KafkaServer(
+            handler, metrics, host="127.0.0.1", port=0, max_request_bytes=100 * 1024 * 1024
+        )
+
+    @property
+    def log(self):  # type: ignore[no-untyped-def]
+        return self.logs.get_or_create("t", 0)
+
+    async def start(self) -> None:
+        await self.server.bind()
+        self.metadata.brokers[1] = BrokerEndpoint(1, "127.0.0.1", self.server.port)
+        self.metadata.brokers[2] = BrokerEndpoint(2, "127.0.0.1", 1)
+        self.replicas.apply_metadata()
+        await self.server.start()
+
+    async def stop(self) -> None:
+        await self.server.stop()
+        self.logs.shutdown()
+
+
+async def follow_until(leader: InProcessLeader, partition: Partition, done) -> None:  # type: ignore[no-untyped-def]
+    await leader.start()
+    settings = FetcherSettings(truncation_mode="high-watermark")
+    fetcher = ReplicaFetcher(2, 1, lambda: ("127.0.0.1", leader.server.port), settings)
+    fetcher.add(partition)
+    try:
+        for _ in range(100):
+            if done():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("the follower did not get in step with the leader")
+    finally:
+        await fetcher.stop()
+        await leader.stop()
+
+
+def test_a_follower_past_the_leaders_log_end_is_cut_back_to_it(tmp_path, make_log, clock):
+    leader = InProcessLeader(tmp_path / "leader", clock)
+    leader.log.append_as_leader(message_set(10))
+    follower_log = make_log()
+    follower_log.append_as_leader(message_set(15))  # five the leader never had
+    follower_log.high_watermark = 15  # nothing to cut by its own high watermark
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
+
+    asyncio.run(follow_until(leader, partition, lambda: follower_log.log_end_offset == 10))
+
+    assert follower_log.log_end_offset == 10
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path, make_log, clock):
+    leader = InProcessLeader(tmp_path / "leader", clock)
+    leader.log.truncate_fully_and_start_at(100)  # as retention leaves it
+    leader.log.append_as_leader(message_set(5))
+    follower_log = make_log()
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
+
+    asyncio.run(follow_until(leader, partition, lambda: follower_log.log_end_offset == 105))
+
+    assert (follower_log.log_start_offset, follower_log.log_end_offset) == (100, 105)

@@ -177,7 +177,8 @@ class ReplicaFetcher:
             self.out_of_range.discard(key)
             if partition is None:
                 continue
-            start, end = (await self._leader_offset(connection, key, t) for t in (-2, -1))
+            start = await self._leader_offset(connection, key, -2)
+            end = await self._leader_offset(connection, key, -1)
             if partition.log.log_end_offset > end:
                 self._cut(partition, end, "the leader's log end")
             elif partition.log.log_end_offset < start:
