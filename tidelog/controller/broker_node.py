@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from kazoo.client import KazooState
+from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from tidelog.broker.admin import AdminServer
 from tidelog.broker.control import ControlRequests
@@ -213,6 +214,13 @@ class BrokerNode:
             self._refresh_wanted.clear()
             try:
                 await self.refresh_metadata()
+            except (ConnectionLoss, SessionExpiredError) as error:
+                log.warning(
+                    "metadata refresh: ZooKeeper is unreachable (%s); retrying in 1 s",
+                    type(error).__name__,
+                )
+                await asyncio.sleep(1)
+                self._refresh_wanted.set()
             except Exception:
                 log.exception("metadata refresh from ZooKeeper failed; retrying in 1 s")
                 await asyncio.sleep(1)
@@ -276,9 +284,21 @@ class BrokerNode:
     async def persist_isr(
         self, topic: str, partition: int, leader_epoch: int, isr: frozenset[int]
     ) -> bool:
-        return await asyncio.to_thread(
-            zookeeper.update_isr, self.zk, topic, partition, self.broker_id, leader_epoch, isr
-        )
+        """Writes a new ISR to the partition's state; False if it was not written (a newer
+        state there, or no ZooKeeper session at the moment: the next ISR check tries again)."""
+        try:
+            return await asyncio.to_thread(
+                zookeeper.update_isr, self.zk, topic, partition, self.broker_id, leader_epoch, isr
+            )
+        except (ConnectionLoss, SessionExpiredError) as error:
+            log.warning(
+                "%s-%d: ISR %s not written, ZooKeeper is unreachable (%s); will try again",
+                topic,
+                partition,
+                sorted(isr),
+                type(error).__name__,
+            )
+            return False
 
     async def auto_create_topic(self, topic: str) -> None:
         partitions = self.config["num.partitions"]
