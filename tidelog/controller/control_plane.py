@@ -51,7 +51,8 @@ class ControlPlane:
             ) as reply:
                 answer = await reply.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            log.warning("controller: %s to broker %d failed: %s", kind, broker.broker_id, error)
+            why = str(error) or f"{type(error).__name__} after {TIMEOUT.total} s"
+            log.warning("controller: %s to broker %d failed: %s", kind, broker.broker_id, why)
             return None
         if answer.get("error_code"):
             log.warning("controller: broker %d refused %s: %s", broker.broker_id, kind, answer)
