@@ -51,7 +51,9 @@ class ControlPlane:
             ) as reply:
                 answer = await reply.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            why = str(error) or f"{type(error).__name__} after {TIMEOUT.total} s"
+            why = str(error) or type(error).__name__
+            if isinstance(error, TimeoutError):
+                why = f"no answer in {TIMEOUT.total:g} s"
             log.warning("controller: %s to broker %d failed: %s", kind, broker.broker_id, why)
             return None
         if answer.get("error_code"):
