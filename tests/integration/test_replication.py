@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from tests.integration.conftest import wait_for_leaders
+from tests.integration.conftest import admin, wait_for_leaders
 from tests.integration.test_bad_input import connect, produce_body, request
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster, wait_until
@@ -85,7 +85,11 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
         accepted = request(connection, ApiKey.PRODUCE, 2, body)
     replicated.signal_broker(follower, signal.SIGKILL)
     try:
-        faults.wait_until_isr_size(replicated, "strict", 2)
+        wait_until(  # the leader itself has taken the smaller ISR, not only ZooKeeper
+            lambda: len(admin(replicated, leader, "/topics/strict")["partitions"][0]["isr"]) == 2,
+            30,
+            "the leader of strict-0 to see its ISR shrink",
+        )
         with connect(replicated, leader) as connection:
             refused = request(connection, ApiKey.PRODUCE, 2, body)
     finally:
