@@ -46,35 +46,39 @@ def decode_request(frame: bytes | memoryview) -> Request:
 def encode_request(
     api_key: ApiKey, api_version: int, correlation_id: int, client_id: str | None, body: dict
 ) -> bytearray:
-    """A request frame, size prefix included, built in one buffer (a produce request's records
-    are copied once)."""
-    writer = Writer()
-    writer.write(bytes(SIZE.size))  # the size, filled in below
+    """A request frame, size prefix included, in one buffer (a produce request's records are
+    copied into it once)."""
     header = {
         "api_key": api_key,
         "api_version": api_version,
         "correlation_id": correlation_id,
         "client_id": client_id,
     }
-    write(REQUEST_HEADER, writer, header)
-    write(APIS[api_key].requests[api_version], writer, body)
-    frame = writer.finish_buffer()
-    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
-    return frame
+    (frame,) = _frame((REQUEST_HEADER, header), (APIS[api_key].requests[api_version], body))
+    return frame  # type: ignore[return-value]  # requests hold no file slices
 
 
 def encode_response(
     api_key: ApiKey, api_version: int, correlation_id: int, body: dict
 ) -> list[Any]:
-    """A response frame as parts (bytes, and file slices to send with sendfile)."""
+    """A response frame as parts (buffers, and file slices to send with sendfile)."""
+    return _frame(
+        (RESPONSE_HEADER, {"correlation_id": correlation_id}),
+        (APIS[api_key].responses[api_version], body),
+    )
+
+
+def _frame(*pieces: tuple[Any, dict]) -> list[Any]:
+    """Each (schema, value) encoded in turn, after a size prefix that is reserved first and
+    filled in last, so that the frame goes out with its header in one write."""
     writer = Writer()
-    write(RESPONSE_HEADER, writer, {"correlation_id": correlation_id})
-    write(APIS[api_key].responses[api_version], writer, body)
-    size = writer.size
+    writer.write(bytes(SIZE.size))
+    for field_type, value in pieces:
+        write(field_type, writer, value)
+    size = writer.size - SIZE.size
     parts = writer.finish()
-    if parts and isinstance(parts[0], bytes):  # one write, not a 4-byte one and the rest
-        return [SIZE.pack(size) + parts[0], *parts[1:]]
-    return [SIZE.pack(size), *parts]
+    SIZE.pack_into(parts[0], 0, size)
+    return parts
 
 
 def decode_response(

@@ -22,26 +22,28 @@ class FileSliceLike(Protocol):
 
 
 class Writer:
-    """Encoded bytes, as a list of parts: bytes, and file slices sent by ``sendfile``."""
+    """Encoded bytes, as a list of parts: buffers, and file slices sent by ``sendfile``. A
+    buffer becomes a part as it is (no copy) when a slice or ``finish`` ends it."""
 
     def __init__(self) -> None:
         self.buffer = bytearray()
-        self.parts: list[bytes | FileSliceLike] = []
+        self.parts: list[bytearray | FileSliceLike] = []
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.buffer += data
 
     def write_slice(self, file_slice: FileSliceLike) -> None:
-        if self.buffer:
-            self.parts.append(bytes(self.buffer))
-            self.buffer = bytearray()
+        self._end_buffer()
         self.parts.append(file_slice)
 
-    def finish(self) -> list[bytes | FileSliceLike]:
-        if self.buffer:
-            self.parts.append(bytes(self.buffer))
-            self.buffer = bytearray()
+    def finish(self) -> list[bytearray | FileSliceLike]:
+        self._end_buffer()
         return self.parts
+
+    def _end_buffer(self) -> None:
+        if self.buffer:
+            self.parts.append(self.buffer)
+            self.buffer = bytearray()
 
     def finish_buffer(self) -> bytearray:
         """Everything written, as one buffer, for encodings without file slices."""
@@ -53,7 +55,7 @@ class Writer:
     @property
     def size(self) -> int:
         return len(self.buffer) + sum(
-            len(part) if isinstance(part, bytes) else part.length for part in self.parts
+            len(part) if isinstance(part, bytearray) else part.length for part in self.parts
         )
 
 
