@@ -335,9 +335,7 @@ class Log:
                 f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.directory}",
             )
         if offset == end or (max_offset is not None and offset >= max_offset):
-            # A caught-up follower or consumer: nothing to read, and no index to search.
-            active = self.active_segment
-            return FetchData(offset, FileSlice(active.file, active.size, 0))
+            return self._nothing_at(offset)  # caught up: no index to search
         number = self._segment_for(offset)
         while number < len(self.segments):
             segment = self.segments[number]
@@ -359,6 +357,10 @@ class Log:
             number += 1
             if number < len(self.segments):
                 offset = max(offset, self.segments[number].base_offset)
+        return self._nothing_at(offset)
+
+    def _nothing_at(self, offset: int) -> FetchData:
+        """An empty read at ``offset``: a slice of no bytes at the end of the active segment."""
         active = self.active_segment
         return FetchData(offset, FileSlice(active.file, active.size, 0))
 

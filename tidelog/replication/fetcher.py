@@ -120,14 +120,11 @@ class ReplicaFetcher:
                     if self.out_of_range:
                         await self._reset_out_of_range(connection)
                     await self._fetch(connection)
-                except (OSError, ConnectionError, KafkaError, TimeoutError) as error:
-                    log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
-                    if connection is not None:
-                        await connection.close()
-                        connection = None
-                    await asyncio.sleep(RETRY_SECONDS)
-                except Exception:
-                    log.exception("fetcher for leader %d failed; retrying", self.leader_id)
+                except Exception as error:
+                    if isinstance(error, OSError | KafkaError):  # timeouts and lost connections
+                        log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
+                    else:
+                        log.exception("fetcher for leader %d failed; retrying", self.leader_id)
                     if connection is not None:
                         await connection.close()
                         connection = None
