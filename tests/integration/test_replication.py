@@ -45,6 +45,22 @@ def scenario(cluster, **settings):
     return report
 
 
+def served_topic(cluster, name, partitions=1, replication_factor=3, config=None):
+    """Creates a topic and waits until every replica is in sync and every leader serves it;
+    returns its replica assignment."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        assignment = topics.create_topic(client, name, partitions, replication_factor, config)
+    faults.wait_for_full_isr(cluster, name)
+    wait_for_leaders(cluster, name, partitions)
+    return assignment
+
+
+def acks_all_produce(topic, timeout_ms):
+    """A Produce v2 body of one message to partition 0, acks=all."""
+    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
+    return produce_body(topic, records, acks=-1, timeout=timeout_ms)
+
+
 @pytest.mark.parametrize(
     ("failure", "target", "message_format"),
     [
@@ -72,13 +88,9 @@ def test_log_append_time_stays_monotonic_when_a_slower_clock_takes_over(replicat
 
 
 def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        topics.create_topic(client, "strict", 1, 3, {"min.insync.replicas": "3"})
-    faults.wait_for_full_isr(replicated, "strict")
-    wait_for_leaders(replicated, "strict", 1)
+    served_topic(replicated, "strict", config={"min.insync.replicas": "3"})
     follower = faults.pick_target(replicated, "strict", "follower")
-    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
-    body = produce_body("strict", records, acks=-1, timeout=5000)
+    body = acks_all_produce("strict", 5000)
 
     leader = faults.pick_target(replicated, "strict", "leader")
     with connect(replicated, leader) as connection:
@@ -103,14 +115,10 @@ def test_acks_all_is_refused_when_too_few_replicas_are_in_sync(replicated):
 
 
 def test_acks_all_fails_after_the_append_when_the_isr_shrinks_below_the_minimum(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        topics.create_topic(client, "shrinking", 1, 3, {"min.insync.replicas": "2"})
-    faults.wait_for_full_isr(replicated, "shrinking")
-    wait_for_leaders(replicated, "shrinking", 1)
+    served_topic(replicated, "shrinking", config={"min.insync.replicas": "2"})
     leader = faults.pick_target(replicated, "shrinking", "leader")
     followers = [b for b in (1, 2, 3) if b != leader]
-    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
-    body = produce_body("shrinking", records, acks=-1, timeout=20000)
+    body = acks_all_produce("shrinking", 20000)
 
     for follower in followers:  # in the ISR when the message is appended, then dropped from it
         replicated.signal_broker(follower, signal.SIGSTOP)
@@ -129,10 +137,7 @@ def test_acks_all_fails_after_the_append_when_the_isr_shrinks_below_the_minimum(
 
 
 def test_a_preferred_leader_election_gives_leadership_back_to_the_first_replica(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        assignment = topics.create_topic(client, "preferred", 1, 3)
-    faults.wait_for_full_isr(replicated, "preferred")
-    preferred = assignment[0][0]
+    preferred = served_topic(replicated, "preferred")[0][0]
     replicated.stop_broker(preferred)
     faults.wait_until_leader(replicated, "preferred", lambda leader: leader not in (-1, preferred))
     replicated.start_broker(preferred)
@@ -186,9 +191,7 @@ def test_control_requests_from_an_older_controller_or_epoch_are_refused(replicat
 
 
 def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        topics.create_topic(client, "told", 1, 3)
-    faults.wait_for_full_isr(replicated, "told")
+    served_topic(replicated, "told")
     leader = faults.pick_target(replicated, "told", "leader")
 
     replicated.stop_broker(leader)
@@ -203,10 +206,7 @@ def test_the_controller_tells_brokers_of_a_new_leader_over_the_control_plane(rep
 
 
 def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        topics.create_topic(client, "doomed", 2, 3)
-    faults.wait_for_full_isr(replicated, "doomed")
-    wait_for_leaders(replicated, "doomed", 2)
+    served_topic(replicated, "doomed", partitions=2)
     directories = list(replicated.directory.glob("broker-*/logs/doomed-*"))
     assert len(directories) == 6
 
@@ -235,14 +235,10 @@ def test_a_deleted_topic_leaves_zookeeper_and_every_replica_deletes_its_data(rep
 
 
 def test_acks_all_times_out_while_an_in_sync_follower_does_not_fetch(replicated):
-    with zookeeper.session(replicated.zookeeper) as client:
-        topics.create_topic(client, "slow", 1, 3, {"min.insync.replicas": "2"})
-    faults.wait_for_full_isr(replicated, "slow")
-    wait_for_leaders(replicated, "slow", 1)
+    served_topic(replicated, "slow", config={"min.insync.replicas": "2"})
     leader = faults.pick_target(replicated, "slow", "leader")
     follower = faults.pick_target(replicated, "slow", "follower")
-    records = build_message_set([Record(b"k", b"v", 0)], magic=1)
-    body = produce_body("slow", records, acks=-1, timeout=500)
+    body = acks_all_produce("slow", 500)
 
     replicated.signal_broker(follower, signal.SIGSTOP)  # still in the ISR for a while
     try:
