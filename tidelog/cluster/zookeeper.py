@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,8 +20,28 @@ class ZooKeeperError(RuntimeError):
     pass
 
 
+LOWEST_LISTENER_PORT = 10000
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
+    """A port free now and below the kernel's ephemeral range. A listener restarted on a port
+    from that range can find it taken as some outgoing connection's local port (seen: a
+    broker restarted in a test failed with 'address already in use')."""
+    first_ephemeral = 32768
+    with contextlib.suppress(OSError, ValueError):
+        first_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0])
+    for _ in range(100):
+        if first_ephemeral <= LOWEST_LISTENER_PORT:
+            break
+        port = random.randrange(LOWEST_LISTENER_PORT, first_ephemeral)
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:  # no room below the ephemeral range: any free port
         probe.bind((host, 0))
         return probe.getsockname()[1]
 
