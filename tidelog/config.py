@@ -179,6 +179,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.interval.ms", _int, LONG_MAX, _at_least(1)),
         _key("log.flush.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("replica.high.watermark.checkpoint.interval.ms", _int, 5000, _at_least(1)),
+        # consumer groups and __consumer_offsets (Kafka 0.10's names and defaults)
+        _key("offsets.topic.num.partitions", _int, 50, _at_least(1, INT_MAX)),
+        _key("offsets.topic.replication.factor", _int, 3, _at_least(1, 32767)),
+        _key("offsets.topic.segment.bytes", _int, 104857600, _at_least(14, INT_MAX)),
+        _key("offsets.retention.minutes", _int, 1440, _at_least(1, INT_MAX)),
+        _key("offsets.retention.check.interval.ms", _int, 600000, _at_least(1)),
+        _key("offsets.commit.timeout.ms", _int, 5000, _at_least(1, INT_MAX)),
+        _key("offsets.commit.required.acks", _int, -1, (lambda v: v in (-1, 1), "-1 or 1")),
+        _key("offsets.load.buffer.size", _int, 5242880, _at_least(1, INT_MAX)),
+        _key("offset.metadata.max.bytes", _int, 4096, _at_least(0, INT_MAX)),
+        _key("group.min.session.timeout.ms", _int, 6000, _at_least(0, INT_MAX)),
+        _key("group.max.session.timeout.ms", _int, 300000, _at_least(0, INT_MAX)),
     ]
 }
 for _topic_name, _broker_name in TOPIC_TO_BROKER_KEY.items():

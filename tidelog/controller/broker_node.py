@@ -12,6 +12,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from tidelog.broker.admin import AdminServer
 from tidelog.broker.control import ControlRequests
+from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
@@ -21,6 +22,8 @@ from tidelog.clock import Clock, SystemClock
 from tidelog.config import host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
+from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
+from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
@@ -60,6 +63,25 @@ class BrokerNode:
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
         )
+        self.coordinator_settings = CoordinatorSettings.from_config(config)
+        self.coordinator = GroupCoordinator(
+            self.coordinator_settings,
+            ReplicatedOffsetsLog(
+                self.replicas,
+                self.coordinator_settings.offsets_commit_required_acks,
+                self.coordinator_settings.offsets_commit_timeout_ms,
+            ),
+            self.clock,
+        )
+        self.groups = GroupRequests(
+            self.broker_id,
+            self.coordinator,
+            self.metadata,
+            self.replicas,
+            self.create_offsets_topic,
+            _ZooKeeperOffsets(self),
+        )
+        self.handler.register(self.groups.handlers())
         host, port = host_and_port(config["listeners"])
         self.server = KafkaServer(
             self.handler,
@@ -134,6 +156,7 @@ class BrokerNode:
         self._tasks = [
             asyncio.create_task(self._refresh_on_watches()),
             asyncio.create_task(self.logs.scheduler.run_forever()),
+            asyncio.create_task(self.coordinator.run_offset_expiry()),
         ]
         log.info(
             "broker %d started: Kafka protocol on %s:%d, admin API on port %d",
@@ -163,6 +186,7 @@ class BrokerNode:
         await self.replicas.stop()
         await self.control_plane.close()
         await self.server.stop()
+        self.coordinator.stop()
         await self.admin.stop()
         if self.zk is not None:
             self.registered = False
@@ -316,3 +340,50 @@ class BrokerNode:
         except KafkaError as error:
             if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("could not auto-create topic %s: %s", topic, error)
+
+    async def create_offsets_topic(self) -> None:
+        """``__consumer_offsets`` on first use, with Kafka's settings: offsets.topic.* partitions
+        and segment size, compacted, replication factor offsets.topic.replication.factor or the
+        number of live brokers if fewer."""
+        settings = self.coordinator_settings
+        live = len(self.metadata.brokers)
+        replication_factor = min(settings.offsets_topic_replication_factor, live)
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(settings.offsets_topic_segment_bytes),
+        }
+        try:
+            await asyncio.to_thread(
+                topics.create_topic,
+                self.zk,
+                OFFSETS_TOPIC,
+                settings.offsets_topic_partitions,
+                replication_factor,
+                config,
+            )
+            log.info(
+                "created %s: %d partitions, replication factor %d",
+                OFFSETS_TOPIC,
+                settings.offsets_topic_partitions,
+                replication_factor,
+            )
+        except KafkaError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("could not create %s: %s", OFFSETS_TOPIC, error)
+
+
+class _ZooKeeperOffsets:
+    """OffsetCommit/OffsetFetch v0 through the broker's ZooKeeper session."""
+
+    def __init__(self, node: BrokerNode) -> None:
+        self.node = node
+
+    async def write(self, group: str, topic: str, partition: int, offset: int) -> None:
+        await asyncio.to_thread(
+            zookeeper.write_consumer_offset, self.node.zk, group, topic, partition, offset
+        )
+
+    async def read(self, group: str, topic: str, partition: int) -> int | None:
+        return await asyncio.to_thread(
+            zookeeper.read_consumer_offset, self.node.zk, group, topic, partition
+        )

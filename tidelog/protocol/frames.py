@@ -27,6 +27,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: dict[str, Any]
+    client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
