@@ -148,13 +148,18 @@ class GroupCoordinator:
 
     def _unload(self, partition: int) -> None:
         self.owned.pop(partition, None)
-        for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
+        unloaded = [g for g in self.groups if self.partition_of(g) == partition]
+        for group_id in unloaded:
             group = self.groups.pop(group_id)
             self._cancel_timers(group)
             for member in group.members.values():
                 self._answer_join(member, JoinResult(ErrorCode.NOT_COORDINATOR_FOR_GROUP))
                 self._answer_sync(member, ErrorCode.NOT_COORDINATOR_FOR_GROUP, b"")
-        log.info("offsets partition %d unloaded: its groups are served elsewhere", partition)
+        (log.info if unloaded else log.debug)(
+            "offsets partition %d unloaded: its %d groups are served elsewhere now",
+            partition,
+            len(unloaded),
+        )
 
     async def _load(self, partition: int, epoch: int) -> None:
         started = self.clock.milliseconds()
@@ -174,7 +179,7 @@ class GroupCoordinator:
             self._restore(group, value)
         self.loading.pop(partition, None)
         self.owned[partition] = epoch
-        log.info(
+        (log.info if offsets or metadata else log.debug)(
             "offsets partition %d loaded in %d ms: %d groups, %d committed offsets",
             partition,
             self.clock.milliseconds() - started,
