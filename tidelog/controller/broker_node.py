@@ -22,6 +22,7 @@ from tidelog.clock import Clock, SystemClock
 from tidelog.config import host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
+from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
 from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
@@ -82,6 +83,10 @@ class BrokerNode:
             _ZooKeeperOffsets(self),
         )
         self.handler.register(self.groups.handlers())
+        self.topic_admin = TopicAdminRequests(
+            self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
+        )
+        self.handler.register(self.topic_admin.handlers())
         host, port = host_and_port(config["listeners"])
         self.server = KafkaServer(
             self.handler,
