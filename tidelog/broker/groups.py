@@ -214,7 +214,9 @@ class GroupRequests:
         codes = {}
         limit = self.coordinator.settings.offset_metadata_max_bytes
         for (topic, partition), (offset, metadata, _) in wanted.items():
-            if len(metadata.encode("utf-8")) > limit:
+            if not group_id:
+                codes[(topic, partition)] = ErrorCode.INVALID_GROUP_ID
+            elif len(metadata.encode("utf-8")) > limit:
                 codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             try:
@@ -232,6 +234,9 @@ class GroupRequests:
         found: dict[TopicPartition, tuple[int, str, ErrorCode]] = {}
         if version == 0:
             for topic, partition in wanted:
+                if not group_id:
+                    found[(topic, partition)] = (-1, "", ErrorCode.INVALID_GROUP_ID)
+                    continue
                 if topic not in self.metadata.topics:
                     found[(topic, partition)] = (-1, "", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                     continue

@@ -81,8 +81,13 @@ _STORE_ERRORS = {
 }
 
 
-def _store_error(error: KafkaError) -> ErrorCode:
-    return _STORE_ERRORS.get(error.code, ErrorCode.UNKNOWN)
+def _store_error(error: Exception, too_large: ErrorCode) -> ErrorCode:
+    """What a client is told when a write to the offsets topic failed: a commit too large is
+    INVALID_COMMIT_OFFSET_SIZE, group metadata too large UNKNOWN (as in Kafka)."""
+    if not isinstance(error, KafkaError):
+        return ErrorCode.UNKNOWN
+    code = _STORE_ERRORS.get(error.code, ErrorCode.UNKNOWN)
+    return too_large if code == ErrorCode.INVALID_COMMIT_OFFSET_SIZE else code
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,8 @@ class GroupCoordinator:
         return partition_for(group_id, self.settings.offsets_topic_partitions)
 
     def _check_coordinator(self, group_id: str) -> None:
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "a group id may not be empty")
         partition = self.partition_of(group_id)
         if partition in self.loading:
             raise KafkaError(ErrorCode.GROUP_LOAD_IN_PROGRESS, f"loading partition {partition}")
@@ -274,8 +281,6 @@ class GroupCoordinator:
         protocols: list[tuple[str, bytes]],
     ) -> JoinResult:
         """Kafka's doJoinGroup: answered when the rebalance this join starts or joins ends."""
-        if not group_id:
-            return JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id)
         try:
             self._check_coordinator(group_id)
         except KafkaError as error:
@@ -421,7 +426,7 @@ class GroupCoordinator:
     async def _store_empty(self, group: Group) -> None:
         try:
             await self._store_group(group, {})
-        except KafkaError as error:
+        except Exception as error:
             log.warning("group %s: could not store its empty generation: %s", group.group_id, error)
 
     @staticmethod
@@ -532,8 +537,8 @@ class GroupCoordinator:
         try:
             await self._store_group(group, given)
             error = ErrorCode.NONE
-        except KafkaError as failure:
-            error = _store_error(failure)
+        except Exception as failure:  # whatever it was, the members waiting must be answered
+            error = _store_error(failure, ErrorCode.UNKNOWN)
             log.warning("group %s: could not store its assignment: %s", group.group_id, failure)
         if (
             group.state != GroupState.AWAITING_SYNC
@@ -634,8 +639,8 @@ class GroupCoordinator:
             code = ErrorCode.NONE
             try:
                 await self.store.append(self.partition_of(group_id), entries)
-            except KafkaError as error:
-                code = _store_error(error)
+            except Exception as error:
+                code = _store_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
                 log.warning("group %s: offset commit not stored: %s", group_id, error)
             if code == ErrorCode.NONE and self.groups.get(group_id) is group:
                 group.offsets.update(accepted)
