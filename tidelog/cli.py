@@ -45,15 +45,29 @@ def _fail(command: str, error: Exception | str) -> int:
 
 def _broker(args: argparse.Namespace) -> int:
     from tidelog import runtime
-    from tidelog.config import ConfigError, broker_config, read_properties
+    from tidelog.config import (
+        ConfigError,
+        broker_config,
+        config_listing,
+        not_applicable_note,
+        read_properties,
+    )
     from tidelog.controller.broker_node import BrokerNode
 
+    if args.list_configs:
+        print(config_listing())
+        return 0
+    if not args.config:
+        return _fail("broker", "--config is required (a server.properties file)")
     try:
         raw = read_properties(args.config)
         raw.update(_key_values(args.override, "--override"))
         config = broker_config(raw)
     except (ConfigError, OSError) as error:
         return _fail("broker", error)
+    note = not_applicable_note(raw)
+    if note:
+        logging.getLogger("tidelog.config").info("%s", note)
     runtime.run(BrokerNode(config).run_until_signalled())
     return 0
 
@@ -354,7 +368,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one broker process",
         description="Runs a broker until SIGTERM or SIGINT, then shuts down cleanly.",
     )
-    broker.add_argument("--config", required=True, help="a server.properties file")
+    broker.add_argument("--config", help="a server.properties file (required to run)")
+    broker.add_argument(
+        "--list-configs",
+        action="store_true",
+        help="list every configuration key a broker accepts, with its default, and exit",
+    )
     broker.add_argument(
         "--override", action="append", metavar="KEY=VALUE", help="a setting on top of the file"
     )
