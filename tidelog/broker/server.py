@@ -30,6 +30,28 @@ log = logging.getLogger(__name__)
 FULL_SOCKET_CHUNK = 64 * 1024
 
 
+class ConnectionQuotas:
+    """Connections per client address across all of a broker's listeners, as Kafka counts
+    them: at most max.connections.per.ip, or the address's max.connections.per.ip.overrides."""
+
+    def __init__(self, per_ip: int = 2**31 - 1, overrides: dict[str, int] | None = None) -> None:
+        self.per_ip = per_ip
+        self.overrides = overrides or {}
+        self.open: Counter[str] = Counter()
+
+    def take(self, host: str) -> bool:
+        """Counts a new connection from ``host``; False (and not counted) if over its limit."""
+        if self.open[host] >= self.overrides.get(host, self.per_ip):
+            return False
+        self.open[host] += 1
+        return True
+
+    def give_back(self, host: str) -> None:
+        self.open[host] -= 1
+        if not self.open[host]:
+            del self.open[host]
+
+
 class KafkaServer:
     """Serves the Kafka wire protocol on one listener.
 
@@ -51,8 +73,7 @@ class KafkaServer:
         port: int,
         max_request_bytes: int,
         listener: str = "PLAINTEXT",
-        max_connections_per_ip: int = 2**31 - 1,
-        max_connections_per_ip_overrides: dict[str, int] | None = None,
+        quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = 600_000,
     ) -> None:
         self.handler = handler
@@ -61,12 +82,10 @@ class KafkaServer:
         self.port = port
         self.listener = listener
         self.max_request_bytes = max_request_bytes
-        self.max_connections_per_ip = max_connections_per_ip
-        self.max_connections_per_ip_overrides = max_connections_per_ip_overrides or {}
+        self.quotas = quotas or ConnectionQuotas()
         self.idle_seconds = connections_max_idle_ms / 1000
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
-        self._per_ip: Counter[str] = Counter()
 
     async def bind(self) -> None:
         """Takes the port (so that it can be registered) without accepting connections yet."""
@@ -94,19 +113,17 @@ class KafkaServer:
         assert task is not None
         host, port = writer.get_extra_info("peername")[:2]
         peer = f"{host}:{port}"
-        limit = self.max_connections_per_ip_overrides.get(host, self.max_connections_per_ip)
-        if self._per_ip[host] >= limit:
+        if not self.quotas.take(host):
             log.warning(
                 "closing the connection from %s: %d connections from %s already "
                 "(max.connections.per.ip)",
                 peer,
-                self._per_ip[host],
+                self.quotas.open[host],
                 host,
             )
             writer.close()
             return
         self._connections.add(task)
-        self._per_ip[host] += 1
         try:
             while await self._serve_one(reader, writer, peer):
                 pass
@@ -124,9 +141,7 @@ class KafkaServer:
             log.exception("closing the connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(task)
-            self._per_ip[host] -= 1
-            if not self._per_ip[host]:
-                del self._per_ip[host]
+            self.quotas.give_back(host)
             writer.close()
 
     async def _serve_one(

@@ -17,7 +17,7 @@ from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import ReplicaManager
-from tidelog.broker.server import KafkaServer
+from tidelog.broker.server import ConnectionQuotas, KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
@@ -61,6 +61,10 @@ class BrokerNode:
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
         )
+        quotas = ConnectionQuotas(
+            config["max.connections.per.ip"],
+            connection_overrides(config["max.connections.per.ip.overrides"]),
+        )
         self.servers = [
             KafkaServer(
                 self.handler,
@@ -69,10 +73,7 @@ class BrokerNode:
                 port=listener.port,
                 listener=listener.name,
                 max_request_bytes=config["socket.request.max.bytes"],
-                max_connections_per_ip=config["max.connections.per.ip"],
-                max_connections_per_ip_overrides=connection_overrides(
-                    config["max.connections.per.ip.overrides"]
-                ),
+                quotas=quotas,
                 connections_max_idle_ms=config["connections.max.idle.ms"],
             )
             for listener in config["listeners"]
