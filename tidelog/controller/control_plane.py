@@ -29,7 +29,7 @@ def partition_entry(topic: str, partition: int, replicas, state) -> dict:  # typ
 class ControlPlane:
     """Sends the controller's decisions to the brokers they concern."""
 
-    def __init__(self, controller_id: int, timeout_ms: int = 30000) -> None:
+    def __init__(self, controller_id: int, timeout_ms: int = 10000) -> None:
         self.controller_id = controller_id
         self.timeout = aiohttp.ClientTimeout(
             total=timeout_ms / 1000
