@@ -116,14 +116,10 @@ class GroupRequests:
         partition = self.coordinator.partition_of(request.body["group_id"])
         leader = self.metadata.leader_of(OFFSETS_TOPIC, partition)
         endpoint = self.metadata.brokers.get(leader)
-        if endpoint is None:
+        address = endpoint.address(request.listener) if endpoint is not None else None
+        if address is None:
             return unavailable
-        return {
-            "error_code": 0,
-            "coordinator_id": endpoint.broker_id,
-            "host": endpoint.host,
-            "port": endpoint.port,
-        }
+        return {"error_code": 0, "coordinator_id": leader, "host": address[0], "port": address[1]}
 
     # -- membership ----------------------------------------------------------------------------
 

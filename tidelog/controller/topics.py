@@ -73,6 +73,13 @@ def check_assignment(brokers: list[int], assignment: dict[int, list[int]]) -> No
             )
 
 
+def colliding_topics(topic: str, existing: list[str]) -> list[str]:
+    """Existing topics other than ``topic`` that are the same name once '.' is read as '_', as
+    Kafka refuses them (they would share metric names)."""
+    folded = topic.replace(".", "_")
+    return sorted(name for name in existing if name != topic and name.replace(".", "_") == folded)
+
+
 def create_topic(
     zk: KazooClient,
     topic: str,
@@ -96,6 +103,13 @@ def create_topic(
         parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
     except ConfigError as error:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(error)) from None
+    colliding = colliding_topics(topic, zk.get_children(zookeeper.TOPICS))
+    if colliding:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic {topic!r} collides with existing topics: {', '.join(colliding)} "
+            "('.' and '_' are the same in metric names)",
+        )
     brokers = list(zookeeper.read_brokers(zk))
     if assignment is None:
         assignment = assign_replicas(brokers, partitions, replication_factor)
