@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
+from confluent_kafka import ConsumerGroupState
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka import TopicPartition as ConfluentPartition
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.conftest import admin
@@ -266,3 +268,24 @@ def test_librdkafka_with_default_settings_stores_lz4_as_lz4(cluster, new_topic, 
 
     wait_until(lambda: codecs_on_disk(cluster, topic), 10, f"{topic}-0 to hold messages")
     assert codecs_on_disk(cluster, topic) == {Codec.LZ4}
+
+
+def test_confluent_admin_client_lists_and_describes_a_stable_group(cluster, new_topic):
+    topic, group = new_topic(partitions=2), new_group()
+    produce(cluster, topic, values("described", 4))
+    consumer = confluent_consumer(cluster, group)
+    consumer.subscribe([topic])
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    try:
+        confluent_values(consumer, 4)
+        listed = client.list_consumer_groups(request_timeout=10).result(timeout=30)
+        assert group in {g.group_id for g in listed.valid}
+
+        described = client.describe_consumer_groups([group], request_timeout=10)[group]
+        description = described.result(timeout=30)
+        assert description.state == ConsumerGroupState.STABLE
+        assert description.partition_assignor == "range"
+        (member,) = description.members
+        assert {tp.partition for tp in member.assignment.topic_partitions} == {0, 1}
+    finally:
+        consumer.close()
