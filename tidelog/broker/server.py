@@ -111,7 +111,12 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        host, port = writer.get_extra_info("peername")[:2]
+        peername = writer.get_extra_info("peername")
+        if not peername:  # reset by the client before it was accepted: nothing to serve
+            log.debug("a connection to %s:%d was gone before it was served", self.host, self.port)
+            writer.close()
+            return
+        host, port = peername[:2]
         peer = f"{host}:{port}"
         if not self.quotas.take(host):
             log.warning(
@@ -127,8 +132,9 @@ class KafkaServer:
         try:
             while await self._serve_one(reader, writer, peer):
                 pass
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            # normal traffic: a client closed its connection, perhaps in the middle of a response
+            log.debug("connection from %s closed by the client (%s)", peer, type(error).__name__)
         except TimeoutError:
             log.info(
                 "closing the connection from %s: idle for %g s (connections.max.idle.ms)",
