@@ -97,6 +97,7 @@ class KafkaServer:
     async def start(self) -> None:
         if self._server is None:
             await self.bind()
+        assert self._server is not None
         await self._server.start_serving()
         log.info("serving the Kafka protocol on %s:%d", self.host, self.port)
 
@@ -187,10 +188,10 @@ class KafkaServer:
                 "closing the connection from %s: API %s is not served", peer, request.api_key
             )
             return False
-        body = await self.handler.handle(request, self.listener)
-        if body is not None:
+        answer = await self.handler.handle(request, self.listener)
+        if answer is not None:
             parts = encode_response(
-                request.api_key, request.api_version, request.correlation_id, body
+                request.api_key, request.api_version, request.correlation_id, answer
             )
             await self._send(writer, parts)
         self.metrics.record_request(request.api_key.name, time.perf_counter() - started)
@@ -218,7 +219,7 @@ class KafkaServer:
         await writer.drain()
 
 
-async def _send_slice(writer: asyncio.StreamWriter, sock, part: FileSlice) -> None:  # type: ignore[no-untyped-def]
+async def _send_slice(writer: asyncio.StreamWriter, sock, part: FileSlice) -> None:
     """Sends a file slice with ``os.sendfile`` straight from the page cache to the socket (the
     event loop's own ``loop.sendfile`` is not zero-copy on every loop, uvloop's not at all).
 
@@ -261,6 +262,6 @@ async def _flushed(writer: asyncio.StreamWriter) -> None:
             transport.set_write_buffer_limits(high=high, low=low)
 
 
-def _cork(sock, on: bool) -> None:  # type: ignore[no-untyped-def]
+def _cork(sock, on: bool) -> None:
     with contextlib.suppress(OSError):  # not TCP (a test's socket pair), or already closed
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)

@@ -47,7 +47,7 @@ SCENARIO_OVERRIDES = {
 
 def create_topic(cluster: LocalCluster, settings: ScenarioSettings) -> str:
     name = f"scenario-{settings.failure.replace('_', '-')}-{int(time.time())}-{next(_topics)}"
-    replication_factor = min(3, len(cluster.state.brokers))  # type: ignore[union-attr]
+    replication_factor = min(3, len(cluster.broker_ids))
     config = {
         "min.insync.replicas": str(min(2, replication_factor)),
         "message.format.version": settings.message_format,
