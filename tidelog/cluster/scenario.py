@@ -42,6 +42,9 @@ SCENARIO_OVERRIDES = {
     "zookeeper.session.timeout.ms": "4000",
     "replica.lag.time.max.ms": "3000",
     "log.segment.bytes": "65536",
+    # a follower whose leader went away tries the next one after half a second (Kafka: 1 s),
+    # in step with the short session and lag times above
+    "replica.fetch.backoff.ms": "500",
 }
 
 
