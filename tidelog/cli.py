@@ -139,7 +139,7 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_cluster(args: argparse.Namespace, given: str | None, option: str, pick) -> str:  # type: ignore[no-untyped-def]
+def _from_cluster(args: argparse.Namespace, given: str | None, option: str, pick) -> str:
     """An address given on the command line, or read from the local cluster in --dir."""
     from tidelog.cluster.local import ClusterError, LocalCluster
 
@@ -300,6 +300,7 @@ def _perf(args: argparse.Namespace) -> int:
 
 def _scenario(args: argparse.Namespace) -> int:
     import json
+    import shutil
     import tempfile
 
     from tidelog import runtime
@@ -327,7 +328,7 @@ def _scenario(args: argparse.Namespace) -> int:
             cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         topic, report = runtime.run(run_scenario(cluster, settings))
     except (ClusterError, ZooKeeperError) as error:
-        return _fail("scenario replication", error)
+        return _fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
         if started_here and cluster.state is not None:
             cluster.down(progress=lambda _: None)
@@ -343,6 +344,11 @@ def _scenario(args: argparse.Namespace) -> int:
             json.dump(document, file, indent=2)
         print(f"report written to {args.report}")
     print("verdict: " + ("PASS" if report.ok else "FAIL"))
+    if args.dir is None:  # a cluster of its own, in a temporary directory
+        if report.ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"the cluster's logs and data are kept in {directory}")
     return 0 if report.ok else 1
 
 
@@ -350,14 +356,14 @@ class _SubcommandParser(argparse.ArgumentParser):
     """A subcommand's parser: an argument it does not know is reported with its own usage
     (argparse would hand it up to the top level, whose usage says nothing about the option)."""
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+    def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
 
-def _command(actions, name: str, text: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+def _command(actions, name: str, text: str) -> argparse.ArgumentParser:
     """A subcommand whose --help opens with what it does (its one-line help, as a sentence)."""
     return actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
 

@@ -202,7 +202,7 @@ def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes |
     return found
 
 
-async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:  # type: ignore[no-untyped-def]
+async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
     """Checks a topic of a LocalCluster against what was acknowledged."""
     report = DeliveryReport(acked=len(acked))
     client = Client(cluster.bootstrap_servers)

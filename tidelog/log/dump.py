@@ -146,7 +146,7 @@ def dump_index_file(path: Path, *, verify: bool = False) -> dict:
 
 def verify_offset_index(entries: list[dict], log_path: Path) -> list[str]:
     log_entries, _, _ = scan_log(log_path)
-    offset_before = {}
+    offset_before: dict[int, tuple[int, int | None]] = {}
     previous = None
     for offset, position, _, _ in log_entries:
         offset_before[position] = (offset, previous)

@@ -247,7 +247,7 @@ class Log:
         self._append(info, memoryview(buffer)[: scan.end])
         return info
 
-    def _append(self, info: LogAppendInfo, data: bytes | memoryview) -> None:
+    def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:
         self._maybe_roll(info.size, info.first_offset, info.last_offset)
         self.active_segment.append(
             info.first_offset,
@@ -461,7 +461,7 @@ class Log:
             )
         return deleted
 
-    def _delete_while(self, expired, rule: str) -> int:  # type: ignore[no-untyped-def]
+    def _delete_while(self, expired, rule: str) -> int:
         deleted = 0
         while self.segments:
             segment = self.segments[0]

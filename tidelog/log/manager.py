@@ -201,7 +201,7 @@ class LogManager:
         for _, partition_log in self:
             partition_log.flush()
 
-    def _checkpoint(self, name: str, value_of) -> None:  # type: ignore[no-untyped-def]
+    def _checkpoint(self, name: str, value_of) -> None:
         for directory in self.log_dirs:
             offsets = {
                 key: value_of(self.logs[key])

@@ -82,7 +82,7 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
 
-    def _open_index(self, kind, suffix):  # type: ignore[no-untyped-def]
+    def _open_index(self, kind, suffix):
         path = segment_file(self.directory, self.base_offset, suffix)
         try:
             return kind(path, self.base_offset, self.max_index_size)
@@ -173,7 +173,7 @@ class LogSegment:
         last_offset: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        data: bytes | memoryview,
+        data: bytes | bytearray | memoryview,
     ) -> None:
         """Appends a batch whose offsets are [first_offset, last_offset]."""
         if first_offset < self.next_offset:
