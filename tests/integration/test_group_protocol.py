@@ -88,29 +88,56 @@ def partition_code(response: dict) -> int:
     return response["responses"][0]["partition_responses"][0]["error_code"]
 
 
+RETRIABLE = {
+    ErrorCode.GROUP_LOAD_IN_PROGRESS,
+    ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_COORDINATOR_FOR_GROUP,
+    ErrorCode.REBALANCE_IN_PROGRESS,
+}
+
+
 @pytest.fixture
 def stable_member(cluster, new_topic):
     """(connection to the coordinator, group, member id, generation, topic) of a one-member
-    group that has synced."""
+    group that has synced. Errors a client retries (a new offsets topic whose replicas are
+    still starting, a coordinator still loading) are retried, as clients do."""
     group, topic = f"raw-group-{next(_groups)}", new_topic()
-    connection = coordinator_connection(cluster, group)
-    joined = request(connection, ApiKey.JOIN_GROUP, 1, join_body(group))
-    assert joined["error_code"] == ErrorCode.NONE
-    member, generation = joined["member_id"], joined["generation_id"]
-    synced = request(
-        connection,
-        ApiKey.SYNC_GROUP,
-        0,
-        {
-            "group_id": group,
-            "generation_id": generation,
-            "member_id": member,
-            "group_assignment": [{"member_id": member, "member_assignment": b"p0"}],
-        },
-    )
-    assert synced == {"error_code": 0, "member_assignment": b"p0"}
-    yield connection, group, member, generation, topic
-    connection.close()
+    found: dict = {"member": ""}
+
+    def synced() -> bool:
+        previous = found.pop("connection", None)
+        if previous is not None:
+            previous.close()
+        connection = found["connection"] = coordinator_connection(cluster, group)
+        joined = request(connection, ApiKey.JOIN_GROUP, 1, join_body(group, found["member"]))
+        if joined["error_code"] == ErrorCode.UNKNOWN_MEMBER_ID:
+            found["member"] = ""  # the group was dropped (a new coordinator): join afresh
+            return False
+        if joined["error_code"] in RETRIABLE:
+            return False
+        assert joined["error_code"] == ErrorCode.NONE, joined
+        member, generation = joined["member_id"], joined["generation_id"]
+        found["member"] = member
+        answer = request(
+            connection,
+            ApiKey.SYNC_GROUP,
+            0,
+            {
+                "group_id": group,
+                "generation_id": generation,
+                "member_id": member,
+                "group_assignment": [{"member_id": member, "member_assignment": b"p0"}],
+            },
+        )
+        if answer["error_code"] in RETRIABLE:
+            return False
+        assert answer == {"error_code": 0, "member_assignment": b"p0"}
+        found["generation"] = generation
+        return True
+
+    wait_until(synced, 60, f"a member of {group} to join and sync")
+    yield found["connection"], group, found["member"], found["generation"], topic
+    found["connection"].close()
 
 
 def test_wrong_generation_and_unknown_members_get_error_codes_on_every_group_api(
