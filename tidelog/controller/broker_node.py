@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -140,6 +141,15 @@ class BrokerNode:
         self.metrics.gauges["tidelog_log_end_offset"] = lambda: [
             ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
             for (t, p), partition_log in self.logs
+        ]
+        cleaner = self.logs.cleaner
+        for name in ("cleans", "bytes_read", "bytes_written", "messages_removed"):
+            self.metrics.gauges[f"tidelog_log_cleaner_{name}_total"] = partial(
+                lambda total: [({}, cleaner.totals[total])], name
+            )
+        self.metrics.gauges["tidelog_log_cleaner_last_clean_size_reduction"] = lambda: [
+            ({"topic": t, "partition": str(p)}, stats.size_reduction)
+            for (t, p), stats in list(cleaner.last_clean.items())
         ]
 
     # -- life cycle ----------------------------------------------------------------------------
