@@ -29,7 +29,7 @@ from typing import Any
 
 from tidelog.clock import Clock
 from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkpoint
-from tidelog.log.compaction import FilterStats, filter_entries
+from tidelog.log.compaction import ENTRY_PREFIX, FilterStats, filter_entries
 from tidelog.log.files import CLEANED_SUFFIX
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
@@ -38,6 +38,7 @@ from tidelog.records.format import (
     CODEC_MASK,
     INT32,
     LOG_OVERHEAD,
+    MESSAGE_OVERHEAD,
     OFFSET_AND_SIZE,
     iter_inner,
     key_position,
@@ -283,10 +284,12 @@ class Cleaner:
 
     def _map_chunk(self, chunk: bytes) -> int:
         buffer = memoryview(chunk)
-        position, count = 0, 0
+        position, count, limit = 0, 0, len(buffer)
         offset_map = self.offset_map
-        while position + LOG_OVERHEAD <= len(buffer):
-            offset, size, magic, attributes = read_entry(buffer, position, len(buffer))
+        while position + LOG_OVERHEAD <= limit:
+            offset, size, _, magic, attributes = ENTRY_PREFIX.unpack_from(buffer, position)
+            if position + LOG_OVERHEAD + size > limit or magic not in MESSAGE_OVERHEAD:
+                read_entry(buffer, position, limit)  # raises the precise error
             if attributes & CODEC_MASK:
                 for inner in iter_inner(view_at(buffer, position)):
                     count += 1
