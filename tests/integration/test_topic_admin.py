@@ -58,7 +58,15 @@ def test_kafka_python_admin_client_creates_and_deletes_topics(cluster):
             ],
             timeout_ms=30000,
         )
-        assert topic_on_every_broker(cluster, topic, 3)
+        # the answer waits for the controller's metadata; the other brokers follow shortly
+        for created, partitions in ((topic, 3), (compacted, 1)):
+            wait_until(
+                lambda created=created, partitions=partitions: topic_on_every_broker(
+                    cluster, created, partitions
+                ),
+                30,
+                f"every broker to know {created}",
+            )
         described = admin(cluster, 1, f"/topics/{topic}")
         assert all(len(p["replicas"]) == 2 for p in described["partitions"])
         assert admin(cluster, 1, f"/topics/{compacted}")["config"] == {"cleanup.policy": "compact"}
@@ -82,7 +90,9 @@ def test_confluent_admin_client_creates_and_deletes_topics(cluster):
         [ConfluentNewTopic(topic, num_partitions=2, replication_factor=3)], request_timeout=30
     )
     futures[topic].result(timeout=60)
-    assert topic_on_every_broker(cluster, topic, 2)
+    wait_until(
+        lambda: topic_on_every_broker(cluster, topic, 2), 30, f"every broker to know {topic}"
+    )
     assert set(client.list_topics(timeout=10).topics) >= {topic}
 
     existing = client.create_topics([ConfluentNewTopic(topic, 1, 1)], request_timeout=10)
@@ -159,6 +169,11 @@ def test_create_topics_answers_kafkas_error_for_each_bad_topic(cluster):
             ErrorCode.INVALID_REQUEST,
         ]
         assert "no.such" in response["topic_errors"][5]["error_message"]
+        wait_until(
+            lambda: topic_on_every_broker(cluster, assigned, 2),
+            30,
+            f"every broker to know {assigned}",
+        )
         described = admin(cluster, 1, f"/topics/{assigned}")
         assert [p["replicas"] for p in described["partitions"]] == [[3, 1], [1, 2]]
 
