@@ -8,8 +8,9 @@ bytes rewritten per byte reclaimed on a skewed (Zipf) key workload.
 - one clean of a log of ``--megabytes`` of 100-byte values under ``--keys`` keys (uniform), in
   one thread: MB read per second, and its ratio to the copy;
 - ``--rounds`` of appending a tenth of that under Zipf-distributed keys (s = 1.2) and cleaning
-  again: bytes the cleaner wrote per byte it removed (Kafka's brute-force cleaner recopies the
-  whole log each time).
+  again: bytes the cleaner wrote per byte it removed, for Kafka's brute-force cleaner (the
+  whole log recopied each time) and for log.cleaner.generational.enable (young-generation
+  cleans, a full one every FULL_CLEAN_EVERY), on the same appends; and the log's size after.
 
 Everything is in this process on a temporary directory; nothing is asserted.
 """
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 from tidelog.clock import SystemClock
-from tidelog.log.cleaner import Cleaner, log_to_clean
+from tidelog.log.cleaner import FULL_CLEAN_EVERY, Cleaner, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap
@@ -62,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     chance = random.Random(7)
     clock = SystemClock()
-    offset_map = OffsetMap(64 * MB)
+    offset_map = OffsetMap(16 * MB)  # room for far more keys than the workloads use
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as directory:
         partition_log = Log(Path(directory) / "compacted-0", CONFIG, clock=clock)
         fill(partition_log, args.megabytes, lambda: chance.randrange(args.keys))
@@ -79,27 +80,36 @@ def main() -> None:
             f"copy; {100 * stats.size_reduction:.1f}% smaller)"
         )
 
-        weights = [1 / (rank**1.2) for rank in range(1, args.keys + 1)]
-        written = reclaimed = 0
-        first_dirty = stats.end_offset
-        for _ in range(args.rounds):
-            fill(
-                partition_log,
-                args.megabytes / 10,
-                lambda: chance.choices(range(args.keys), weights)[0],
-            )
-            to_clean = log_to_clean(
-                ("compacted", 0), partition_log, first_dirty, clock.milliseconds()
-            )
-            stats = Cleaner(offset_map, clock).clean(to_clean)
-            first_dirty = stats.end_offset
-            written += stats.bytes_written
-            reclaimed += stats.bytes_read - stats.bytes_written
-        print(
-            f"{'brute force, Zipf keys, ' + str(args.rounds) + ' rounds':44} "
-            f"{written / max(reclaimed, 1):8.2f} bytes rewritten per byte reclaimed"
-        )
         partition_log.close()
+        weights = [1 / (rank**1.2) for rank in range(1, args.keys + 1)]
+        for name, generational in (("brute force", False), ("generational", True)):
+            skew = random.Random(11)  # the same appends for both
+            skewed = Log(Path(directory) / f"{name.replace(' ', '-')}-0", CONFIG, clock=clock)
+            fill(skewed, args.megabytes, lambda skew=skew: skew.randrange(args.keys))
+            first_dirty = (
+                Cleaner(offset_map, clock)
+                .clean(log_to_clean(("skewed", 0), skewed, 0, clock.milliseconds()))
+                .end_offset
+            )
+            written = reclaimed = 0
+            for number in range(1, args.rounds + 1):
+                fill(
+                    skewed,
+                    args.megabytes / 10,
+                    lambda skew=skew: skew.choices(range(args.keys), weights)[0],
+                )
+                to_clean = log_to_clean(("skewed", 0), skewed, first_dirty, clock.milliseconds())
+                full = not generational or number % FULL_CLEAN_EVERY == 0
+                stats = Cleaner(offset_map, clock).clean(to_clean, full=full)
+                first_dirty = stats.end_offset
+                written += stats.bytes_written
+                reclaimed += stats.bytes_read - stats.bytes_written
+            print(
+                f"{name + ', Zipf keys, ' + str(args.rounds) + ' rounds':44} "
+                f"{written / max(reclaimed, 1):8.2f} bytes rewritten per byte reclaimed, "
+                f"log {skewed.size_in_bytes / MB:.1f} MB after"
+            )
+            skewed.close()
 
 
 if __name__ == "__main__":

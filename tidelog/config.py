@@ -372,6 +372,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             (lambda value: 0 < value <= 1, "a number above 0, at most 1"),
         ),
         _key("log.cleaner.backoff.ms", _int, 15000, _at_least(0)),
+        # tidelog's own: the design's generational compaction (tidelog/log/cleaner.py)
+        _key("log.cleaner.generational.enable", _bool, False, (lambda _: True, "true or false")),
         # consumer groups and __consumer_offsets (Kafka 0.10's names and defaults)
         _key("offsets.topic.num.partitions", _int, 50, _at_least(1, INT_MAX)),
         _key("offsets.topic.replication.factor", _int, 3, _at_least(1, 32767)),

@@ -285,3 +285,45 @@ def test_the_checkpoint_survives_a_restart_and_a_deleted_log_leaves_it(tmp_path,
     restarted.delete(TOPIC, 0)
     assert TOPIC not in (tmp_path / CLEANER_CHECKPOINT).read_text()
     restarted.shutdown()
+
+
+# -- generational compaction (tidelog's option) ---------------------------------------------------
+
+
+def test_generational_cleans_leave_the_older_half_and_every_tombstone_until_a_full_clean(
+    tmp_path, clock
+):
+    manager = manager_in(tmp_path, clock, **{"log.cleaner.generational.enable": "true"})
+    partition_log = manager.get_or_create(TOPIC, 0)
+    partition_log.update_config(
+        LogConfig.from_topic_config({**COMPACTED, "delete.retention.ms": "0"})
+    )
+    fulls = []
+    for round_number in range(5):
+        round_start = partition_log.log_end_offset
+        for number in range(30):
+            key = b"key-%d" % (number % 12)
+            append(partition_log, [(key, None if number % 12 == 0 else b"v%d" % round_number)])
+        partition_log.roll("clean what is there")
+        clock.advance(10)
+        before = messages(partition_log)
+        first_dirty = manager.cleaner.first_dirty_offset((TOPIC, 0))
+        tail = [s for s in partition_log.segments if s.base_offset < first_dirty]
+        old_half = cleaner_module.older_half(tail)
+        old_bytes = [(s.base_offset, s.log_path.read_bytes()) for s in old_half]
+
+        stats = clean_once(manager)
+        fulls.append(stats.full)
+
+        after = messages(partition_log)
+        assert last_per_key(after, True)[-11:] == last_per_key(before, True)[-11:]
+        if not stats.full:
+            assert old_bytes, "a young clean should leave an older half"
+            assert [(s.base_offset, s.log_path.read_bytes()) for s in old_half] == old_bytes
+            assert {k for _, k, v in before if v is None} <= {k for _, k, v in after if v is None}
+        if round_number == 3:  # the young cleans kept older tombstones...
+            assert any(v is None and o < round_start for o, _, v in after)
+    assert fulls == [True, False, False, False, True]
+    # ...which the full clean drops: they are past the delete horizon
+    assert not any(v is None and o < round_start for o, _, v in messages(partition_log))
+    manager.shutdown()

@@ -49,6 +49,7 @@ from tidelog.records.format import (
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+FULL_CLEAN_EVERY = 4  # with log.cleaner.generational.enable: one full clean in four
 READ_CHUNK = 1024 * 1024
 MB = 1024 * 1024
 
@@ -66,6 +67,8 @@ class CleanerSettings:
     dedupe_buffer_size: int = 128 * MB
     io_buffer_load_factor: float = 0.9
     backoff_ms: int = 15000
+    # tidelog's own: young-generation cleans between full ones (Cleaner.clean says what)
+    generational: bool = False
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> CleanerSettings:
@@ -75,6 +78,7 @@ class CleanerSettings:
             dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
             io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
             backoff_ms=config["log.cleaner.backoff.ms"],
+            generational=config["log.cleaner.generational.enable"],
         )
 
 
@@ -95,6 +99,7 @@ class CleanStats:
     seconds: float = 0.0
     buffer_utilization: float = 0.0
     segments_cleaned: int = 0
+    full: bool = True  # False: a young-generation clean left the older tail as it was
 
     def add(self, filtered: FilterStats) -> None:
         self.bytes_read += filtered.bytes_read
@@ -113,7 +118,8 @@ class CleanStats:
         fewer = 1 - self.messages_written / self.messages_read if self.messages_read else 0.0
         return (
             f"\n\tLog cleaner thread {thread} cleaned log {self.log} (dirty section = "
-            f"[{self.first_dirty}, {self.end_offset}])\n"
+            f"[{self.first_dirty}, {self.end_offset}])"
+            f"{'' if self.full else ', young generation only'}\n"
             f"\t{self.bytes_read / MB:,.1f} MB of log processed in {seconds:,.1f} seconds "
             f"({self.bytes_read / MB / seconds:,.1f} MB/sec).\n"
             f"\tIndexed {self.map_bytes_read / MB:,.1f} MB in {self.map_seconds:.1f} seconds "
@@ -224,9 +230,14 @@ class Cleaner:
         self.clock = clock
         self.aborted = aborted  # set: stop at the next chunk, swapping nothing more in
 
-    def clean(self, to_clean: LogToClean) -> CleanStats:
+    def clean(self, to_clean: LogToClean, full: bool = True) -> CleanStats:
         """Cleans ``to_clean.log`` from its start to the end of what the offset map could hold
-        of its dirty section; the stats' end_offset is where the next clean starts."""
+        of its dirty section; the stats' end_offset is where the next clean starts.
+
+        ``full=False`` is a young-generation clean (log.cleaner.generational.enable): the
+        oldest cleaned segments holding half the clean tail's bytes are left as they are, since
+        the newer ones yield most of the garbage, and every tombstone stays (one may go only
+        when every older segment is recopied too, or an older value would come back)."""
         started = time.perf_counter()
         partition_log = to_clean.log
         stats = CleanStats(str(partition_log.directory.name), to_clean.first_dirty)
@@ -242,6 +253,10 @@ class Cleaner:
         stats.end_offset = end_offset
         stats.buffer_utilization = self.offset_map.utilization
         to_rewrite = [s for s in segments if s.base_offset < end_offset]
+        if not full:
+            to_rewrite = to_rewrite[len(older_half(tail)) :]
+            delete_horizon = -(2**63)
+        stats.full = full
         for group in group_by_size(
             to_rewrite, partition_log.config.segment_bytes, partition_log.config.segment_index_bytes
         ):
@@ -338,6 +353,16 @@ class Cleaner:
             stats.segments_cleaned += len(group)
 
 
+def older_half(tail: list[LogSegment]) -> list[LogSegment]:
+    """The oldest segments of a clean tail that hold (at least) half of its bytes."""
+    total, held = sum(s.size for s in tail), 0
+    for number, segment in enumerate(tail):
+        if held >= total / 2:
+            return tail[:number]
+        held += segment.size
+    return tail
+
+
 def group_by_size(
     segments: list[LogSegment], max_size: int, max_index_size: int
 ) -> list[list[LogSegment]]:
@@ -382,6 +407,7 @@ class LogCleaner:
         self.in_progress: dict[TopicPartition, threading.Event] = {}
         self.checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         self.last_clean: dict[TopicPartition, CleanStats] = {}
+        self.clean_counts: dict[TopicPartition, int] = {}
         self.totals = {"cleans": 0, "bytes_read": 0, "bytes_written": 0, "messages_removed": 0}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -456,7 +482,10 @@ class LogCleaner:
         key = to_clean.key
         try:
             cleaner = Cleaner(offset_map, self.clock, self.in_progress[key])
-            stats = cleaner.clean(to_clean)
+            count = self.clean_counts.get(key, 0)
+            full = not self.settings.generational or count % FULL_CLEAN_EVERY == 0
+            stats = cleaner.clean(to_clean, full=full)
+            self.clean_counts[key] = count + 1
             self._checkpoint(key, stats.end_offset)
         except CleanAborted as aborted:
             log.info("log cleaner: %s", aborted)
