@@ -10,7 +10,6 @@ import itertools
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
@@ -20,10 +19,9 @@ from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.integration.conftest import admin
+from tests.integration.conftest import admin, codecs_on_disk
 from tidelog.cluster.local import wait_until
 from tidelog.coordinator.records import OFFSETS_TOPIC, partition_for
-from tidelog.records.format import Codec, iter_shallow
 
 _groups = itertools.count()
 
@@ -259,17 +257,6 @@ def test_kcat_balanced_consumer_reads_every_partition_and_commits(cluster, new_t
 # -- librdkafka stores lz4 now that it sees GroupCoordinator ---------------------------------------
 
 
-def codecs_on_disk(cluster, topic: str) -> set[Codec]:
-    """The codec bits of the attributes byte of every top-level message in the leader's
-    segment files of partition 0."""
-    leader = admin(cluster, 1, f"/topics/{topic}")["partitions"][0]["leader"]
-    directory = Path(cluster.broker(leader).config).parent / "logs" / f"{topic}-0"
-    found = set()
-    for segment in sorted(directory.glob("*.log")):
-        found |= {message.codec for message in iter_shallow(segment.read_bytes())}
-    return found
-
-
 @pytest.mark.parametrize("client", ["kcat", "confluent-kafka"])
 def test_librdkafka_with_default_settings_stores_lz4_as_lz4(cluster, new_topic, client):
     topic = new_topic()
@@ -291,7 +278,7 @@ def test_librdkafka_with_default_settings_stores_lz4_as_lz4(cluster, new_topic, 
         assert producer.flush(30) == 0
 
     wait_until(lambda: codecs_on_disk(cluster, topic), 10, f"{topic}-0 to hold messages")
-    assert codecs_on_disk(cluster, topic) == {Codec.LZ4}
+    assert codecs_on_disk(cluster, topic) == {"lz4"}
 
 
 def test_confluent_admin_client_lists_and_describes_a_stable_group(cluster, new_topic):
