@@ -327,3 +327,53 @@ def test_generational_cleans_leave_the_older_half_and_every_tombstone_until_a_fu
     # ...which the full clean drops: they are past the delete horizon
     assert not any(v is None and o < round_start for o, _, v in messages(partition_log))
     manager.shutdown()
+
+
+def test_a_follower_truncation_during_a_clean_swaps_nothing_in_and_loses_nothing(
+    tmp_path, clock, monkeypatch
+):
+    manager = manager_in(tmp_path, clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for round_number in range(8):
+        append(partition_log, [(b"k%d" % (i % 3), b"v%d-%d" % (round_number, i)) for i in range(5)])
+    partition_log.roll()
+    truncate_at = partition_log.log_end_offset - 19
+    real_filter = cleaner_module.filter_entries
+    truncated = []
+
+    def truncating_filter(*args, **kwargs):
+        if not truncated:  # the fetcher truncates and appends while the clean is under way
+            truncated.append(True)
+            partition_log.truncate_to(truncate_at)
+            append(partition_log, [(b"new", b"after the truncation")] * 3)
+        return real_filter(*args, **kwargs)
+
+    monkeypatch.setattr(cleaner_module, "filter_entries", truncating_filter)
+    to_clean = manager.cleaner.grab_filthiest()
+    assert to_clean is not None
+    assert manager.cleaner.clean(to_clean, OffsetMap(24 * 1000)) is None  # aborted
+    after = messages(partition_log)
+    assert [offset for offset, _, _ in after] == list(range(truncate_at + 3))
+    assert after[-1][1:] == (b"new", b"after the truncation")
+    assert (
+        manager.cleaner.first_dirty_offset((TOPIC, 0)) <= partition_log.active_segment.base_offset
+    )
+    manager.shutdown()
+
+
+def test_a_clean_that_fails_is_tried_again_only_after_the_backoff(tmp_path, clock, monkeypatch):
+    manager = manager_in(tmp_path, clock, **{"log.cleaner.backoff.ms": "15000"})
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for round_number in range(6):
+        append(partition_log, [(b"k%d" % i, b"v%d" % round_number) for i in range(5)])
+    partition_log.roll()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(cleaner_module, "filter_entries", broken)
+    assert clean_once(manager) is None
+    assert manager.cleaner.grab_filthiest() is None  # not at once again
+    clock.advance(15_001)
+    assert manager.cleaner.grab_filthiest() is not None
+    manager.shutdown()

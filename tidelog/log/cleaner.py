@@ -194,9 +194,10 @@ def _entries(segment: LogSegment, start: int = 0, end: int | None = None) -> Ite
     end = segment.size if end is None else end
     position, pending = start, b""
     while position < end:
-        chunk = pending + os.pread(segment.file.fileno(), min(READ_CHUNK, end - position), position)
-        if not chunk:
+        read = os.pread(segment.file.fileno(), min(READ_CHUNK, end - position), position)
+        if not read:  # the file is shorter than it was (truncated meanwhile)
             return
+        chunk = pending + read
         position += len(chunk) - len(pending)
         whole = _whole_entries_length(chunk)
         if whole == 0 and len(chunk) >= READ_CHUNK:
@@ -240,6 +241,7 @@ class Cleaner:
         when every older segment is recopied too, or an older value would come back)."""
         started = time.perf_counter()
         partition_log = to_clean.log
+        truncations = partition_log.truncations
         stats = CleanStats(str(partition_log.directory.name), to_clean.first_dirty)
         segments = list(partition_log.segments)
         tail = [s for s in segments if s.base_offset < to_clean.first_dirty]
@@ -260,7 +262,7 @@ class Cleaner:
         for group in group_by_size(
             to_rewrite, partition_log.config.segment_bytes, partition_log.config.segment_index_bytes
         ):
-            self._clean_group(partition_log, group, delete_horizon, segments, stats)
+            self._clean_group(partition_log, group, delete_horizon, segments, stats, truncations)
         stats.seconds = time.perf_counter() - started
         return stats
 
@@ -282,18 +284,22 @@ class Cleaner:
                 break
             if self.aborted is not None and self.aborted.is_set():
                 raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
-            if not self.offset_map.has_room_for(segment.next_offset - segment.base_offset):
-                if end == first_dirty:
-                    raise OffsetMapFull(
-                        f"{partition_log.directory}: segment {segment.base_offset} holds "
-                        f"{segment.next_offset - segment.base_offset} offsets, more than the "
-                        f"offset map's {self.offset_map.capacity} keys "
-                        "(log.cleaner.dedupe.buffer.size is too small)"
-                    )
+            # a segment's offset span bounds its keys; the first one is mapped in any case (a
+            # compacted follower's segments are sparse) and only a map that really fills fails
+            if end != first_dirty and not self.offset_map.has_room_for(
+                segment.next_offset - segment.base_offset
+            ):
                 break
-            for chunk in _entries(segment):
-                stats.map_bytes_read += len(chunk)
-                stats.map_messages_read += self._map_chunk(chunk)
+            try:
+                for chunk in _entries(segment):
+                    stats.map_bytes_read += len(chunk)
+                    stats.map_messages_read += self._map_chunk(chunk)
+            except OffsetMapFull:
+                raise OffsetMapFull(
+                    f"{partition_log.directory}: segment {segment.base_offset} holds more keys "
+                    f"than the offset map's {self.offset_map.capacity} "
+                    "(log.cleaner.dedupe.buffer.size is too small)"
+                ) from None
             end = segment.next_offset
         return end
 
@@ -326,8 +332,10 @@ class Cleaner:
         delete_horizon: int,
         segments: list[LogSegment],
         stats: CleanStats,
+        truncations: int,
     ) -> None:
-        """Recopies ``group`` into one ``.cleaned`` segment and swaps it in."""
+        """Recopies ``group`` into one ``.cleaned`` segment and swaps it in; CleanAborted if
+        the log changed under the clean (then nothing of this group is swapped in)."""
         cleaned = partition_log.new_segment_file(group[0].base_offset, CLEANED_SUFFIX)
         try:
             for old in group:
@@ -349,8 +357,12 @@ class Cleaner:
         except BaseException:
             cleaned.delete()
             raise
-        if partition_log.replace_segments(cleaned, group):
-            stats.segments_cleaned += len(group)
+        if not partition_log.replace_segments(cleaned, group, truncations):
+            raise CleanAborted(
+                f"{partition_log.directory}: the log was truncated or its segments changed "
+                "while it was cleaned; nothing more is swapped in"
+            )
+        stats.segments_cleaned += len(group)
 
 
 def older_half(tail: list[LogSegment]) -> list[LogSegment]:
@@ -408,6 +420,8 @@ class LogCleaner:
         self.checkpoints: dict[Path, dict[TopicPartition, int]] = {}
         self.last_clean: dict[TopicPartition, CleanStats] = {}
         self.clean_counts: dict[TopicPartition, int] = {}
+        # a log whose clean failed is left alone until then (clock milliseconds)
+        self.failed_until: dict[TopicPartition, int] = {}
         self.totals = {"cleans": 0, "bytes_read": 0, "bytes_written": 0, "messages_removed": 0}
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -464,6 +478,8 @@ class LogCleaner:
             for key, partition_log in list(self.logs):
                 if key in self.in_progress or not partition_log.config.compacted:
                     continue
+                if self.failed_until.get(key, 0) > now:
+                    continue
                 candidate = log_to_clean(key, partition_log, self.first_dirty_offset(key), now)
                 if candidate.ratio <= partition_log.config.min_cleanable_dirty_ratio:
                     continue
@@ -480,6 +496,7 @@ class LogCleaner:
         ended. A clean that fails or is aborted is logged, and the log is left for a later
         pass."""
         key = to_clean.key
+        truncations_before = to_clean.log.truncations
         try:
             cleaner = Cleaner(offset_map, self.clock, self.in_progress[key])
             count = self.clean_counts.get(key, 0)
@@ -489,9 +506,21 @@ class LogCleaner:
             self._checkpoint(key, stats.end_offset)
         except CleanAborted as aborted:
             log.info("log cleaner: %s", aborted)
+            if to_clean.log.truncations != truncations_before:  # clean from what is left
+                self._checkpoint(
+                    key, min(self.first_dirty_offset(key), to_clean.log.active_segment.base_offset)
+                )
             return None
         except Exception as error:
-            log.warning("log cleaner: cleaning %s failed: %r", to_clean.log.directory, error)
+            backoff = self.settings.backoff_ms
+            log.warning(
+                "log cleaner: cleaning %s failed: %r; trying it again in %d ms "
+                "(log.cleaner.backoff.ms)",
+                to_clean.log.directory,
+                error,
+                backoff,
+            )
+            self.failed_until[key] = self.clock.milliseconds() + backoff
             return None
         finally:
             with self.lock:

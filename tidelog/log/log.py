@@ -145,6 +145,9 @@ class Log:
         self.config = config
         self.policy = config.records_policy
         self.lock = threading.RLock()
+        # How many truncations this log has seen: a clean that began before one does not swap
+        # its result in (the segments it read have changed under it).
+        self.truncations = 0
         # Set by the remote log manager: the last offset copied to the remote tier (-1: none).
         # Local retention of a remote-enabled log deletes nothing above it.
         self.highest_offset_in_remote_storage = -1
@@ -497,6 +500,7 @@ class Log:
     def truncate_to(self, offset: int) -> None:
         """Removes every message at or above ``offset`` (a follower's truncation)."""
         with self.lock:
+            self.truncations += 1
             self._truncate_to(offset)
 
     def _truncate_to(self, offset: int) -> None:
@@ -524,6 +528,7 @@ class Log:
         """Deletes every segment and starts an empty log at ``offset``; the log start offset
         goes there too, or to ``log_start_offset`` when the data below is in a remote tier."""
         with self.lock:
+            self.truncations += 1
             for segment in self.segments.clear():
                 segment.delete()
             self.segments.add(self._new_segment(offset))
@@ -627,7 +632,9 @@ class Log:
             suffix=suffix,
         )
 
-    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+    def replace_segments(
+        self, cleaned: LogSegment, old: list[LogSegment], truncations: int | None = None
+    ) -> bool:
         """Swaps a cleaned segment (files ``.cleaned``) in for the ``old`` segments it was made
         from, in steps after each of which a crash leaves a log that ``_recover_swaps`` turns
         into either the old segments or the cleaned one:
@@ -642,10 +649,17 @@ class Log:
         segments are still there and the swap file that would bring them back.
 
         False, and the cleaned files deleted, if an old segment left the collection meanwhile
-        (truncation, retention, the log deleted): nothing is swapped.
+        (truncation, retention, the log deleted), if the log was truncated since the clean
+        began (``truncations``: a truncated segment stays in the collection, cut and perhaps
+        appended to again), or if an old segment is now the active one: nothing is swapped.
         """
         with self.lock:  # a truncation must not come between the check and the swap file
-            if not all(segment in self.segments for segment in old):
+            changed = truncations is not None and truncations != self.truncations
+            if (
+                changed
+                or self.active_segment in old
+                or not all(segment in self.segments for segment in old)
+            ):
                 cleaned.delete()
                 return False
             cleaned.change_suffix(SWAP_SUFFIX)
