@@ -590,6 +590,9 @@ def build_parser() -> argparse.ArgumentParser:
     replication.add_argument("--dir", help="use (or start) the cluster in this directory")
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     scenario.set_defaults(run=_scenario)
+    from tidelog.upgrade.command import add_commands as add_upgrade_commands
+
+    add_upgrade_commands(commands)
     return parser
 
 
