@@ -591,8 +591,10 @@ def build_parser() -> argparse.ArgumentParser:
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     scenario.set_defaults(run=_scenario)
     from tidelog.upgrade.command import add_commands as add_upgrade_commands
+    from tidelog.upgrade.command import add_scenario as add_upgrade_scenario
 
     add_upgrade_commands(commands)
+    add_upgrade_scenario(kinds)
     return parser
 
 

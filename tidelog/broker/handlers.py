@@ -307,8 +307,9 @@ class RequestHandler:
         format; converted to format v0 for a fetch below v2 of v1 data (both counted on
         /metrics by fetch version)."""
         if version >= 2 or result.magic == 0 or not result.size:
-            stored = "zero_copy" if isinstance(result.data, FileSlice) else "copied"
-            self.metrics.record_fetch(version, stored, result.size)
+            if result.size:
+                stored = "zero_copy" if isinstance(result.data, FileSlice) else "copied"
+                self.metrics.record_fetch(version, stored, result.size)
             return result.data
         converted = convert_message_set(result.read_bytes(), 0, self.clock.milliseconds())
         self.metrics.record_fetch(version, "converted", len(converted))

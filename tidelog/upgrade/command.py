@@ -71,3 +71,75 @@ def run_command(args: argparse.Namespace) -> int:
     except (ClusterError, ConfigError, ValueError) as error:
         print(f"tidelog upgrade {args.action}: {error}", file=sys.stderr)
         return 2
+
+
+def add_scenario(kinds) -> None:
+    """Adds `scenario upgrade` to the scenario kinds."""
+    from tidelog.upgrade.scenario import CODECS, STARTS
+
+    scenario = kinds.add_parser(
+        "upgrade",
+        help="an upgrade run under load from 0.9- and 0.10-era clients, every message checked",
+        description=(
+            "Starts a cluster at --from, produces acks=all from a v0-era (Produce v1) and a "
+            "v1-era (Produce v2) producer per codec, consumes with v0- and v1-era consumers, "
+            "runs `tidelog upgrade run` through every phase, then checks every acknowledged "
+            "message, the formats the consumers got, and /metrics."
+        ),
+    )
+    scenario.add_argument("--from", dest="start", default="0.9.0", choices=list(STARTS))
+    scenario.add_argument(
+        "--codecs", default="none,snappy,lz4", help=f"comma-separated, of {', '.join(CODECS)}"
+    )
+    scenario.add_argument("--rate", type=float, default=20, help="messages/s per producer")
+    scenario.add_argument("--dir", help="the cluster's directory (default: a new temporary one)")
+    scenario.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    scenario.set_defaults(run=scenario_command)
+
+
+def scenario_command(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from tidelog import runtime
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.scenario import SCENARIO_OVERRIDES
+    from tidelog.upgrade.scenario import (
+        CODECS,
+        STARTS,
+        UpgradeScenario,
+        run_upgrade_scenario,
+        summary,
+    )
+
+    codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
+    unknown = [c for c in codecs if c not in CODECS]
+    if unknown or not codecs:
+        print(
+            f"tidelog scenario upgrade: --codecs {args.codecs!r}: allowed: {', '.join(CODECS)}",
+            file=sys.stderr,
+        )
+        return 2
+    directory = args.dir or tempfile.mkdtemp(prefix="tidelog-upgrade-")
+    cluster = LocalCluster(directory)
+    try:
+        print(f"starting 3 brokers at {args.start} in {directory}")
+        cluster.up(
+            3, overrides={**SCENARIO_OVERRIDES, **STARTS[args.start][0]}, progress=lambda _: None
+        )
+        report = runtime.run(
+            run_upgrade_scenario(cluster, UpgradeScenario(args.start, codecs, args.rate))
+        )
+    except ClusterError as error:
+        print(
+            f"tidelog scenario upgrade: {error}\n(the cluster's files are in {directory})",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        if cluster.state is not None:
+            cluster.down(progress=lambda _: None)
+    print(summary(report))
+    if args.report:
+        with open(args.report, "w") as file:
+            json.dump(report, file, indent=2)
+    return 0 if report["ok"] else 1
