@@ -98,6 +98,7 @@ def add_scenario(kinds) -> None:
 
 
 def scenario_command(args: argparse.Namespace) -> int:
+    import shutil
     import tempfile
 
     from tidelog import runtime
@@ -142,4 +143,9 @@ def scenario_command(args: argparse.Namespace) -> int:
     if args.report:
         with open(args.report, "w") as file:
             json.dump(report, file, indent=2)
-    return 0 if report["ok"] else 1
+    if not report["ok"]:
+        print(f"the cluster's files are kept in {directory}")
+        return 1
+    if not args.dir:  # a passing run leaves nothing behind, as `scenario replication` does
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0

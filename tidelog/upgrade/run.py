@@ -108,14 +108,15 @@ class UpgradeRun:
         journal.save()
         total = len(journal.steps)
         for number, step in enumerate(journal.steps, start=1):
-            if step.status == "done":
-                continue
             phase = journal.phases.setdefault(step.phase, {})
-            if "started" not in phase:
-                self._check_previous_format(journal, step.phase)
-                phase["started"] = time.time()
-            self._run_step(journal, step, number, total)
-            if all(s.status == "done" for s in journal.steps if s.phase == step.phase):
+            if step.status != "done":
+                if "started" not in phase:
+                    self._check_previous_format(journal, step.phase)
+                    phase["started"] = time.time()
+                self._run_step(journal, step, number, total)
+            # a run stopped after a phase's last step finishes that phase when resumed
+            phase_done = all(s.status == "done" for s in journal.steps if s.phase == step.phase)
+            if phase_done and "seconds" not in phase:
                 self._finish_phase(journal, step)
         if self.settle_seconds:
             time.sleep(self.settle_seconds)  # new messages to check the last phase's format on
