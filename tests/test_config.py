@@ -172,3 +172,24 @@ def test_every_accepted_key_is_listed():
     listing = config_listing()
     for name in ("advertised.listeners", "log.retention.hours", "num.io.threads", "segment.ms"):
         assert f"  {name}" in listing
+
+
+def test_a_0_9_0_broker_defaults_to_0_9_0_and_refuses_later_formats():
+    old = broker_config({"broker.id": "1", "broker.protocol.max.version": "0.9.0"})
+    assert old["inter.broker.protocol.version"] == old["log.message.format.version"] == "0.9.0"
+    for key in ("inter.broker.protocol.version", "log.message.format.version"):
+        with pytest.raises(ConfigError, match=f"^{key}: '0.10.0' is not allowed .*allowed: 0.9.0"):
+            broker_config({"broker.id": "1", "broker.protocol.max.version": "0.9.0", key: "0.10.0"})
+    newer = broker_config({"broker.id": "1", "broker.protocol.max.version": "0.10.0"})
+    assert newer["log.message.format.version"] == "0.10.0"
+    with pytest.raises(ConfigError, match="broker.protocol.max.version: .*0.9.0, 0.10.0, 0.10.1"):
+        broker_config({"broker.id": "1", "broker.protocol.max.version": "0.11.0"})
+
+
+def test_a_0_9_0_broker_keeps_every_topic_at_format_v0():
+    from tidelog.log.config import LogConfig
+
+    old = broker_config({"broker.id": "1", "broker.protocol.max.version": "0.9.0"})
+    assert LogConfig.from_topic_config({"message.format.version": "0.10.0"}, old).magic == 0
+    new = broker_config({"broker.id": "1", "log.message.format.version": "0.9.0"})
+    assert LogConfig.from_topic_config({"message.format.version": "0.10.0"}, new).magic == 1

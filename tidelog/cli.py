@@ -128,6 +128,12 @@ def _cluster(args: argparse.Namespace) -> int:
                 f"broker {args.broker_id} started (pid {cluster.broker(args.broker_id).pid}) "
                 f"and registered; listening on 127.0.0.1:{cluster.broker(args.broker_id).port}"
             )
+        elif args.action == "restart":
+            cluster.restart_broker(args.broker_id, _key_values(args.override, "--override"))
+            print(
+                f"broker {args.broker_id} restarted (pid {cluster.broker(args.broker_id).pid}) "
+                f"and registered; its settings: {cluster.broker(args.broker_id).config}"
+            )
         elif args.action == "stop":
             cluster.stop_broker(args.broker_id)
             print(f"broker {args.broker_id} stopped cleanly (SIGTERM)")
@@ -445,9 +451,17 @@ def build_parser() -> argparse.ArgumentParser:
         ("start", "start a stopped broker"),
         ("stop", "stop a broker cleanly (SIGTERM)"),
         ("kill", "send a broker a signal (default KILL)"),
+        ("restart", "stop a broker cleanly and start it again, with changed settings"),
     ]:
         action = _command(actions, name, text)
         action.add_argument("broker_id", type=int, metavar="BROKER_ID")
+        if name == "restart":
+            action.add_argument(
+                "--override",
+                action="append",
+                metavar="KEY=VALUE",
+                help="a setting written into the broker's server.properties",
+            )
         if name == "kill":
             action.add_argument(
                 "--signal", default="KILL", choices=["TERM", "KILL", "STOP", "CONT"]
@@ -576,6 +590,11 @@ def build_parser() -> argparse.ArgumentParser:
     replication.add_argument("--dir", help="use (or start) the cluster in this directory")
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     scenario.set_defaults(run=_scenario)
+    from tidelog.upgrade.command import add_commands as add_upgrade_commands
+    from tidelog.upgrade.command import add_scenario as add_upgrade_scenario
+
+    add_upgrade_commands(commands)
+    add_upgrade_scenario(kinds)
     return parser
 
 

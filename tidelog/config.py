@@ -71,6 +71,8 @@ def _key(name: str, parse: Callable[[str], Any], default: Any, rule: Any = None)
 
 MESSAGE_FORMAT_VERSIONS = {"0.9.0": 0, "0.10.0": 1}
 INTER_BROKER_PROTOCOL_VERSIONS = ("0.9.0", "0.10.0-IV0", "0.10.0")
+# broker.protocol.max.version: the release a broker keeps to ("old code" in a rolling upgrade)
+BROKER_RELEASES = ("0.9.0", "0.10.0", "0.10.1")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -319,6 +321,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         # tidelog's own, for tests: this broker's clock runs this far ahead (negative: behind).
         _key("broker.clock.skew.ms", _int, 0, (lambda _: True, "an integer (milliseconds)")),
+        # tidelog's own: behave as a broker of this release (its API versions, its settings).
+        _key("broker.protocol.max.version", _str, "0.10.1", _one_of(*BROKER_RELEASES)),
         _key("unclean.leader.election.enable", _bool, False, _TRUE_OR_FALSE),
         _key(
             "auto.leader.rebalance.enable",
@@ -519,6 +523,7 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
             f"replica.fetch.wait.max.ms: {values['replica.fetch.wait.max.ms']} is not allowed; "
             f"allowed: at most replica.lag.time.max.ms ({values['replica.lag.time.max.ms']})"
         )
+    _keep_to_release(raw, values)
     if "log.retention.ms" not in raw:
         if values["log.retention.minutes"] is not None:
             values["log.retention.ms"] = _scaled(values["log.retention.minutes"], 60_000)
@@ -530,6 +535,21 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
         values["log.dirs"] = (values["log.dir"],)
     _resolve_listeners(raw, values)
     return values
+
+
+def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
+    """A broker of release 0.9.0 knows no protocol or message format after 0.9.0: both keys
+    default to 0.9.0 there, and a later value is refused."""
+    if values["broker.protocol.max.version"] != "0.9.0":
+        return
+    for name in ("inter.broker.protocol.version", "log.message.format.version"):
+        if name not in raw:
+            values[name] = "0.9.0"
+        elif values[name] != "0.9.0":
+            raise ConfigError(
+                f"{name}: {raw[name]!r} is not allowed with broker.protocol.max.version=0.9.0; "
+                "allowed: 0.9.0"
+            )
 
 
 def _scaled(value: int, unit_ms: int) -> int:

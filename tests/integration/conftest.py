@@ -93,3 +93,18 @@ def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set
             found.add(CODEC_NAMES[attributes & 0x07])
             position += 12 + size
     return found
+
+
+def magics_on_disk(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> list:
+    """The magic byte of each top-level message in a broker's segment files of a partition, in
+    log order, read from the bytes as the format defines them (not through tidelog's code)."""
+    directory = Path(cluster.broker(broker_id).config).parent / "logs" / f"{topic}-{partition}"
+    found = []
+    for segment in sorted(directory.glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + 17 <= len(data):
+            _, size, _, magic = struct.unpack_from(">qiIb", data, position)
+            found.append(magic)
+            position += 12 + size
+    return found

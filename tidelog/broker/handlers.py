@@ -17,7 +17,12 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, ReadResult
 from tidelog.log.segment import FileSlice
 from tidelog.protocol.frames import Request
-from tidelog.protocol.schemas import APIS, ApiKey
+from tidelog.protocol.schemas import (
+    APIS,
+    INTER_BROKER_API_VERSIONS,
+    RELEASE_API_VERSIONS,
+    ApiKey,
+)
 from tidelog.records.conversion import convert_message_set
 
 log = logging.getLogger(__name__)
@@ -31,7 +36,9 @@ def valid_topic_name(name: str) -> bool:
 
 
 class RequestHandler:
-    """Answers the APIs of the 0.9/0.10 era. ``create_topic`` is called for auto-creation."""
+    """Answers the APIs of the 0.9/0.10 era. ``create_topic`` is called for auto-creation.
+    ``release`` (broker.protocol.max.version) bounds the API versions served and advertised to
+    what that release served (RELEASE_API_VERSIONS)."""
 
     def __init__(
         self,
@@ -43,8 +50,10 @@ class RequestHandler:
         *,
         auto_create_topics: bool,
         create_topic: Callable[[str], Awaitable[None]] | None = None,
+        release: str = "0.10.1",
     ) -> None:
         self.broker_id = broker_id
+        self.release_versions = RELEASE_API_VERSIONS[release]
         self.replicas = replicas
         self.metadata = metadata
         self.metrics = metrics
@@ -64,8 +73,23 @@ class RequestHandler:
         """Adds the handlers of APIs served by other packages (groups, topic admin)."""
         self.handlers.update(handlers)
 
-    def serves(self, api_key: int) -> bool:
-        return api_key in self.handlers
+    def serves(self, api_key: int, api_version: int = 0) -> bool:
+        """Whether ``api_key`` at ``api_version`` is served (by this broker's release)."""
+        top = self.max_version(api_key, advertised=False)
+        return top is not None and api_version <= top
+
+    def max_version(self, api_key: int, *, advertised: bool = True) -> int | None:
+        """The highest version of ``api_key`` served, None if it is not served (or, with
+        ``advertised``, not told to clients: the inter-broker APIs of an older release)."""
+        if api_key not in self.handlers:
+            return None
+        top = APIS[api_key].max_version
+        if self.release_versions is None:
+            return top
+        limit = self.release_versions.get(ApiKey(api_key))
+        if limit is None and not advertised:
+            limit = INTER_BROKER_API_VERSIONS.get(ApiKey(api_key))
+        return None if limit is None else min(top, limit)
 
     async def handle(self, request: Request, listener: str = "PLAINTEXT") -> dict | None:
         """The response body to ``request``, which came in on ``listener`` (Metadata answers
@@ -87,11 +111,13 @@ class RequestHandler:
     # -- ApiVersions ---------------------------------------------------------------------------
 
     async def api_versions(self, request: Request) -> dict:
+        tops = {key: self.max_version(key) for key in sorted(self.handlers)}
         return {
             "error_code": 0,
             "api_versions": [
-                {"api_key": int(key), "min_version": 0, "max_version": APIS[key].max_version}
-                for key in sorted(self.handlers)
+                {"api_key": int(key), "min_version": 0, "max_version": top}
+                for key, top in tops.items()
+                if top is not None
             ],
         }
 
@@ -278,10 +304,16 @@ class RequestHandler:
 
     def _records_for(self, result: ReadResult, version: int) -> FileSlice | bytes:
         """The data as read (a file slice goes with zero copy) when the fetcher reads its
-        format; converted to format v0 for a fetch below v2 of v1 data."""
+        format; converted to format v0 for a fetch below v2 of v1 data (both counted on
+        /metrics by fetch version)."""
         if version >= 2 or result.magic == 0 or not result.size:
+            if result.size:
+                stored = "zero_copy" if isinstance(result.data, FileSlice) else "copied"
+                self.metrics.record_fetch(version, stored, result.size)
             return result.data
-        return convert_message_set(result.read_bytes(), 0, self.clock.milliseconds())
+        converted = convert_message_set(result.read_bytes(), 0, self.clock.milliseconds())
+        self.metrics.record_fetch(version, "converted", len(converted))
+        return converted
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------------
 

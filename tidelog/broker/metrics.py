@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 
 
 class Metrics:
-    """Request counts and latencies per API, bytes in and out, and gauges read on demand."""
+    """Request counts and latencies per API, bytes in and out, fetched message-set bytes by
+    fetch version and how they went out, and gauges read on demand."""
 
     def __init__(self) -> None:
         self.requests: dict[str, int] = defaultdict(int)
@@ -15,11 +16,18 @@ class Metrics:
         self.errors: dict[str, int] = defaultdict(int)
         self.bytes_in = 0
         self.bytes_out = 0
+        # (fetch version, "zero_copy" | "copied" | "converted") -> message-set bytes
+        self.fetch_bytes: dict[tuple[int, str], int] = defaultdict(int)
         self.gauges: dict[str, Callable[[], Iterable[tuple[dict[str, str], float]]]] = {}
 
     def record_request(self, api: str, seconds: float) -> None:
         self.requests[api] += 1
         self.request_seconds[api] += seconds
+
+    def record_fetch(self, version: int, path: str, size: int) -> None:
+        """``size`` bytes of messages answered to a fetch at ``version``: sent from the file as
+        stored (zero_copy), as bytes read from the remote tier (copied), or down-converted."""
+        self.fetch_bytes[version, path] += size
 
     def render(self) -> str:
         lines = [
@@ -53,6 +61,14 @@ class Metrics:
             "# HELP tidelog_bytes_out_total Bytes sent to clients.",
             "# TYPE tidelog_bytes_out_total counter",
             f"tidelog_bytes_out_total {self.bytes_out}",
+            "# HELP tidelog_fetch_bytes_total Message-set bytes fetched, by fetch version and path:"
+            " zero_copy (the file as stored, sendfile), copied (remote tier) or converted"
+            " (down-converted to format v0).",
+            "# TYPE tidelog_fetch_bytes_total counter",
+        ]
+        lines += [
+            f'tidelog_fetch_bytes_total{{version="{version}",path="{path}"}} {n}'
+            for (version, path), n in sorted(self.fetch_bytes.items())
         ]
         for name, read in sorted(self.gauges.items()):
             lines.append(f"# TYPE {name} gauge")

@@ -58,7 +58,8 @@ class KafkaServer:
     Each connection's requests are answered in order, as Kafka does. A frame larger than
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
     that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
-    body, as 0.10 brokers do, so clients fall back); every other connection goes on. A file
+    body, as 0.10 brokers do, so clients fall back; a broker of release 0.9.0 closes it, as 0.9
+    brokers did); every other connection goes on. The versions served are the handler's. A file
     slice in a response goes out with ``os.sendfile`` (zero-copy). A connection beyond
     max.connections.per.ip (or its override) for its address is closed at once; one that sends
     nothing for connections.max.idle.ms is closed.
@@ -173,7 +174,9 @@ class KafkaServer:
             request.client_host = "/" + peer.rpartition(":")[0]
             request.listener = self.listener
         except UnsupportedRequest as unsupported:
-            if unsupported.api_key == ApiKey.API_VERSIONS:
+            if unsupported.api_key == ApiKey.API_VERSIONS and self.handler.serves(
+                ApiKey.API_VERSIONS
+            ):
                 body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
                 await self._send(
                     writer,
@@ -185,9 +188,18 @@ class KafkaServer:
         except ProtocolError as error:
             log.warning("closing the connection from %s: malformed request (%s)", peer, error)
             return False
-        if not self.handler.serves(request.api_key):
+        if not self.handler.serves(request.api_key, request.api_version):
+            if request.api_key == ApiKey.API_VERSIONS and self.handler.serves(request.api_key):
+                body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
+                await self._send(
+                    writer, encode_response(ApiKey.API_VERSIONS, 0, request.correlation_id, body)
+                )
+                return True
             log.warning(
-                "closing the connection from %s: API %s is not served", peer, request.api_key
+                "closing the connection from %s: API %s v%d is not served",
+                peer,
+                request.api_key,
+                request.api_version,
             )
             return False
         answer = await self.handler.handle(request, self.listener)

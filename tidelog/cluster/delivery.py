@@ -25,7 +25,7 @@ from tidelog.log.dump import dump_index_file
 from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
 from tidelog.perf.client import Client
 from tidelog.protocol.schemas import ApiKey
-from tidelog.records.format import Record, TimestampType, build_message_set, iter_deep
+from tidelog.records.format import Codec, Record, TimestampType, build_message_set, iter_deep
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class DeliveryProducer:
     topic: str
     acks: int
     rate: float
+    produce_version: int = 2  # below 2: format v0 messages, as a 0.9 producer sends them
+    codec: Codec = Codec.NONE
     acked: list[Acked] = field(default_factory=list)
     failed: int = 0
     sent: int = 0
@@ -85,7 +87,12 @@ class DeliveryProducer:
             await client.close()
 
     async def _send(self, client: Client, partition: int, leader: int, value: bytes) -> bool:
-        records = build_message_set([Record(value, value, int(time.time() * 1000))], magic=1)
+        version = await self.version_for(client, leader)
+        records = build_message_set(
+            [Record(value, value, int(time.time() * 1000))],
+            magic=1 if version >= 2 else 0,
+            codec=self.codec,
+        )
         body = {
             "acks": self.acks,
             "timeout": 10000,
@@ -96,7 +103,7 @@ class DeliveryProducer:
         try:
             connection = await client.connection(leader)
             async with asyncio.timeout(12):
-                response = await connection.request(ApiKey.PRODUCE, 2, body)
+                response = await connection.request(ApiKey.PRODUCE, version, body)
         except (OSError, ConnectionError, TimeoutError, KeyError):
             stale = client.connections.pop(leader, None)
             if stale is not None:
@@ -109,6 +116,10 @@ class DeliveryProducer:
             return True
         self.failed += 1
         return False
+
+    async def version_for(self, client: Client, leader: int) -> int:
+        """The Produce version sent to ``leader`` (a subclass may ask the broker)."""
+        return self.produce_version
 
 
 @dataclass
@@ -154,15 +165,11 @@ class DeliveryReport:
 async def consume_partition(client: Client, topic: str, partition: int, leader: int) -> list:
     """Every message of one partition up to its high watermark, read from its leader."""
     connection = await client.connection(leader)
-    listed = await connection.request(
-        ApiKey.LIST_OFFSETS,
-        1,
-        {
-            "replica_id": -1,
-            "topics": [{"topic": topic, "partitions": [{"partition": partition, "timestamp": -2}]}],
-        },
-    )
-    offset = listed["responses"][0]["partition_responses"][0]["offset"]
+    wanted = {"partition": partition, "timestamp": -2, "max_num_offsets": 1}
+    topics = [{"topic": topic, "partitions": [wanted]}]
+    # ListOffsets v0 and Fetch v2: served by brokers of every release from 0.10.0
+    listed = await connection.request(ApiKey.LIST_OFFSETS, 0, {"replica_id": -1, "topics": topics})
+    (offset,) = listed["responses"][0]["partition_responses"][0]["offsets"]
     messages: list = []
     while True:
         body = {
@@ -179,7 +186,7 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
                 }
             ],
         }
-        answer = (await connection.request(ApiKey.FETCH, 3, body))["responses"][0][
+        answer = (await connection.request(ApiKey.FETCH, 2, body))["responses"][0][
             "partition_responses"
         ][0]
         if answer["error_code"]:

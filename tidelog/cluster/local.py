@@ -14,6 +14,7 @@ left by a crash or a reboot is reported as stale, never acted on.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -307,6 +308,42 @@ class LocalCluster:
         self._save()
         if not stopped:
             raise ClusterError(f"broker {broker_id} did not stop in {timeout} s and was killed")
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        """The broker's effective settings: its server.properties in the cluster directory."""
+        from tidelog.config import read_properties
+
+        return read_properties(self.broker(broker_id).config)
+
+    def restart_broker(
+        self,
+        broker_id: int,
+        overrides: dict[str, str] | None = None,
+        timeout: float = 60.0,
+        progress=print,
+    ) -> None:
+        """A clean shutdown (if running), ``overrides`` written into its server.properties (so
+        the cluster directory keeps its effective settings), a start, waited for until it is
+        registered. The new settings are checked first: a setting the broker would refuse
+        leaves it running as it was."""
+        from tidelog.config import broker_config
+
+        settings = {**self.broker_settings(broker_id), **(overrides or {})}
+        broker_config(settings)  # raises ConfigError naming the key
+        broker = self.broker(broker_id)
+        if broker.alive:
+            progress(f"stopping broker {broker_id}")
+            self.stop_broker(broker_id)
+        elif broker.stale:
+            broker.process = None
+        config = Path(broker.config)
+        text = "".join(f"{key}={value}\n" for key, value in settings.items())
+        partial = config.with_suffix(".properties.tmp")
+        partial.write_text(text)
+        os.replace(partial, config)
+        changed = ", ".join(f"{k}={v}" for k, v in (overrides or {}).items()) or "no changes"
+        progress(f"starting broker {broker_id} ({changed})")
+        self.start_broker(broker_id, timeout=timeout)
 
     def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
         broker, process = self._running_broker(broker_id)

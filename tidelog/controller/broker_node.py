@@ -65,6 +65,7 @@ class BrokerNode:
             self.clock,
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
+            release=config["broker.protocol.max.version"],
         )
         self.coordinator_settings = CoordinatorSettings.from_config(config)
         self.coordinator = GroupCoordinator(

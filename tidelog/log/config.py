@@ -46,11 +46,14 @@ class LogConfig:
         cls, overrides: Mapping[str, str] | None = None, broker: Mapping[str, Any] | None = None
     ) -> LogConfig:
         """The topic's settings: ``overrides`` (raw strings, as stored in ZooKeeper) on top of
-        the broker's values (parsed, as from ``parse_config``)."""
+        the broker's values (parsed, as from ``parse_config``). A broker of release 0.9.0
+        keeps every topic at format v0."""
         values = topic_defaults(broker or {})
         if overrides:
             parsed = parse_config(overrides, TOPIC_KEYS)
             values.update({name: parsed[name] for name in overrides})
+        if (broker or {}).get("broker.protocol.max.version") == "0.9.0":
+            values["message.format.version"] = "0.9.0"  # a 0.9 broker writes format v0 only
         return cls(**{name.replace(".", "_"): value for name, value in values.items()})
 
     def to_properties(self) -> dict[str, str]:

@@ -53,7 +53,8 @@ class Client:
                 failures.append(f"{host}:{port}: {error.strerror or error}")
                 continue
             try:
-                return await connection.request(ApiKey.METADATA, 1, {"topics": [topic]})
+                # v0: served by brokers of every release (a 0.9.0 broker has no v1)
+                return await connection.request(ApiKey.METADATA, 0, {"topics": [topic]})
             finally:
                 await connection.close()
         raise ConnectionError("no bootstrap server answered: " + "; ".join(failures))

@@ -520,3 +520,39 @@ APIS: dict[int, Api] = {
         Api(ApiKey.DELETE_TOPICS, (DELETE_TOPICS_REQUEST_V0,), (DELETE_TOPICS_RESPONSE_V0,)),
     ]
 }
+
+# -- Releases ------------------------------------------------------------------------------------
+
+# What a broker of each release served (Kafka's Protocol.java at 0.9.0.1 and 0.10.0.1): API ->
+# the highest version; an API not named was not served at all (a 0.9.0 broker has no
+# ApiVersions and closes the connection of a client that asks). None: every version above
+# (0.10.1, today's set). Selected by tidelog's broker.protocol.max.version.
+_RELEASE_0_9_0 = {
+    ApiKey.PRODUCE: 1,
+    ApiKey.FETCH: 1,
+    ApiKey.LIST_OFFSETS: 0,
+    ApiKey.METADATA: 0,
+    ApiKey.OFFSET_COMMIT: 2,
+    ApiKey.OFFSET_FETCH: 1,
+    ApiKey.GROUP_COORDINATOR: 0,
+    ApiKey.JOIN_GROUP: 0,
+    ApiKey.HEARTBEAT: 0,
+    ApiKey.LEAVE_GROUP: 0,
+    ApiKey.SYNC_GROUP: 0,
+    ApiKey.DESCRIBE_GROUPS: 0,
+    ApiKey.LIST_GROUPS: 0,
+}
+RELEASE_API_VERSIONS: dict[str, dict[ApiKey, int] | None] = {
+    "0.9.0": _RELEASE_0_9_0,
+    "0.10.0": {
+        **_RELEASE_0_9_0,
+        ApiKey.PRODUCE: 2,
+        ApiKey.FETCH: 2,
+        ApiKey.METADATA: 1,
+        ApiKey.API_VERSIONS: 0,
+    },
+    "0.10.1": None,
+}
+# tidelog's own replication needs these from a broker of any release (leader-epoch truncation);
+# no client of the 0.9/0.10.0 era sends them, and they are not advertised by such a broker.
+INTER_BROKER_API_VERSIONS = {ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0}

@@ -1,0 +1,50 @@
+"""The steps an upgrade plans from each starting point (no processes: settings only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.upgrade.plan import BrokerSettings, plan
+
+
+def brokers(release: str, protocol: str, message_format: str) -> list[BrokerSettings]:
+    return [BrokerSettings(b, release, protocol, message_format) for b in (1, 2, 3)]
+
+
+def test_from_0_9_0_every_phase_rolls_every_broker_in_order():
+    steps = plan(brokers("0.9.0", "0.9.0", "0.9.0"), "0.10.0")
+    assert [(s.phase.split(":")[0], s.broker_id) for s in steps] == [
+        ("phase 1", 1), ("phase 1", 2), ("phase 1", 3),
+        ("phase 1", 1), ("phase 1", 2), ("phase 1", 3),
+        ("phase 2", 1), ("phase 2", 2), ("phase 2", 3),
+    ]  # fmt: skip
+    assert steps[0].settings == {
+        "broker.protocol.max.version": "0.10.0",
+        "inter.broker.protocol.version": "0.9.0",
+        "log.message.format.version": "0.9.0",
+    }
+    assert steps[3].settings == {"inter.broker.protocol.version": "0.10.0-IV0"}
+    assert steps[6].settings == {"log.message.format.version": "0.10.0"}
+    assert [s.format_after for s in steps] == [0] * 6 + [1] * 3
+
+
+def test_a_cluster_half_way_is_planned_from_where_it_stands():
+    half = brokers("0.10.0", "0.10.0-IV0", "0.9.0")
+    half[0] = BrokerSettings(1, "0.10.0", "0.10.0-IV0", "0.10.0")
+    assert [(s.broker_id, s.settings) for s in plan(half, "0.10.0")] == [
+        (2, {"log.message.format.version": "0.10.0"}),
+        (3, {"log.message.format.version": "0.10.0"}),
+    ]
+    assert plan(brokers("0.10.0", "0.10.0", "0.10.0"), "0.10.0") == []
+
+
+def test_from_0_10_0_to_0_10_1_only_the_code_changes_pinned_to_what_runs():
+    steps = plan(brokers("0.10.0", "0.10.0", "0.10.0"), "0.10.1")
+    assert [s.broker_id for s in steps] == [1, 2, 3]
+    assert steps[0].settings["inter.broker.protocol.version"] == "0.10.0"
+    assert steps[0].settings["log.message.format.version"] == "0.10.0"
+
+
+def test_an_unknown_target_is_refused_with_the_allowed_ones():
+    with pytest.raises(ValueError, match="allowed: 0.10.0, 0.10.1"):
+        plan(brokers("0.9.0", "0.9.0", "0.9.0"), "0.11.0")

@@ -1,0 +1,144 @@
+"""What an upgrade checks between steps: replication caught up, and the format new messages take.
+
+Formats are read from the segment files' bytes (offset int64, size int32, crc uint32, magic
+int8 per top-level message), on every replica, for the messages appended after a mark.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.config import broker_config
+from tidelog.controller import zookeeper
+
+ENTRY_HEAD = struct.Struct(">qiIb")  # offset, size, crc, magic
+LOG_OVERHEAD = 12
+Replica = tuple[str, int, int]  # topic, partition, broker id
+
+
+def lagging(cluster: LocalCluster) -> tuple[list[str], list[str]]:
+    """(under-replicated partitions, partitions without a leader), as "topic-partition"."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        cache = zookeeper.read_cluster(client)
+    under, leaderless = [], []
+    for name, topic in sorted(cache.topics.items()):
+        for number, replicas in sorted(topic.assignment.items()):
+            state = topic.states.get(number)
+            if state is None or state.leader < 0 or state.leader not in cache.brokers:
+                leaderless.append(f"{name}-{number}")
+            elif set(state.isr) != set(replicas):
+                under.append(f"{name}-{number} (isr {list(state.isr)}, replicas {list(replicas)})")
+    return under, leaderless
+
+
+def wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
+    """Until every replica is in its partition's ISR (zero under-replicated partitions) and
+    every partition has a live leader; TimeoutError naming what still lags."""
+    last: list[tuple[list[str], list[str]]] = [([], [])]
+
+    def caught_up() -> bool:
+        last[0] = lagging(cluster)
+        return not last[0][0] and not last[0][1]
+
+    try:
+        wait_until(caught_up, timeout, "every replica back in its ISR", interval=0.5)
+    except TimeoutError as error:
+        under, leaderless = last[0]
+        raise TimeoutError(
+            f"{error}: {len(under)} under-replicated ({', '.join(under[:5])}), "
+            f"{len(leaderless)} without a leader ({', '.join(leaderless[:5])})"
+        ) from None
+
+
+def elect_preferred_leaders(cluster: LocalCluster, timeout: float) -> None:
+    """Moves each partition's leadership back to its preferred replica, as a rolling bounce
+    would leave it on the brokers restarted first; waits until every one has it."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        cache = zookeeper.read_cluster(client)
+        partitions = [(t, p) for t, topic in cache.topics.items() for p in topic.assignment]
+        if partitions:
+            zookeeper.request_preferred_leader_election(client, partitions)
+
+    def preferred() -> bool:
+        with zookeeper.session(cluster.zookeeper) as client:
+            now = zookeeper.read_cluster(client)
+        return all(
+            topic.states.get(p) is not None and topic.states[p].leader == replicas[0]
+            for topic in now.topics.values()
+            for p, replicas in topic.assignment.items()
+            if replicas[0] in now.brokers
+        )
+
+    wait_until(preferred, timeout, "every partition led by its preferred replica", interval=0.5)
+
+
+def partition_dirs(cluster: LocalCluster) -> dict[Replica, Path]:
+    """Every replica's directory on disk."""
+    found: dict[Replica, Path] = {}
+    for broker_id in cluster.broker_ids:
+        for log_dir in broker_config(cluster.broker_settings(broker_id))["log.dirs"]:
+            for directory in Path(log_dir).glob("*-*"):
+                topic, _, number = directory.name.rpartition("-")
+                if directory.is_dir() and number.isdigit():
+                    found[topic, int(number), broker_id] = directory
+    return found
+
+
+def entries(directory: Path, since: int = 0):
+    """(offset, magic) of each top-level message at or after offset ``since``."""
+    segments = sorted(directory.glob("*.log"), key=lambda path: int(path.stem))
+    for index, segment in enumerate(segments):
+        if index + 1 < len(segments) and int(segments[index + 1].stem) <= since:
+            continue  # wholly before the mark
+        with open(segment, "rb") as file:
+            data = file.read()
+        position = 0
+        while position + ENTRY_HEAD.size <= len(data):
+            offset, size, _, magic = ENTRY_HEAD.unpack_from(data, position)
+            if size <= 0 or position + LOG_OVERHEAD + size > len(data):
+                break  # a partial entry at the end of an active segment
+            if offset >= since:
+                yield offset, magic
+            position += LOG_OVERHEAD + size
+
+
+def end_offsets(cluster: LocalCluster) -> dict[str, int]:
+    """Each replica's next offset on disk, keyed "topic/partition/broker"."""
+    marks = {}
+    for (topic, number, broker_id), directory in partition_dirs(cluster).items():
+        last = -1
+        segments = sorted(directory.glob("*.log"), key=lambda path: int(path.stem))
+        if segments:
+            last = int(segments[-1].stem) - 1
+            for offset, _ in entries(directory, last + 1):
+                last = offset
+        marks[f"{topic}/{number}/{broker_id}"] = last + 1
+    return marks
+
+
+def formats_since(cluster: LocalCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
+    """For each replica marked, how many messages of each magic it got after its mark."""
+    counts: dict[str, dict[int, int]] = {}
+    for (topic, number, broker_id), directory in partition_dirs(cluster).items():
+        key = f"{topic}/{number}/{broker_id}"
+        if key not in marks:
+            continue
+        found: dict[int, int] = {}
+        for _, magic in entries(directory, marks[key]):
+            found[magic] = found.get(magic, 0) + 1
+        if found:
+            counts[key] = found
+    return counts
+
+
+def expected_formats(cluster: LocalCluster, broker_format: int) -> dict[str, int]:
+    """Each topic's format: its message.format.version override, or the brokers'."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        cache = zookeeper.read_cluster(client)
+    out = {}
+    for name, topic in cache.topics.items():
+        version = topic.config.get("message.format.version")
+        out[name] = broker_format if version is None else (1 if version == "0.10.0" else 0)
+    return out

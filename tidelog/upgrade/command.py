@@ -1,0 +1,151 @@
+"""`tidelog upgrade plan|run`: the command line of the upgrade package (cli.py adds it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tidelog.upgrade.plan import TARGETS
+
+
+def add_commands(commands) -> None:
+    """Adds `upgrade` with its actions to tidelog's subcommands."""
+    upgrade = commands.add_parser(
+        "upgrade",
+        help="walk a local cluster through the message-format upgrade, one broker at a time",
+        description="The KIP-32 phases as one command: plan, run (resumable, with a journal).",
+    )
+    actions = upgrade.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in [
+        ("plan", "print the steps from the cluster as it is to --to"),
+        ("run", "perform the steps (or resume an unfinished run); stops at the first failed check"),
+    ]:
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])
+        action.add_argument("--dir", required=True, help="the cluster's state directory")
+        action.add_argument("--to", required=True, choices=TARGETS, help="the target release")
+        if name == "run":
+            action.add_argument("--dry-run", action="store_true", help="print, do nothing")
+            action.add_argument(
+                "--timeout", type=float, default=120.0, help="seconds each check may take"
+            )
+            action.add_argument(
+                "--settle-seconds",
+                type=float,
+                default=0.0,
+                help="wait this long after the last step before checking its format",
+            )
+    upgrade.set_defaults(run=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.config import ConfigError
+    from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
+
+    cluster = LocalCluster(args.dir)
+    try:
+        runner = UpgradeRun(
+            cluster,
+            args.to,
+            timeout=getattr(args, "timeout", 120.0),
+            settle_seconds=getattr(args, "settle_seconds", 0.0),
+        )
+        if args.action == "plan" or args.dry_run:
+            steps, resuming = runner.steps()
+            pending = [step for step in steps if step.status != "done"]
+            if resuming:
+                print(f"an unfinished run to {args.to} ({runner.path}) resumes with:")
+            for number, step in enumerate(pending, start=1):
+                print(f"{number}. {step.describe()}")
+            done = f"nothing to do: the cluster runs {args.to}"
+            print(f"{len(pending)} steps" if pending else done)
+            return 0
+        journal = runner.run()
+        seconds = {name: phase.get("seconds") for name, phase in journal.phases.items()}
+        print(json.dumps({"journal": str(runner.path), "phase_seconds": seconds}))
+        return 0
+    except UpgradeFailed as error:
+        print(f"tidelog upgrade run: {error}", file=sys.stderr)
+        return 1
+    except (ClusterError, ConfigError, ValueError) as error:
+        print(f"tidelog upgrade {args.action}: {error}", file=sys.stderr)
+        return 2
+
+
+def add_scenario(kinds) -> None:
+    """Adds `scenario upgrade` to the scenario kinds."""
+    from tidelog.upgrade.scenario import CODECS, STARTS
+
+    scenario = kinds.add_parser(
+        "upgrade",
+        help="an upgrade run under load from 0.9- and 0.10-era clients, every message checked",
+        description=(
+            "Starts a cluster at --from, produces acks=all from a v0-era (Produce v1) and a "
+            "v1-era (Produce v2) producer per codec, consumes with v0- and v1-era consumers, "
+            "runs `tidelog upgrade run` through every phase, then checks every acknowledged "
+            "message, the formats the consumers got, and /metrics."
+        ),
+    )
+    scenario.add_argument("--from", dest="start", default="0.9.0", choices=list(STARTS))
+    scenario.add_argument(
+        "--codecs", default="none,snappy,lz4", help=f"comma-separated, of {', '.join(CODECS)}"
+    )
+    scenario.add_argument("--rate", type=float, default=20, help="messages/s per producer")
+    scenario.add_argument("--dir", help="the cluster's directory (default: a new temporary one)")
+    scenario.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    scenario.set_defaults(run=scenario_command)
+
+
+def scenario_command(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+
+    from tidelog import runtime
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.scenario import SCENARIO_OVERRIDES
+    from tidelog.upgrade.scenario import (
+        CODECS,
+        STARTS,
+        UpgradeScenario,
+        run_upgrade_scenario,
+        summary,
+    )
+
+    codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
+    unknown = [c for c in codecs if c not in CODECS]
+    if unknown or not codecs:
+        print(
+            f"tidelog scenario upgrade: --codecs {args.codecs!r}: allowed: {', '.join(CODECS)}",
+            file=sys.stderr,
+        )
+        return 2
+    directory = args.dir or tempfile.mkdtemp(prefix="tidelog-upgrade-")
+    cluster = LocalCluster(directory)
+    try:
+        print(f"starting 3 brokers at {args.start} in {directory}")
+        cluster.up(
+            3, overrides={**SCENARIO_OVERRIDES, **STARTS[args.start][0]}, progress=lambda _: None
+        )
+        report = runtime.run(
+            run_upgrade_scenario(cluster, UpgradeScenario(args.start, codecs, args.rate))
+        )
+    except ClusterError as error:
+        print(
+            f"tidelog scenario upgrade: {error}\n(the cluster's files are in {directory})",
+            file=sys.stderr,
+        )
+        return 2
+    finally:
+        if cluster.state is not None:
+            cluster.down(progress=lambda _: None)
+    print(summary(report))
+    if args.report:
+        with open(args.report, "w") as file:
+            json.dump(report, file, indent=2)
+    if not report["ok"]:
+        print(f"the cluster's files are kept in {directory}")
+        return 1
+    if not args.dir:  # a passing run leaves nothing behind, as `scenario replication` does
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0

@@ -1,0 +1,182 @@
+"""`tidelog scenario upgrade`: an upgrade run under load from clients of both eras, every
+acknowledged message checked afterwards (kafkatest's upgrade test, scaled down).
+
+One topic per codec and producer era (replication factor 3, min.insync.replicas 2, acks=all;
+the v0-era producer's topics use CreateTime, the v1-era's LogAppendTime), each read throughout
+by a v0-era and a v1-era consumer. Afterwards: the delivery oracle on every topic (nothing
+acknowledged lost, order kept, replicas not diverged; duplicates counted), every acknowledged
+message seen by both consumers, the v0-era consumer sent format v0 only (down-converted), and
+/metrics showing converted bytes for Fetch v1 and zero-copy bytes for Fetch v2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tidelog.cluster.delivery import verify
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.controller import topics, zookeeper
+from tidelog.records.format import Codec
+from tidelog.upgrade.load import ERAS, EraConsumer, EraProducer
+from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
+
+STARTS = {
+    "0.9.0": ({"broker.protocol.max.version": "0.9.0"}, "0.10.0"),
+    "0.10.0": (
+        {
+            "broker.protocol.max.version": "0.10.0",
+            "inter.broker.protocol.version": "0.10.0",
+            "log.message.format.version": "0.10.0",
+        },
+        "0.10.1",
+    ),
+}
+CODECS = {"none": Codec.NONE, "gzip": Codec.GZIP, "snappy": Codec.SNAPPY, "lz4": Codec.LZ4}
+
+
+@dataclass(frozen=True)
+class UpgradeScenario:
+    start: str = "0.9.0"  # the release the cluster starts at (STARTS)
+    codecs: tuple[str, ...] = ("none", "snappy", "lz4")
+    rate: float = 20.0  # messages per second per producer
+    partitions: int = 2
+    timeout: float = 120.0
+
+    @property
+    def target(self) -> str:
+        return STARTS[self.start][1]
+
+
+def create_topics(cluster: LocalCluster, scenario: UpgradeScenario) -> dict[tuple[str, str], str]:
+    names = {}
+    with zookeeper.session(cluster.zookeeper) as client:
+        for codec in scenario.codecs:
+            for era in ERAS:
+                name = f"upgrade-{codec}-{era}-{int(time.time())}"
+                timestamps = "CreateTime" if era == "v0" else "LogAppendTime"
+                config = {"min.insync.replicas": "2", "message.timestamp.type": timestamps}
+                topics.create_topic(client, name, scenario.partitions, 3, config)
+                names[codec, era] = name
+    return names
+
+
+def fetch_bytes(cluster: LocalCluster) -> dict[str, int]:
+    """tidelog_fetch_bytes_total summed over the brokers, by "v{version} {path}"."""
+    total: dict[str, int] = {}
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        for line in text.splitlines():
+            if line.startswith("tidelog_fetch_bytes_total{"):
+                labels, value = line.split("{", 1)[1].split("} ")
+                parts = dict(part.split("=") for part in labels.split(","))
+                key = f"v{parts['version'].strip(chr(34))} {parts['path'].strip(chr(34))}"
+                total[key] = total.get(key, 0) + int(value)
+    return total
+
+
+async def run_upgrade_scenario(
+    cluster: LocalCluster, scenario: UpgradeScenario, progress: Callable[[str], None] = print
+) -> dict:
+    """Runs the upgrade of ``cluster`` (started at ``scenario.start``) under load; the report
+    says ``ok`` and, for each check that failed, what it found."""
+    names = create_topics(cluster, scenario)
+    stop, drain = asyncio.Event(), asyncio.Event()
+    producers = {
+        key: EraProducer(
+            cluster.bootstrap_servers,
+            name,
+            acks=-1,
+            rate=scenario.rate,
+            codec=CODECS[key[0]],
+            era=key[1],
+        )
+        for key, name in names.items()
+    }
+    consumers = {
+        (key, era): EraConsumer(cluster.bootstrap_servers, name, era)
+        for key, name in names.items()
+        for era in ERAS
+    }
+    tasks = [asyncio.create_task(p.run(stop)) for p in producers.values()]
+    readers = [asyncio.create_task(c.run(stop, drain)) for c in consumers.values()]
+    await asyncio.to_thread(
+        wait_until,
+        lambda: all(p.acked for p in producers.values()),
+        scenario.timeout,
+        "every producer's first acknowledgement",
+    )
+    report: dict = {"start": scenario.start, "target": scenario.target, "failures": []}
+    started = time.monotonic()
+    runner = UpgradeRun(
+        cluster, scenario.target, timeout=scenario.timeout, settle_seconds=3, progress=progress
+    )
+    try:
+        journal = await asyncio.to_thread(runner.run)
+        report["phases"] = {
+            name: {"seconds": phase["seconds"], "checked": phase.get("checked")}
+            for name, phase in journal.phases.items()
+        }
+    except UpgradeFailed as error:
+        report["failures"].append(f"upgrade run: {error}")
+    report["upgrade_seconds"] = round(time.monotonic() - started, 1)
+    stop.set()
+    await asyncio.gather(*tasks)
+    drain.set()
+    async with asyncio.timeout(scenario.timeout):
+        await asyncio.gather(*readers)
+    report["topics"] = {}
+    for key, name in names.items():
+        producer = producers[key]
+        delivery = await verify(cluster, name, producer.acked)
+        acked = {a.value for a in producer.acked}
+        checked = {n: getattr(delivery, n) for n in delivery.CHECKS if n != "duplicates"}
+        entry: dict[str, object] = {
+            "acked": len(acked),
+            "not_acked": producer.failed,
+            "duplicates": len(delivery.duplicates),
+            "delivery": checked,
+        }
+        for era in ERAS:
+            consumer = consumers[key, era]
+            seen = {value for got in consumer.consumed.values() for _, value, _ in got}
+            magics = {magic for got in consumer.consumed.values() for *_, magic in got}
+            entry[f"{era}_consumer"] = {
+                "consumed": sum(len(got) for got in consumer.consumed.values()),
+                "missed": len(acked - seen),
+                "formats": sorted(magics),
+            }
+            if acked - seen:
+                report["failures"].append(f"{name}: {era} consumer missed {len(acked - seen)}")
+            if era == "v0" and magics - {0}:
+                report["failures"].append(f"{name}: the v0 consumer was sent format v1")
+        for check, found in checked.items():
+            if found:
+                report["failures"].append(f"{name}: {check}: {found[:3]}")
+        report["topics"][name] = entry
+    metrics = fetch_bytes(cluster)
+    report["fetch_bytes"] = metrics
+    if scenario.target == "0.10.0" and not metrics.get("v1 converted"):
+        report["failures"].append("no down-converted bytes for Fetch v1 on /metrics")
+    if not metrics.get("v2 zero_copy"):
+        report["failures"].append("no zero-copy bytes for Fetch v2 on /metrics")
+    report["ok"] = not report["failures"]
+    return report
+
+
+def summary(report: dict) -> str:
+    lines = [f"upgrade {report['start']} -> {report['target']}: {report['upgrade_seconds']} s"]
+    for name, phase in report.get("phases", {}).items():
+        lines.append(f"  {name}: {phase['seconds']} s, new messages checked: {phase['checked']}")
+    for name, entry in report["topics"].items():
+        lines.append(f"  {name}: {json.dumps(entry)}")
+    lines.append(f"  fetch bytes: {report['fetch_bytes']}")
+    failures = "\n  ".join(report["failures"])
+    lines.append("verdict: ok" if report["ok"] else f"verdict: FAIL\n  {failures}")
+    return "\n".join(lines)
