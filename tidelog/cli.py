@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -45,15 +46,29 @@ def _fail(command: str, error: Exception | str) -> int:
 
 def _broker(args: argparse.Namespace) -> int:
     from tidelog import runtime
-    from tidelog.config import ConfigError, broker_config, read_properties
+    from tidelog.config import (
+        ConfigError,
+        broker_config,
+        config_listing,
+        not_applicable_note,
+        read_properties,
+    )
     from tidelog.controller.broker_node import BrokerNode
 
+    if args.list_configs:
+        print(config_listing())
+        return 0
+    if not args.config:
+        return _fail("broker", "--config is required (a server.properties file)")
     try:
         raw = read_properties(args.config)
         raw.update(_key_values(args.override, "--override"))
         config = broker_config(raw)
     except (ConfigError, OSError) as error:
         return _fail("broker", error)
+    note = not_applicable_note(raw)
+    if note:
+        logging.getLogger("tidelog.config").info("%s", note)
     runtime.run(BrokerNode(config).run_until_signalled())
     return 0
 
@@ -84,27 +99,41 @@ def _cluster(args: argparse.Namespace) -> int:
                 args.brokers,
                 zookeeper=args.zookeeper,
                 overrides=_key_values(args.override, "--override"),
+                base_port=args.base_port,
             )
             print(f"bootstrap servers: {cluster.bootstrap_servers}")
             print(f"zookeeper: {cluster.zookeeper}")
         elif args.action == "status":
             rows = cluster.status()
-            print(f"zookeeper: {cluster.zookeeper}")
-            header = ("broker", "pid", "running", "registered", "port", "admin")
-            print("{:>6}  {:>8}  {:8} {:10} {:>6} {:>6}".format(*header))
+            print(f"bootstrap servers: {cluster.bootstrap_servers}")
+            zookeeper_state = "running" if cluster.zookeeper_alive else "not running"
+            if cluster.state and cluster.state.zookeeper_process is None:
+                zookeeper_state = "external"
+            print(f"zookeeper: {cluster.zookeeper} ({zookeeper_state})")
+            header = ("broker", "pid", "state", "registered", "port", "admin")
+            print("{:>6}  {:>8}  {:28} {:10} {:>6} {:>6}".format(*header))
             for row in rows:
+                state = "running" if row["running"] else "not running"
+                if row["stale"]:
+                    state = "not running (stale record)"
                 print(
-                    f"{row['broker']:>6}  {row['pid'] or '-':>8}  {row['running']!s:8} "
+                    f"{row['broker']:>6}  {row['pid'] or '-':>8}  {state:28} "
                     f"{row['registered']!s:10} {row['port']:>6} {row['admin_port']:>6}"
                 )
         elif args.action == "down":
             cluster.down()
         elif args.action == "start":
             cluster.start_broker(args.broker_id)
+            print(
+                f"broker {args.broker_id} started (pid {cluster.broker(args.broker_id).pid}) "
+                f"and registered; listening on 127.0.0.1:{cluster.broker(args.broker_id).port}"
+            )
         elif args.action == "stop":
             cluster.stop_broker(args.broker_id)
+            print(f"broker {args.broker_id} stopped cleanly (SIGTERM)")
         elif args.action == "kill":
             cluster.signal_broker(args.broker_id, signal.Signals[f"SIG{args.signal}"])
+            print(f"broker {args.broker_id} sent SIG{args.signal}")
     except (ClusterError, ZooKeeperError, ConfigError) as error:
         return _fail(f"cluster {args.action}", error)
     return 0
@@ -158,7 +187,7 @@ def _topic(args: argparse.Namespace) -> int:
             for name in names:
                 topic = zookeeper.read_topic(client, name)
                 if topic is None:
-                    raise KafkaError(3, f"no topic {name!r}")  # type: ignore[arg-type]
+                    raise _no_topic(name)
                 configs = ",".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
                 print(f"Topic: {name}\tPartitionCount: {len(topic.assignment)}\tConfigs: {configs}")
                 for partition, replicas in sorted(topic.assignment.items()):
@@ -173,21 +202,21 @@ def _topic(args: argparse.Namespace) -> int:
             try:
                 zookeeper.request_topic_deletion(client, args.topic)
             except KeyError:
-                raise KafkaError(3, f"no topic {args.topic!r}") from None  # type: ignore[arg-type]
+                raise _no_topic(args.topic) from None
             print(f"asked the controller to delete topic {args.topic}")
         elif args.action == "preferred-leader-election":
             if args.topic:
                 topic = zookeeper.read_topic(client, args.topic)
                 if topic is None:
-                    raise KafkaError(3, f"no topic {args.topic!r}")  # type: ignore[arg-type]
-                names = [args.topic]
+                    raise _no_topic(args.topic)
+                found = [topic]
             else:
-                names = sorted(client.get_children(zookeeper.TOPICS))
-            partitions = [
-                (name, number)
-                for name in names
-                for number in zookeeper.read_topic(client, name).assignment  # type: ignore[union-attr]
-            ]
+                found = [
+                    topic
+                    for name in sorted(client.get_children(zookeeper.TOPICS))
+                    if (topic := zookeeper.read_topic(client, name)) is not None
+                ]
+            partitions = [(topic.name, number) for topic in found for number in topic.assignment]
             zookeeper.request_preferred_leader_election(client, partitions)
             count = len(partitions)
             print(f"asked the controller for a preferred leader election of {count} partitions")
@@ -205,6 +234,12 @@ def _topic(args: argparse.Namespace) -> int:
         client.stop()
         client.close()
     return 0
+
+
+def _no_topic(name: str) -> Exception:
+    from tidelog.errors import ErrorCode, KafkaError
+
+    return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
 
 
 def _perf(args: argparse.Namespace) -> int:
@@ -311,6 +346,17 @@ def _scenario(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is reported with its own usage
+    (argparse would hand it up to the top level, whose usage says nothing about the option)."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def _command(actions, name: str, text: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
     """A subcommand whose --help opens with what it does (its one-line help, as a sentence)."""
     return actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
@@ -323,7 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tidelog {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_SubcommandParser
+    )
 
     dump = commands.add_parser(
         "dump-log",
@@ -354,7 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one broker process",
         description="Runs a broker until SIGTERM or SIGINT, then shuts down cleanly.",
     )
-    broker.add_argument("--config", required=True, help="a server.properties file")
+    broker.add_argument("--config", help="a server.properties file (required to run)")
+    broker.add_argument(
+        "--list-configs",
+        action="store_true",
+        help="list every configuration key a broker accepts, with its default, and exit",
+    )
     broker.add_argument(
         "--override", action="append", metavar="KEY=VALUE", help="a setting on top of the file"
     )
@@ -370,6 +423,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
     up.add_argument("--zookeeper", help="use this ZooKeeper (host:port) instead of starting one")
     up.add_argument("--override", action="append", metavar="KEY=VALUE", help="a broker setting")
+    up.add_argument(
+        "--base-port",
+        type=int,
+        metavar="N",
+        help="fixed ports: broker i listens at N+i-1, its admin API at N+BROKERS+i-1, an "
+        "embedded ZooKeeper at N+2*BROKERS (default: free ports)",
+    )
     for name, text in [
         ("status", "show each broker: process, registration, ports"),
         ("down", "stop every broker, then ZooKeeper"),
@@ -521,7 +581,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("kazoo").setLevel(logging.WARNING)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except BrokenPipeError:
+        # The reader went away (`tidelog dump-log ... | head`): stop quietly, as Unix tools do.
+        # Python flushes stdout again at exit, so it is pointed at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE
 
 
 if __name__ == "__main__":

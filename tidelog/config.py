@@ -8,7 +8,8 @@ override takes its broker default (``segment.bytes`` falls back to ``log.segment
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ MESSAGE_FORMAT_VERSIONS = {"0.9.0": 0, "0.10.0": 1}
 INTER_BROKER_PROTOCOL_VERSIONS = ("0.9.0", "0.10.0-IV0", "0.10.0")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 
 
 def _host_port(value: str) -> bool:
@@ -83,9 +86,84 @@ def host_and_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _listener(value: str) -> bool:
-    scheme, _, address = value.partition("://")
-    return scheme == "PLAINTEXT" and _host_port(address)
+@dataclass(frozen=True)
+class Listener:
+    """One ``NAME://host:port`` of ``listeners`` or ``advertised.listeners``. An empty host
+    means every interface (for ``listeners``)."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def _listeners(text: str) -> tuple[Listener, ...]:
+    listeners = []
+    for part in _list(text):
+        name, separator, address = part.partition("://")
+        host, _, port = address.rpartition(":")
+        if not separator or not name or not port.isdigit() or int(port) > 65535:
+            raise ValueError(part)
+        listeners.append(Listener(name.upper(), host.strip("[]"), int(port)))
+    names = [listener.name for listener in listeners]
+    if not listeners or len(set(names)) != len(names):
+        raise ValueError(text)
+    return tuple(listeners)
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    mapping = {}
+    for part in _list(text):
+        name, separator, protocol = part.partition(":")
+        if not separator or protocol.strip() not in SECURITY_PROTOCOLS:
+            raise ValueError(part)
+        mapping[name.strip().upper()] = protocol.strip()
+    return mapping
+
+
+def _optional_int(text: str) -> int | None:
+    return int(text.strip()) if text.strip() else None
+
+
+def _optional(minimum: int, maximum: int) -> tuple[Callable[[Any], bool], str]:
+    check, allowed = _at_least(minimum, maximum)
+    return (lambda value: value is None or check(value)), f"empty or {allowed}"
+
+
+def _connection_overrides(text: str) -> bool:
+    try:
+        connection_overrides(text)
+    except ValueError:
+        return False
+    return True
+
+
+def connection_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides: ``host:count,host:count``."""
+    overrides = {}
+    for part in _list(text):
+        host, separator, count = part.rpartition(":")
+        if not separator or not host or not count.strip().isdigit():
+            raise ValueError(part)
+        overrides[host.strip()] = int(count)
+    return overrides
+
+
+def _only(value: Any, why: str) -> tuple[Callable[[Any], bool], str]:
+    """A key whose only allowed value is the one tidelog implements."""
+    return (lambda given: given == value), f"{_shown(value) or 'empty'} only ({why})"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(str(part) for part in value)
+    return str(value)
 
 
 def _policies(value: tuple[str, ...]) -> bool:
@@ -129,6 +207,7 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
         (_policies, "a comma-separated list of delete, compact"),
     ),
     ("min.insync.replicas", "min.insync.replicas", _int, 1, _at_least(1, INT_MAX)),
+    ("flush.messages", "log.flush.interval.messages", _int, LONG_MAX, _at_least(1)),
     ("max.message.bytes", "message.max.bytes", _int, 1000012, _at_least(0, INT_MAX)),
     ("remote.storage.enable", None, _bool, False, (lambda _: True, "true or false")),
     ("local.retention.ms", None, _int, -2, _at_least(-2)),
@@ -140,16 +219,67 @@ TOPIC_KEYS: dict[str, ConfigKey] = {
 }
 TOPIC_TO_BROKER_KEY = {name: broker for name, broker, *_ in _TOPIC_KEYS if broker}
 
+_TRUE_OR_FALSE = (lambda _: True, "true or false")
+
 BROKER_KEYS: dict[str, ConfigKey] = {
     key.name: key
     for key in [
         _key("broker.id", _int, None, _at_least(0, INT_MAX)),
-        _key("listeners", _str, "PLAINTEXT://127.0.0.1:9092", (_listener, "PLAINTEXT://host:port")),
+        _key("reserved.broker.max.id", _int, 1000, _at_least(0, INT_MAX)),
+        _key("broker.rack", _str, None),
+        _key(
+            "listeners",
+            _listeners,
+            _listeners(DEFAULT_LISTENERS),
+            (bool, "a comma-separated list of NAME://host:port"),
+        ),
+        _key(
+            "advertised.listeners",
+            _listeners,
+            None,
+            (bool, "a comma-separated list of NAME://host:port"),
+        ),
+        # Kafka 0.10's older way to say the same; used only when listeners is not set.
+        _key("host.name", _str, ""),
+        _key("port", _int, 9092, _at_least(0, 65535)),
+        _key("advertised.host.name", _str, None),
+        _key("advertised.port", _int, None, _at_least(0, 65535)),
+        _key(
+            "listener.security.protocol.map",
+            _protocol_map,
+            _protocol_map(",".join(f"{p}:{p}" for p in SECURITY_PROTOCOLS)),
+            (
+                bool,
+                "a comma-separated list of NAME:PROTOCOL, PROTOCOL one of "
+                + ", ".join(SECURITY_PROTOCOLS),
+            ),
+        ),
+        _key("inter.broker.listener.name", _str, None),
+        _key(
+            "security.inter.broker.protocol",
+            _str,
+            "PLAINTEXT",
+            _only("PLAINTEXT", "tidelog serves PLAINTEXT listeners only"),
+        ),
+        _key("max.connections.per.ip", _int, INT_MAX, _at_least(1, INT_MAX)),
+        _key(
+            "max.connections.per.ip.overrides",
+            _str,
+            "",
+            (_connection_overrides, "a comma-separated list of host:count"),
+        ),
+        _key("connections.max.idle.ms", _int, 600000, _at_least(1)),
         _key("log.dirs", _list, ("/tmp/tidelog-logs",), (bool, "a comma-separated list of dirs")),
+        _key("log.dir", _str, "/tmp/tidelog-logs", (bool, "a directory")),
         _key("zookeeper.connect", _str, "127.0.0.1:2181"),
         _key("zookeeper.session.timeout.ms", _int, 6000, _at_least(1000, INT_MAX)),
+        _key("zookeeper.connection.timeout.ms", _optional_int, None, _optional(1, INT_MAX)),
+        _key(
+            "zookeeper.set.acl", _bool, False, _only(False, "tidelog writes ZooKeeper without ACLs")
+        ),
         _key("num.partitions", _int, 1, _at_least(1, INT_MAX)),
-        _key("auto.create.topics.enable", _bool, True, (lambda _: True, "true or false")),
+        _key("auto.create.topics.enable", _bool, True, _TRUE_OR_FALSE),
+        _key("delete.topic.enable", _bool, True, _TRUE_OR_FALSE),
         _key("default.replication.factor", _int, 1, _at_least(1, INT_MAX)),
         _key(
             "inter.broker.protocol.version",
@@ -161,7 +291,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.wait.max.ms", _int, 500, _at_least(0, INT_MAX)),
         _key("replica.fetch.min.bytes", _int, 1, _at_least(1, INT_MAX)),
         _key("replica.fetch.max.bytes", _int, 1048576, _at_least(0, INT_MAX)),
+        _key("replica.fetch.backoff.ms", _int, 1000, _at_least(0, INT_MAX)),
         _key("replica.socket.timeout.ms", _int, 30000, _at_least(1, INT_MAX)),
+        # Kafka's default is 30 s; tidelog's controller waits for each round of requests before
+        # the next, so one unresponsive (paused) broker would hold elections up that long.
+        _key("controller.socket.timeout.ms", _int, 10000, _at_least(1, INT_MAX)),
         # tidelog's own: how a new follower truncates (Kafka 0.10 used the high watermark).
         _key(
             "replica.truncation.mode",
@@ -171,9 +305,42 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         ),
         # tidelog's own, for tests: this broker's clock runs this far ahead (negative: behind).
         _key("broker.clock.skew.ms", _int, 0, (lambda _: True, "an integer (milliseconds)")),
-        _key("unclean.leader.election.enable", _bool, False, (lambda _: True, "true or false")),
+        _key("unclean.leader.election.enable", _bool, False, _TRUE_OR_FALSE),
+        _key(
+            "auto.leader.rebalance.enable",
+            _bool,
+            False,
+            _only(False, "run `tidelog topic preferred-leader-election` instead"),
+        ),
+        _key(
+            "controlled.shutdown.enable",
+            _bool,
+            False,
+            _only(False, "a stopping broker closes its session and the controller then elects"),
+        ),
         _key("socket.request.max.bytes", _int, 104857600, _at_least(1, INT_MAX)),
         _key("log.retention.check.interval.ms", _int, 300000, _at_least(1)),
+        _key("log.retention.minutes", _int, None, _at_least(-1, INT_MAX)),
+        _key("log.retention.hours", _int, 168, _at_least(-1, INT_MAX)),
+        _key("log.roll.hours", _int, 168, _at_least(1, INT_MAX)),
+        _key("log.roll.jitter.ms", _int, 0, _only(0, "segments roll without jitter")),
+        _key("log.roll.jitter.hours", _int, 0, _only(0, "segments roll without jitter")),
+        _key("log.preallocate", _bool, False, _only(False, "segment files grow as they fill")),
+        _key(
+            "compression.type",
+            _str,
+            "producer",
+            _only("producer", "the broker keeps the producer's codec"),
+        ),
+        _key("authorizer.class.name", _str, "", _only("", "tidelog has no authorizer")),
+        _key(
+            "create.topic.policy.class.name",
+            _str,
+            "",
+            _only("", "tidelog has no topic creation policies"),
+        ),
+        _key("quota.producer.default", _int, LONG_MAX, _only(LONG_MAX, "tidelog has no quotas")),
+        _key("quota.consumer.default", _int, LONG_MAX, _only(LONG_MAX, "tidelog has no quotas")),
         # tidelog's own: where the admin HTTP API listens (port 0: any free port).
         _key("admin.listener", _str, "127.0.0.1:0", (_host_port, "host:port")),
         _key("log.flush.interval.ms", _int, LONG_MAX, _at_least(1)),
@@ -188,6 +355,90 @@ for _topic_name, _broker_name in TOPIC_TO_BROKER_KEY.items():
             _broker_name, _topic.parse, _topic.default, _topic.allowed, _topic.check
         )
 
+# Kafka 0.10 keys that tune the JVM broker's internals (threads, buffers, queues, metrics, the
+# security providers of listeners tidelog does not serve). They are accepted, and the broker
+# says once at start that they do not apply.
+NOT_APPLICABLE_KEYS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "num.network.threads",
+            "num.io.threads",
+            "background.threads",
+            "queued.max.requests",
+            "num.recovery.threads.per.data.dir",
+            "num.replica.fetchers",
+        ],
+        "one event loop does this work",
+    ),
+    **dict.fromkeys(
+        [
+            "socket.send.buffer.bytes",
+            "socket.receive.buffer.bytes",
+            "replica.socket.receive.buffer.bytes",
+        ],
+        "the kernel sizes socket buffers",
+    ),
+    **dict.fromkeys(
+        [
+            "request.timeout.ms",
+            "fetch.purgatory.purge.interval.requests",
+            "producer.purgatory.purge.interval.requests",
+            "log.flush.scheduler.interval.ms",
+            "log.segment.delete.delay.ms",
+            "zookeeper.sync.time.ms",
+            "broker.id.generation.enable",
+        ],
+        "a JVM broker internal",
+    ),
+    "replica.fetch.response.max.bytes": (
+        "followers send Fetch v1/v2 (inter.broker.protocol.version up to 0.10.0), which has "
+        "no response size limit"
+    ),
+    **dict.fromkeys(
+        [
+            "metric.reporters",
+            "metrics.num.samples",
+            "metrics.sample.window.ms",
+            "metrics.recording.level",
+            "quota.window.num",
+            "quota.window.size.seconds",
+            "replication.quota.window.num",
+            "replication.quota.window.size.seconds",
+        ],
+        "tidelog's metrics are on the admin API's /metrics",
+    ),
+    **dict.fromkeys(
+        [
+            "principal.builder.class",
+            "ssl.protocol",
+            "ssl.provider",
+            "ssl.cipher.suites",
+            "ssl.enabled.protocols",
+            "ssl.keystore.type",
+            "ssl.keystore.location",
+            "ssl.keystore.password",
+            "ssl.key.password",
+            "ssl.truststore.type",
+            "ssl.truststore.location",
+            "ssl.truststore.password",
+            "ssl.keymanager.algorithm",
+            "ssl.trustmanager.algorithm",
+            "ssl.endpoint.identification.algorithm",
+            "ssl.secure.random.implementation",
+            "ssl.client.auth",
+            "sasl.mechanism.inter.broker.protocol",
+            "sasl.enabled.mechanisms",
+            "sasl.kerberos.service.name",
+            "sasl.kerberos.kinit.cmd",
+            "sasl.kerberos.ticket.renew.window.factor",
+            "sasl.kerberos.ticket.renew.jitter",
+            "sasl.kerberos.min.time.before.relogin",
+            "sasl.kerberos.principal.to.local.rules",
+        ],
+        "tidelog serves PLAINTEXT listeners only",
+    ),
+}
+
 
 def parse_value(key: ConfigKey, text: str) -> Any:
     try:
@@ -200,10 +451,22 @@ def parse_value(key: ConfigKey, text: str) -> Any:
 
 
 def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
-    """A broker's settings from server.properties (plus overrides); broker.id is required."""
-    values = parse_config(raw, BROKER_KEYS)
+    """A broker's settings from server.properties (plus overrides); broker.id is required.
+
+    Keys that Kafka 0.10 derives from others are resolved here, with Kafka's precedence:
+    log.retention.ms over .minutes over .hours, log.roll.ms over log.roll.hours, log.dirs over
+    log.dir, listeners over host.name/port, advertised.listeners over
+    advertised.host.name/advertised.port over listeners. The keys of NOT_APPLICABLE_KEYS are
+    accepted and left out of the result."""
+    applicable = {name: text for name, text in raw.items() if name not in NOT_APPLICABLE_KEYS}
+    values = parse_config(applicable, BROKER_KEYS)
     if values["broker.id"] is None:
         raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
+    if values["broker.id"] > values["reserved.broker.max.id"]:
+        raise ConfigError(
+            f"broker.id: {values['broker.id']} is not allowed; allowed: at most "
+            f"reserved.broker.max.id ({values['reserved.broker.max.id']})"
+        )
     if values["replica.socket.timeout.ms"] < values["replica.fetch.wait.max.ms"]:
         # as Kafka requires: a fetch may be held that long before it is answered
         raise ConfigError(
@@ -216,18 +479,141 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
             f"replica.fetch.wait.max.ms: {values['replica.fetch.wait.max.ms']} is not allowed; "
             f"allowed: at most replica.lag.time.max.ms ({values['replica.lag.time.max.ms']})"
         )
+    if "log.retention.ms" not in raw:
+        if values["log.retention.minutes"] is not None:
+            values["log.retention.ms"] = _scaled(values["log.retention.minutes"], 60_000)
+        else:
+            values["log.retention.ms"] = _scaled(values["log.retention.hours"], 3_600_000)
+    if "log.roll.ms" not in raw:
+        values["log.roll.ms"] = values["log.roll.hours"] * 3_600_000
+    if "log.dirs" not in raw:
+        values["log.dirs"] = (values["log.dir"],)
+    _resolve_listeners(raw, values)
     return values
+
+
+def _scaled(value: int, unit_ms: int) -> int:
+    return -1 if value < 0 else value * unit_ms
+
+
+def _resolve_listeners(raw: Mapping[str, str], values: dict[str, Any]) -> None:
+    """listeners, advertised.listeners (never an empty or 0.0.0.0 host: another broker or a
+    client has to connect to it) and inter.broker.listener.name, checked against
+    listener.security.protocol.map as Kafka checks them."""
+    if "listeners" not in raw and ("host.name" in raw or "port" in raw):
+        values["listeners"] = (Listener("PLAINTEXT", values["host.name"], values["port"]),)
+    listeners: tuple[Listener, ...] = values["listeners"]
+    protocols: dict[str, str] = values["listener.security.protocol.map"]
+    for listener in listeners:
+        protocol = protocols.get(listener.name)
+        if protocol is None:
+            raise ConfigError(
+                f"listeners: {listener} is not allowed; allowed: a listener name of "
+                f"listener.security.protocol.map ({', '.join(protocols)})"
+            )
+        if protocol != "PLAINTEXT":
+            raise ConfigError(
+                f"listeners: {listener} uses security protocol {protocol}; allowed: listeners "
+                "whose security protocol is PLAINTEXT (tidelog serves no SSL or SASL)"
+            )
+    if len({listener.port for listener in listeners if listener.port}) != len(
+        [listener for listener in listeners if listener.port]
+    ):
+        raise ConfigError(f"listeners: {_text(listeners)} is not allowed; each needs its own port")
+    advertised: tuple[Listener, ...] | None = values["advertised.listeners"]
+    if advertised is None:
+        if "advertised.host.name" in raw or "advertised.port" in raw:
+            first = listeners[0]
+            advertised = (
+                Listener(
+                    "PLAINTEXT",
+                    values["advertised.host.name"] or values["host.name"] or first.host,
+                    values["advertised.port"] or first.port,
+                ),
+            )
+        else:
+            advertised = listeners
+    names = {listener.name for listener in listeners}
+    for listener in advertised:
+        if listener.name not in names:
+            raise ConfigError(
+                f"advertised.listeners: {listener} is not allowed; allowed: the names of "
+                f"listeners ({', '.join(sorted(names))})"
+            )
+        if "advertised.listeners" in raw and listener.host in ("", "0.0.0.0", "::"):
+            raise ConfigError(
+                f"advertised.listeners: {listener} is not allowed; allowed: a host that clients "
+                "can connect to (not empty, not 0.0.0.0)"
+            )
+    values["advertised.listeners"] = advertised
+    if values["inter.broker.listener.name"] is not None:
+        if "security.inter.broker.protocol" in raw:
+            raise ConfigError(
+                "inter.broker.listener.name: set together with security.inter.broker.protocol; "
+                "allowed: only one of the two"
+            )
+        inter_broker = values["inter.broker.listener.name"].upper()
+    else:
+        inter_broker = values["security.inter.broker.protocol"]
+    if inter_broker not in {listener.name for listener in advertised}:
+        raise ConfigError(
+            f"inter.broker.listener.name: {inter_broker!r} is not allowed; allowed: the name of "
+            f"an advertised listener ({', '.join(listener.name for listener in advertised)})"
+        )
+    values["inter.broker.listener.name"] = inter_broker
+
+
+def _text(listeners: tuple[Listener, ...]) -> str:
+    return ",".join(str(listener) for listener in listeners)
+
+
+def not_applicable_note(raw: Mapping[str, str]) -> str | None:
+    """The one line a broker logs at start for the keys of NOT_APPLICABLE_KEYS it was given."""
+    given = sorted(name for name in raw if name in NOT_APPLICABLE_KEYS)
+    if not given:
+        return None
+    reasons: dict[str, list[str]] = {}
+    for name in given:
+        reasons.setdefault(NOT_APPLICABLE_KEYS[name], []).append(name)
+    parts = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
+    return f"accepted but not applicable to tidelog: {parts}"
+
+
+def config_listing() -> str:
+    """Every key a broker accepts, from the declarations: its default and allowed values, then
+    the topic-level keys and the Kafka keys accepted without effect."""
+    lines = ["Broker keys (server.properties, --override):"]
+    for name in sorted(BROKER_KEYS):
+        key = BROKER_KEYS[name]
+        lines.append(f"  {name} = {_shown(key.default)}    [{key.allowed}]")
+    lines.append("Topic keys (topic create --config, /config/topics/{topic}):")
+    for name in sorted(TOPIC_KEYS):
+        key = TOPIC_KEYS[name]
+        broker = TOPIC_TO_BROKER_KEY.get(name)
+        default = f"broker's {broker}" if broker else _shown(key.default)
+        lines.append(f"  {name} = {default}    [{key.allowed}]")
+    lines.append("Kafka keys accepted without effect (the broker says so at start):")
+    for name in sorted(NOT_APPLICABLE_KEYS):
+        lines.append(f"  {name}    ({NOT_APPLICABLE_KEYS[name]})")
+    return "\n".join(lines)
 
 
 def parse_config(raw: Mapping[str, str], keys: Mapping[str, ConfigKey]) -> dict[str, Any]:
     """Every key's value: defaults, overridden by ``raw``. Unknown keys are an error."""
     unknown = sorted(set(raw) - set(keys))
     if unknown:
-        raise ConfigError(f"unknown configuration key {unknown[0]!r}; known keys: {sorted(keys)}")
+        raise ConfigError(unknown_key_message(unknown[0], [*keys, *NOT_APPLICABLE_KEYS]))
     values = {name: key.default for name, key in keys.items()}
     for name, text in raw.items():
         values[name] = parse_value(keys[name], text)
     return values
+
+
+def unknown_key_message(name: str, keys: Iterable[str]) -> str:
+    """``unknown configuration key 'x'``, with the closest known key when one is close."""
+    close = difflib.get_close_matches(name, list(keys), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown configuration key {name!r}{hint} (`tidelog broker --list-configs` lists them)"
 
 
 def read_properties(path: str | Path) -> dict[str, str]:

@@ -455,3 +455,11 @@ def test_an_empty_log_reads_nothing_finds_nothing_and_survives_a_crash(make_log,
     assert reopened.log_end_offset == 0
     reopened.append_as_leader(message_set(2, timestamp=clock.milliseconds()))
     assert reopened.log_end_offset == 2
+
+
+def test_flush_messages_flushes_once_that_many_messages_are_unflushed(make_log):
+    log = make_log(flush_messages=10, segment_ms=2**62)  # no roll (that flushes too)
+    log.append_as_leader(message_set(9))
+    assert log.recovery_point == 0
+    log.append_as_leader(message_set(1))
+    assert log.recovery_point == log.log_end_offset == 10

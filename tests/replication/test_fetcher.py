@@ -40,11 +40,10 @@ async def follow_a_silent_leader(partition: Partition, settings: FetcherSettings
     return accepted
 
 
-def test_a_leader_that_never_answers_is_given_up_and_asked_again(make_log, monkeypatch):
-    monkeypatch.setattr("tidelog.replication.fetcher.RETRY_SECONDS", 0.05)
+def test_a_leader_that_never_answers_is_given_up_and_asked_again(make_log):
     partition = Partition("t", 0, 2, make_log())
     partition.make_follower(1, 1, (1, 2), frozenset({1, 2}))
-    settings = FetcherSettings(socket_timeout_ms=200)
+    settings = FetcherSettings(socket_timeout_ms=200, backoff_ms=50)
 
     connections = asyncio.run(follow_a_silent_leader(partition, settings))
 

@@ -91,10 +91,7 @@ class ControlRequests:
             return refused
         if "brokers" in body:
             self.metadata.brokers = {
-                int(b["id"]): BrokerEndpoint(
-                    int(b["id"]), b["host"], int(b["port"]), None, b.get("admin")
-                )
-                for b in body["brokers"]
+                int(b["id"]): BrokerEndpoint.from_json(b) for b in body["brokers"]
             }
         self.metadata.controller_id = int(body.get("controller_id", self.metadata.controller_id))
         answers = self._take_states(body)

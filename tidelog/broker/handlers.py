@@ -61,7 +61,11 @@ class RequestHandler:
     def serves(self, api_key: int) -> bool:
         return api_key in self.handlers
 
-    async def handle(self, request: Request) -> dict | None:
+    async def handle(self, request: Request, listener: str = "PLAINTEXT") -> dict | None:
+        """The response body to ``request``, which came in on ``listener`` (Metadata answers
+        with each broker's address on that listener, as Kafka does)."""
+        if request.api_key == ApiKey.METADATA:
+            return await self.metadata_request(request, listener)
         return await self.handlers[request.api_key](request)
 
     def _error(self, code: ErrorCode, where: str, error: KafkaError | None = None) -> int:
@@ -87,7 +91,7 @@ class RequestHandler:
 
     # -- Metadata ------------------------------------------------------------------------------
 
-    async def metadata_request(self, request: Request) -> dict:
+    async def metadata_request(self, request: Request, listener: str = "PLAINTEXT") -> dict:
         requested = request.body["topics"]
         version = request.api_version
         every_topic = requested is None or (version == 0 and not requested)
@@ -95,11 +99,16 @@ class RequestHandler:
         topics = []
         for name in names:
             topics.append(await self._topic_metadata(name, may_create=not every_topic))
+        brokers = []
+        for broker in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id):
+            address = broker.address(listener)
+            if address is not None:  # a broker without this listener is left out, as in Kafka
+                host, port = address
+                brokers.append(
+                    {"node_id": broker.broker_id, "host": host, "port": port, "rack": broker.rack}
+                )
         body: dict[str, Any] = {
-            "brokers": [
-                {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id)
-            ],
+            "brokers": brokers,
             "topic_metadata": topics,
             "controller_id": self.metadata.controller_id,
             "cluster_id": self.metadata.cluster_id,

@@ -12,11 +12,46 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class BrokerEndpoint:
+    """A live broker as registered: ``host``/``port`` is where other brokers reach it (its
+    inter-broker listener), ``listeners`` every advertised ``(name, host, port)``."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
     admin: str | None = None  # host:port of the admin API, where the controller sends requests
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str) -> tuple[str, int] | None:
+        """Where a client that came in on ``listener`` reaches this broker (None: it has no
+        such listener). A registration without named listeners has one address for all."""
+        if not self.listeners:
+            return self.host, self.port
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return None
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.broker_id,
+            "host": self.host,
+            "port": self.port,
+            "rack": self.rack,
+            "admin": self.admin,
+            "listeners": [list(listener) for listener in self.listeners],
+        }
+
+    @classmethod
+    def from_json(cls, document: dict) -> BrokerEndpoint:
+        return cls(
+            int(document["id"]),
+            document["host"],
+            int(document["port"]),
+            document.get("rack"),
+            document.get("admin"),
+            tuple((name, host, int(port)) for name, host, port in document.get("listeners", ())),
+        )
 
 
 @dataclass(frozen=True)

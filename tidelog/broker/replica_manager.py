@@ -109,7 +109,7 @@ class ReplicaManager:
 
             def address(leader: int = leader) -> tuple[str, int] | None:
                 endpoint = self.metadata.brokers.get(leader)
-                return (endpoint.host, endpoint.port) if endpoint else None
+                return endpoint.address(self.fetcher_settings.listener) if endpoint else None
 
             fetcher = ReplicaFetcher(
                 self.broker_id,

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metrics import Metrics
@@ -29,6 +30,28 @@ log = logging.getLogger(__name__)
 FULL_SOCKET_CHUNK = 64 * 1024
 
 
+class ConnectionQuotas:
+    """Connections per client address across all of a broker's listeners, as Kafka counts
+    them: at most max.connections.per.ip, or the address's max.connections.per.ip.overrides."""
+
+    def __init__(self, per_ip: int = 2**31 - 1, overrides: dict[str, int] | None = None) -> None:
+        self.per_ip = per_ip
+        self.overrides = overrides or {}
+        self.open: Counter[str] = Counter()
+
+    def take(self, host: str) -> bool:
+        """Counts a new connection from ``host``; False (and not counted) if over its limit."""
+        if self.open[host] >= self.overrides.get(host, self.per_ip):
+            return False
+        self.open[host] += 1
+        return True
+
+    def give_back(self, host: str) -> None:
+        self.open[host] -= 1
+        if not self.open[host]:
+            del self.open[host]
+
+
 class KafkaServer:
     """Serves the Kafka wire protocol on one listener.
 
@@ -36,7 +59,9 @@ class KafkaServer:
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
     that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
     body, as 0.10 brokers do, so clients fall back); every other connection goes on. A file
-    slice in a response goes out with ``os.sendfile`` (zero-copy).
+    slice in a response goes out with ``os.sendfile`` (zero-copy). A connection beyond
+    max.connections.per.ip (or its override) for its address is closed at once; one that sends
+    nothing for connections.max.idle.ms is closed.
     """
 
     def __init__(
@@ -47,12 +72,18 @@ class KafkaServer:
         host: str,
         port: int,
         max_request_bytes: int,
+        listener: str = "PLAINTEXT",
+        quotas: ConnectionQuotas | None = None,
+        connections_max_idle_ms: int = 600_000,
     ) -> None:
         self.handler = handler
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.listener = listener
         self.max_request_bytes = max_request_bytes
+        self.quotas = quotas or ConnectionQuotas()
+        self.idle_seconds = connections_max_idle_ms / 1000
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
@@ -80,26 +111,44 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         host, port = writer.get_extra_info("peername")[:2]
         peer = f"{host}:{port}"
+        if not self.quotas.take(host):
+            log.warning(
+                "closing the connection from %s: %d connections from %s already "
+                "(max.connections.per.ip)",
+                peer,
+                self.quotas.open[host],
+                host,
+            )
+            writer.close()
+            return
+        self._connections.add(task)
         try:
             while await self._serve_one(reader, writer, peer):
                 pass
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away
+        except TimeoutError:
+            log.info(
+                "closing the connection from %s: idle for %g s (connections.max.idle.ms)",
+                peer,
+                self.idle_seconds,
+            )
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("closing the connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(task)
+            self.quotas.give_back(host)
             writer.close()
 
     async def _serve_one(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
     ) -> bool:
-        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        async with asyncio.timeout(self.idle_seconds):
+            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
         if not 0 < size <= self.max_request_bytes:
             log.warning(
                 "closing the connection from %s: a frame of %d bytes (socket.request.max.bytes "
@@ -132,7 +181,7 @@ class KafkaServer:
                 "closing the connection from %s: API %s is not served", peer, request.api_key
             )
             return False
-        body = await self.handler.handle(request)
+        body = await self.handler.handle(request, self.listener)
         if body is not None:
             parts = encode_response(
                 request.api_key, request.api_version, request.correlation_id, body

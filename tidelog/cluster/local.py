@@ -2,15 +2,18 @@
 
 All of a cluster's state lives in one directory:
 
-    DIR/cluster.json               what runs: ZooKeeper, and each broker's ports and process id
+    DIR/cluster.json               what runs: ZooKeeper, and each broker's ports and process
     DIR/zookeeper/                 zoo.cfg, data, zookeeper.log (embedded ZooKeeper only)
     DIR/broker-{id}/server.properties, logs/ (log.dirs), broker.log
+
+A process is recorded with its start time and its configuration file's path (see
+``processes.ProcessRecord``), and is signalled only while it is still that process: a record
+left by a crash or a reboot is reported as stale, never acted on.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,13 +22,8 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tidelog.cluster.zookeeper import (
-    EmbeddedZooKeeper,
-    free_port,
-    is_serving,
-    process_alive,
-    stop_process,
-)
+from tidelog.cluster.processes import ProcessRecord
+from tidelog.cluster.zookeeper import EmbeddedZooKeeper, free_port, is_serving, port_taken
 
 STATE_FILE = "cluster.json"
 
@@ -40,17 +38,39 @@ class BrokerProcess:
     port: int
     admin_port: int
     config: str
-    pid: int | None = None
+    process: ProcessRecord | None = None
 
     @property
     def alive(self) -> bool:
-        return self.pid is not None and process_alive(self.pid)
+        return self.process is not None and self.process.running()
+
+    @property
+    def stale(self) -> bool:
+        """A process is recorded, but it is gone (or its id now names another process)."""
+        return self.process is not None and not self.process.running()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.alive else None  # type: ignore[union-attr]
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self.config).parent / "broker.log"
+
+    def to_json(self) -> dict:
+        document = asdict(self)
+        document["process"] = self.process.to_json() if self.process else None
+        return document
+
+    @classmethod
+    def from_json(cls, document: dict) -> BrokerProcess:
+        return cls(**{**document, "process": ProcessRecord.from_json(document.get("process"))})
 
 
 @dataclass
 class ClusterState:
     zookeeper: str
-    zookeeper_pid: int | None  # None: an external ZooKeeper, not ours to stop
+    zookeeper_process: ProcessRecord | None  # None: an external ZooKeeper, not ours to stop
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
 
 
@@ -74,15 +94,21 @@ class LocalCluster:
         if not path.exists():
             return None
         document = json.loads(path.read_text())
-        brokers = {int(k): BrokerProcess(**v) for k, v in document["brokers"].items()}
-        return ClusterState(document["zookeeper"], document["zookeeper_pid"], brokers)
+        brokers = {int(k): BrokerProcess.from_json(v) for k, v in document["brokers"].items()}
+        return ClusterState(
+            document["zookeeper"],
+            ProcessRecord.from_json(document.get("zookeeper_process")),
+            brokers,
+        )
 
     def _save(self) -> None:
         assert self.state is not None
         document = {
             "zookeeper": self.state.zookeeper,
-            "zookeeper_pid": self.state.zookeeper_pid,
-            "brokers": {str(k): asdict(v) for k, v in self.state.brokers.items()},
+            "zookeeper_process": (
+                self.state.zookeeper_process.to_json() if self.state.zookeeper_process else None
+            ),
+            "brokers": {str(k): v.to_json() for k, v in self.state.brokers.items()},
         }
         (self.directory / STATE_FILE).write_text(json.dumps(document, indent=2) + "\n")
 
@@ -90,10 +116,13 @@ class LocalCluster:
     def running(self) -> bool:
         if self.state is None:
             return False
-        zookeeper_alive = self.state.zookeeper_pid is not None and process_alive(
-            self.state.zookeeper_pid
-        )
-        return zookeeper_alive or any(b.alive for b in self.state.brokers.values())
+        return self.zookeeper_alive or any(b.alive for b in self.state.brokers.values())
+
+    @property
+    def zookeeper_alive(self) -> bool:
+        assert self.state is not None
+        process = self.state.zookeeper_process
+        return process is not None and process.running()
 
     @property
     def bootstrap_servers(self) -> str:
@@ -106,7 +135,9 @@ class LocalCluster:
         return self.state.zookeeper
 
     def broker(self, broker_id: int) -> BrokerProcess:
-        if self.state is None or broker_id not in self.state.brokers:
+        if self.state is None:
+            raise ClusterError(f"no cluster in {self.directory}")
+        if broker_id not in self.state.brokers:
             raise ClusterError(f"no broker {broker_id} in the cluster at {self.directory}")
         return self.state.brokers[broker_id]
 
@@ -118,29 +149,73 @@ class LocalCluster:
         *,
         zookeeper: str | None = None,
         overrides: dict[str, str] | None = None,
+        base_port: int | None = None,
         timeout: float = 60.0,
         progress=print,  # type: ignore[no-untyped-def]
     ) -> None:
+        """Starts ZooKeeper (unless ``zookeeper`` is given) and ``brokers`` brokers, and waits
+        until every broker knows every other. With ``base_port`` N, broker i listens at
+        N+i-1, its admin API at N+brokers+i-1, and an embedded ZooKeeper at N+2*brokers, so
+        the bootstrap servers stay the same across restarts. If anything fails, whatever was
+        started is stopped again and the logs are kept."""
         if self.running:
             raise ClusterError(
                 f"a cluster is already running in {self.directory}; "
                 f"'tidelog cluster down --dir {self.directory}' stops it"
             )
+        ports = _port_plan(brokers, base_port)
         self.directory.mkdir(parents=True, exist_ok=True)
-        zookeeper_pid = None
-        if zookeeper is None:
-            embedded = EmbeddedZooKeeper(self.directory / "zookeeper")
-            progress(f"starting ZooKeeper on {embedded.connect_string}")
-            zookeeper_pid = embedded.start()
-            zookeeper = embedded.connect_string
-        self._prepare_zookeeper(zookeeper)
-        self.state = ClusterState(zookeeper, zookeeper_pid)
-        for broker_id in range(1, brokers + 1):
-            self.state.brokers[broker_id] = self._configure_broker(broker_id, overrides or {})
+        self.state = ClusterState(zookeeper or "", None)
+        try:
+            if zookeeper is None:
+                embedded = EmbeddedZooKeeper(self.directory / "zookeeper", ports.zookeeper)
+                progress(f"starting ZooKeeper on {embedded.connect_string}")
+                self.state.zookeeper_process = embedded.start()
+                self.state.zookeeper = embedded.connect_string
+                self._save()
+            self._prepare_zookeeper(self.state.zookeeper)
+            for broker_id in range(1, brokers + 1):
+                self.state.brokers[broker_id] = self._configure_broker(
+                    broker_id, overrides or {}, *ports.broker(broker_id)
+                )
+            self._save()
+            for broker_id in self.state.brokers:
+                progress(f"starting broker {broker_id}")
+                self.start_broker(broker_id, wait=False)
+            self._wait_serving(brokers, timeout)
+        except BaseException as error:
+            self._undo_up(progress)
+            if isinstance(error, Exception):
+                raise ClusterError(
+                    f"{error}\nstopped what was started; the logs are kept: "
+                    + ", ".join(str(path) for path in self._log_paths())
+                ) from error
+            raise
+        progress(f"{brokers} brokers registered; bootstrap servers: {self.bootstrap_servers}")
+
+    def _log_paths(self) -> list[Path]:
+        assert self.state is not None
+        paths = [broker.log_path for broker in self.state.brokers.values()]
+        if self.state.zookeeper_process is not None:
+            paths.insert(0, self.directory / "zookeeper" / "zookeeper.log")
+        return [path for path in paths if path.exists()]
+
+    def _undo_up(self, progress) -> None:  # type: ignore[no-untyped-def]
+        """After a failed ``up``: every broker and the embedded ZooKeeper it started stop."""
+        assert self.state is not None
+        for broker in self.state.brokers.values():
+            if broker.process is not None and broker.process.running():
+                progress(f"stopping broker {broker.broker_id}")
+                broker.process.stop(5.0)
+            broker.process = None
+        if self.state.zookeeper_process is not None:
+            progress("stopping ZooKeeper")
+            self.state.zookeeper_process.stop(5.0)
+            self.state.zookeeper_process = None
         self._save()
-        for broker_id in self.state.brokers:
-            progress(f"starting broker {broker_id}")
-            self.start_broker(broker_id, wait=False)
+
+    def _wait_serving(self, brokers: int, timeout: float) -> None:
+        assert self.state is not None
         self.wait_registered(list(self.state.brokers), timeout)
         everyone = sorted(self.state.brokers)
         wait_until(
@@ -149,7 +224,6 @@ class LocalCluster:
             "every broker to know every other",
             interval=0.2,
         )
-        progress(f"{brokers} brokers registered; bootstrap servers: {self.bootstrap_servers}")
 
     def _prepare_zookeeper(self, connect: str) -> None:
         from tidelog.controller import zookeeper
@@ -157,10 +231,11 @@ class LocalCluster:
         with zookeeper.session(connect) as client:
             zookeeper.ensure_layout(client)
 
-    def _configure_broker(self, broker_id: int, overrides: dict[str, str]) -> BrokerProcess:
+    def _configure_broker(
+        self, broker_id: int, overrides: dict[str, str], port: int, admin_port: int
+    ) -> BrokerProcess:
         directory = self.directory / f"broker-{broker_id}"
         directory.mkdir(parents=True, exist_ok=True)
-        port, admin_port = free_port(), free_port()
         assert self.state is not None
         properties = {
             "broker.id": str(broker_id),
@@ -180,11 +255,18 @@ class LocalCluster:
         for broker in self.state.brokers.values():
             if broker.alive:
                 progress(f"stopping broker {broker.broker_id}")
-                stop_process(broker.pid, timeout)  # type: ignore[arg-type]
-            broker.pid = None
-        if self.state.zookeeper_pid is not None and process_alive(self.state.zookeeper_pid):
-            progress("stopping ZooKeeper")
-            stop_process(self.state.zookeeper_pid, timeout)
+                broker.process.stop(timeout)  # type: ignore[union-attr]
+            elif broker.stale:
+                progress(f"broker {broker.broker_id}: not running (stale record)")
+            broker.process = None
+        zookeeper = self.state.zookeeper_process
+        if zookeeper is not None:
+            if zookeeper.running():
+                progress("stopping ZooKeeper")
+                zookeeper.stop(timeout)
+            else:
+                progress("ZooKeeper: not running (stale record)")
+            self.state.zookeeper_process = None
         self._save()
 
     # -- single brokers ------------------------------------------------------------------------
@@ -202,30 +284,37 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        broker.pid = process.pid
+        broker.process = ProcessRecord.of(process.pid, broker.config)
         self._save()
         if wait:
             self.wait_registered([broker_id], timeout)
 
     def stop_broker(self, broker_id: int, timeout: float = 30.0) -> None:
         """A clean shutdown (SIGTERM), waited for."""
-        broker = self.broker(broker_id)
-        if not broker.alive:
-            raise ClusterError(f"broker {broker_id} is not running")
-        if not stop_process(broker.pid, timeout):  # type: ignore[arg-type]
-            raise ClusterError(f"broker {broker_id} did not stop in {timeout} s and was killed")
-        broker.pid = None
+        broker = self._running_broker(broker_id)
+        stopped = broker.process.stop(timeout)  # type: ignore[union-attr]
+        broker.process = None
         self._save()
+        if not stopped:
+            raise ClusterError(f"broker {broker_id} did not stop in {timeout} s and was killed")
 
     def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
-        broker = self.broker(broker_id)
-        if not broker.alive:
-            raise ClusterError(f"broker {broker_id} is not running")
-        os.kill(broker.pid, signum)  # type: ignore[arg-type]
+        broker = self._running_broker(broker_id)
+        broker.process.signal(signum)  # type: ignore[union-attr]
         if signum in (signal.SIGKILL, signal.SIGTERM):
             wait_until(lambda: not broker.alive, 30, f"broker {broker_id} to exit")
-            broker.pid = None
+            broker.process = None
             self._save()
+
+    def _running_broker(self, broker_id: int) -> BrokerProcess:
+        broker = self.broker(broker_id)
+        if broker.stale:
+            broker.process = None
+            self._save()
+            raise ClusterError(f"broker {broker_id} is not running (stale record)")
+        if not broker.alive:
+            raise ClusterError(f"broker {broker_id} is not running")
+        return broker
 
     # -- looking -------------------------------------------------------------------------------
 
@@ -256,8 +345,8 @@ class LocalCluster:
         def all_registered() -> bool:
             for broker_id in broker_ids:
                 broker = self.broker(broker_id)
-                if broker.pid is not None and not broker.alive:
-                    log_path = Path(broker.config).parent / "broker.log"
+                if broker.process is not None and not broker.alive:
+                    log_path = broker.log_path
                     tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
                     raise ClusterError(
                         f"broker {broker_id} exited while starting; {log_path} ends with:\n"
@@ -274,11 +363,48 @@ class LocalCluster:
         return [
             {
                 "broker": broker.broker_id,
-                "pid": broker.pid if broker.alive else None,
+                "pid": broker.pid,
                 "running": broker.alive,
+                "stale": broker.stale,
                 "registered": broker.broker_id in registered,
                 "port": broker.port,
                 "admin_port": broker.admin_port,
             }
             for broker in self.state.brokers.values()
         ]
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """Where a cluster's processes listen: chosen free ports, or a fixed range from a base."""
+
+    base: int | None
+    brokers: int
+
+    @property
+    def zookeeper(self) -> int | None:
+        return None if self.base is None else self.base + 2 * self.brokers
+
+    def broker(self, broker_id: int) -> tuple[int, int]:
+        """(Kafka port, admin port) of a broker."""
+        if self.base is None:
+            return free_port(), free_port()
+        return self.base + broker_id - 1, self.base + self.brokers + broker_id - 1
+
+
+def _port_plan(brokers: int, base_port: int | None) -> PortPlan:
+    if base_port is None:
+        return PortPlan(None, brokers)
+    last = base_port + 2 * brokers
+    if not base_port >= 1024 or last > 65535:
+        raise ClusterError(
+            f"--base-port {base_port}: the cluster needs ports {base_port}-{last}; "
+            "allowed: a range within 1024-65535"
+        )
+    taken = [port for port in range(base_port, last + 1) if port_taken(port)]
+    if taken:
+        raise ClusterError(
+            f"--base-port {base_port}: port {taken[0]} is in use; the cluster needs "
+            f"{base_port}-{last}"
+        )
+    return PortPlan(base_port, brokers)

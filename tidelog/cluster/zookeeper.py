@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
+
+from tidelog.cluster.processes import ProcessRecord, stop_process
 
 JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 JAR_DIRECTORY = "/usr/share/java"
@@ -44,6 +45,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:  # no room below the ephemeral range: any free port
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def port_taken(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a listener could not bind ``port`` now (connections of a listener that just
+    closed, in TIME_WAIT, do not count: listeners bind with SO_REUSEADDR, as this probe)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
@@ -112,8 +125,8 @@ class EmbeddedZooKeeper:
         )
         return config
 
-    def start(self, timeout: float = 30.0) -> int:
-        """Starts the server and waits until it serves; returns its process id."""
+    def start(self, timeout: float = 30.0) -> ProcessRecord:
+        """Starts the server and waits until it serves; returns its process."""
         config = self.write_config()
         log_file = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -132,7 +145,7 @@ class EmbeddedZooKeeper:
                     f"{self.directory / 'zookeeper.log'}"
                 )
             if is_serving(self.host, self.port):
-                return self.process.pid
+                return ProcessRecord.of(self.process.pid, str(config))
             time.sleep(0.1)
         self.stop()
         raise ZooKeeperError(f"ZooKeeper did not serve on {self.connect_string} in {timeout} s")
@@ -142,33 +155,3 @@ class EmbeddedZooKeeper:
             stop_process(self.process.pid, timeout)
             self.process.wait()
             self.process = None
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child is not alive
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def stop_process(pid: int, timeout: float = 10.0) -> bool:
-    """SIGTERM, then SIGKILL after ``timeout``; returns whether it stopped at the SIGTERM."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not process_alive(pid):
-            return True
-        time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    return False

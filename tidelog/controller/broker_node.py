@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 from typing import Any
 
 from kazoo.client import KazooState
@@ -13,12 +14,12 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from tidelog.broker.admin import AdminServer
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.handlers import RequestHandler
-from tidelog.broker.metadata import MetadataCache
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import ReplicaManager
-from tidelog.broker.server import KafkaServer
+from tidelog.broker.server import ConnectionQuotas, KafkaServer
 from tidelog.clock import Clock, SystemClock
-from tidelog.config import host_and_port
+from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
 from tidelog.errors import ErrorCode, KafkaError
@@ -60,18 +61,27 @@ class BrokerNode:
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
         )
-        host, port = host_and_port(config["listeners"])
-        self.server = KafkaServer(
-            self.handler,
-            self.metrics,
-            host=host,
-            port=port,
-            max_request_bytes=config["socket.request.max.bytes"],
+        quotas = ConnectionQuotas(
+            config["max.connections.per.ip"],
+            connection_overrides(config["max.connections.per.ip.overrides"]),
         )
+        self.servers = [
+            KafkaServer(
+                self.handler,
+                self.metrics,
+                host=listener.host,
+                port=listener.port,
+                listener=listener.name,
+                max_request_bytes=config["socket.request.max.bytes"],
+                quotas=quotas,
+                connections_max_idle_ms=config["connections.max.idle.ms"],
+            )
+            for listener in config["listeners"]
+        ]
         self.control = ControlRequests(
             self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
         )
-        self.control_plane = ControlPlane(self.broker_id)
+        self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
         admin_host, admin_port = host_and_port(config["admin.listener"])
         self.admin = AdminServer(
             self.broker_id,
@@ -88,6 +98,7 @@ class BrokerNode:
         self.registered = False
         self.stopping = False
         self.controller_epoch: int | None = None  # set while this broker is the controller
+        self._deletions_refused: list[str] = []  # logged once while delete.topic.enable=false
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_wanted = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
@@ -115,17 +126,24 @@ class BrokerNode:
         self.zk = await asyncio.to_thread(
             zookeeper.connect,
             self.config["zookeeper.connect"],
+            timeout=(
+                self.config["zookeeper.connection.timeout.ms"]
+                or self.config["zookeeper.session.timeout.ms"]
+            )
+            / 1000,
             session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
         )
         self.zk.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
-        await self.server.bind()
+        for server in self.servers:
+            await server.bind()
         await self.admin.start()
         await asyncio.to_thread(self._register)
         await self.refresh_metadata()
         # Clients are served only once the metadata is known: an empty cache would answer
         # UNKNOWN_TOPIC (or auto-create) for topics that exist.
-        await self.server.start()
+        for server in self.servers:
+            await server.start()
         self.logs.scheduler.schedule(
             "ISR expiration",
             max(self.config["replica.lag.time.max.ms"] // 2, 50),
@@ -136,21 +154,36 @@ class BrokerNode:
             asyncio.create_task(self.logs.scheduler.run_forever()),
         ]
         log.info(
-            "broker %d started: Kafka protocol on %s:%d, admin API on port %d",
+            "broker %d started: Kafka protocol on %s, admin API on port %d",
             self.broker_id,
-            self.server.host,
-            self.server.port,
+            ", ".join(f"{s.listener}://{s.host}:{s.port}" for s in self.servers),
             self.admin.port,
         )
 
-    def _register(self) -> None:
-        zookeeper.register_broker(
-            self.zk,
+    def advertised_endpoint(self) -> BrokerEndpoint:
+        """This broker as others and clients reach it: the advertised listeners, with a port
+        of 0 (any free port) replaced by the one bound and an empty host by this host's name."""
+        bound = {server.listener: server for server in self.servers}
+        listeners = []
+        for listener in self.config["advertised.listeners"]:
+            server = bound[listener.name]
+            host = listener.host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            listeners.append((listener.name, host, listener.port or server.port))
+        inter_broker = self.config["inter.broker.listener.name"]
+        _, host, port = next(entry for entry in listeners if entry[0] == inter_broker)
+        return BrokerEndpoint(
             self.broker_id,
-            self.server.host,
-            self.server.port,
+            host,
+            port,
+            self.config["broker.rack"],
             f"{self.admin.host}:{self.admin.port}",
+            tuple(listeners),
         )
+
+    def _register(self) -> None:
+        zookeeper.register_broker(self.zk, self.advertised_endpoint())
         self.registered = True
         log.info("broker %d registered in ZooKeeper", self.broker_id)
 
@@ -162,7 +195,8 @@ class BrokerNode:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.replicas.stop()
         await self.control_plane.close()
-        await self.server.stop()
+        for server in self.servers:
+            await server.stop()
         await self.admin.stop()
         if self.zk is not None:
             self.registered = False
@@ -271,8 +305,19 @@ class BrokerNode:
     async def _delete_requested_topics(self) -> None:
         """Topic deletion: StopReplica (with delete) to every live replica, then the topic
         leaves ZooKeeper. A replica down at the time keeps its files until it is cleaned up by
-        hand; the topic is gone from the cluster either way."""
-        for topic in await asyncio.to_thread(zookeeper.pending_topic_deletions, self.zk):
+        hand; the topic is gone from the cluster either way. With delete.topic.enable=false the
+        request stays in /admin/delete_topics and the topic stays, as in Kafka."""
+        pending = await asyncio.to_thread(zookeeper.pending_topic_deletions, self.zk)
+        if pending and not self.config["delete.topic.enable"]:
+            if pending != self._deletions_refused:
+                log.warning(
+                    "controller: topics %s are marked for deletion, but delete.topic.enable is "
+                    "false: they stay",
+                    ", ".join(pending),
+                )
+                self._deletions_refused = pending
+            return
+        for topic in pending:
             acknowledged = await self.control_plane.stop_replicas(
                 self.controller_epoch, self.metadata, topic, delete=True
             )

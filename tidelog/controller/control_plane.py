@@ -13,7 +13,6 @@ from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.controller.controller import Change
 
 log = logging.getLogger(__name__)
-TIMEOUT = aiohttp.ClientTimeout(total=10)
 
 
 def partition_entry(topic: str, partition: int, replicas, state) -> dict:  # type: ignore[no-untyped-def]
@@ -30,8 +29,11 @@ def partition_entry(topic: str, partition: int, replicas, state) -> dict:  # typ
 class ControlPlane:
     """Sends the controller's decisions to the brokers they concern."""
 
-    def __init__(self, controller_id: int) -> None:
+    def __init__(self, controller_id: int, timeout_ms: int = 10000) -> None:
         self.controller_id = controller_id
+        self.timeout = aiohttp.ClientTimeout(
+            total=timeout_ms / 1000
+        )  # controller.socket.timeout.ms
         self._session: aiohttp.ClientSession | None = None
         self.brokers_told: set[int] = set()  # live brokers that have had a full LeaderAndIsr
 
@@ -44,7 +46,7 @@ class ControlPlane:
         if broker.admin is None:
             return None
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=TIMEOUT)
+            self._session = aiohttp.ClientSession(timeout=self.timeout)
         try:
             async with self._session.post(
                 f"http://{broker.admin}/control/{kind}", json=body
@@ -53,7 +55,7 @@ class ControlPlane:
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             why = str(error) or type(error).__name__
             if isinstance(error, TimeoutError):
-                why = f"no answer in {TIMEOUT.total:g} s"
+                why = f"no answer in {self.timeout.total:g} s (controller.socket.timeout.ms)"
             log.warning("controller: %s to broker %d failed: %s", kind, broker.broker_id, why)
             return None
         if answer.get("error_code"):
@@ -111,10 +113,7 @@ class ControlPlane:
             if b in live and entries
         ]
         if sends or changes:
-            brokers = [
-                {"id": b.broker_id, "host": b.host, "port": b.port, "admin": b.admin}
-                for b in live.values()
-            ]
+            brokers = [b.to_json() for b in live.values()]
             changed = [
                 partition_entry(c.topic, c.partition, c.replicas, c.state)
                 for c in changes

@@ -51,6 +51,13 @@ def assign_replicas(
     return assignment
 
 
+def colliding_topics(topic: str, existing: list[str]) -> list[str]:
+    """Existing topics other than ``topic`` that are the same name once '.' is read as '_', as
+    Kafka refuses them (they would share metric names)."""
+    folded = topic.replace(".", "_")
+    return sorted(name for name in existing if name != topic and name.replace(".", "_") == folded)
+
+
 def create_topic(
     zk: KazooClient,
     topic: str,
@@ -66,6 +73,13 @@ def create_topic(
         )
     config = dict(config or {})
     parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
+    colliding = colliding_topics(topic, zk.get_children(zookeeper.TOPICS))
+    if colliding:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic {topic!r} collides with existing topics: {', '.join(colliding)} "
+            "('.' and '_' are the same in metric names)",
+        )
     brokers = list(zookeeper.read_brokers(zk))
     assignment = assign_replicas(brokers, partitions, replication_factor)
     try:

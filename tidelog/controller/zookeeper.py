@@ -69,6 +69,8 @@ def _read(zk: KazooClient, path: str, watch: Watcher | None) -> bytes | None:
 
 
 def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 6.0) -> KazooClient:
+    """A started client; ``timeout`` is how long to wait for the first connection
+    (zookeeper.connection.timeout.ms), ``session_timeout`` the session's."""
     client = KazooClient(hosts=hosts, timeout=session_timeout)
     client.start(timeout=timeout)
     return client
@@ -98,21 +100,28 @@ def ensure_layout(zk: KazooClient) -> str:
 
 
 def register_broker(
-    zk: KazooClient, broker_id: int, host: str, port: int, admin: str, wait: float = 30.0
+    zk: KazooClient,
+    broker: BrokerEndpoint,
+    wait: float = 30.0,
 ) -> None:
-    """Creates the broker's ephemeral znode. If a previous session of this broker (one that was
-    killed) still holds it, waits up to ``wait`` seconds for ZooKeeper to expire that session,
-    as Kafka does; a broker id held by a live broker is an error."""
+    """Creates the broker's ephemeral znode, as Kafka 0.10.2 writes it (version 4: every
+    advertised listener in ``endpoints``, ``host``/``port`` the inter-broker one). If a previous
+    session of this broker (one that was killed) still holds it, waits up to ``wait`` seconds
+    for ZooKeeper to expire that session, as Kafka does; a broker id held by a live broker is
+    an error."""
+    listeners = broker.listeners or (("PLAINTEXT", broker.host, broker.port),)
     document = {
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{host}:{port}"],
+        "listener_security_protocol_map": {name: "PLAINTEXT" for name, _, _ in listeners},
+        "endpoints": [f"{name}://{host}:{port}" for name, host, port in listeners],
         "jmx_port": -1,
-        "host": host,
-        "port": port,
-        "tidelog_admin": admin,
+        "host": broker.host,
+        "port": broker.port,
+        "rack": broker.rack,
+        "tidelog_admin": broker.admin,
         "timestamp": str(int(time.time() * 1000)),
         "version": 4,
     }
+    broker_id = broker.broker_id
     path = f"{BROKER_IDS}/{broker_id}"
     deadline = time.monotonic() + wait
     while True:
@@ -149,8 +158,15 @@ def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, Bro
             int(document["port"]),
             document.get("rack"),
             document.get("tidelog_admin"),
+            tuple(_endpoint(endpoint) for endpoint in document.get("endpoints", ())),
         )
     return brokers
+
+
+def _endpoint(text: str) -> tuple[str, str, int]:
+    name, _, address = text.partition("://")
+    host, _, port = address.rpartition(":")
+    return name, host, int(port)
 
 
 def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> TopicMetadata | None:

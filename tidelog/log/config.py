@@ -32,6 +32,7 @@ class LogConfig:
     message_format_version: str = "0.10.0"
     cleanup_policy: tuple[str, ...] = ("delete",)
     min_insync_replicas: int = 1
+    flush_messages: int = LONG_MAX
     max_message_bytes: int = 1000012
     remote_storage_enable: bool = False
     local_retention_ms: int = -2

@@ -257,6 +257,8 @@ class Log:
             data,
         )
         self.last_appended_timestamp = max(self.last_appended_timestamp, info.max_timestamp)
+        if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()  # flush.messages (log.flush.interval.messages): as Kafka, on append
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> None:
         segment = self.active_segment

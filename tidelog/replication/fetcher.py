@@ -16,7 +16,9 @@ from tidelog.replication.partition import Partition
 
 log = logging.getLogger(__name__)
 
-RETRY_SECONDS = 0.5
+# A partition the leader did not answer OffsetsForLeaderEpoch for (not led there yet) is asked
+# again after this long.
+TRUNCATION_RETRY_SECONDS = 0.1
 # inter.broker.protocol.version -> the Fetch version followers send
 FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
 
@@ -34,6 +36,8 @@ class FetcherSettings:
     min_bytes: int = 1
     max_bytes: int = 1024 * 1024
     socket_timeout_ms: int = 30000
+    backoff_ms: int = 1000
+    listener: str = "PLAINTEXT"  # inter.broker.listener.name: the leader's address to fetch from
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FetcherSettings:
@@ -44,6 +48,8 @@ class FetcherSettings:
             min_bytes=config["replica.fetch.min.bytes"],
             max_bytes=config["replica.fetch.max.bytes"],
             socket_timeout_ms=config["replica.socket.timeout.ms"],
+            backoff_ms=config["replica.fetch.backoff.ms"],
+            listener=config["inter.broker.listener.name"],
         )
 
 
@@ -109,7 +115,7 @@ class ReplicaFetcher:
                     if connection is None:
                         address = self.address()
                         if address is None:
-                            await asyncio.sleep(RETRY_SECONDS)
+                            await asyncio.sleep(self.settings.backoff_ms / 1000)
                             continue
                         async with asyncio.timeout(self.settings.socket_timeout_ms / 1000):
                             connection = await Connection.open(
@@ -128,7 +134,7 @@ class ReplicaFetcher:
                     if connection is not None:
                         await connection.close()
                         connection = None
-                    await asyncio.sleep(RETRY_SECONDS)
+                    await asyncio.sleep(self.settings.backoff_ms / 1000)
         finally:
             if connection is not None:
                 await connection.close()
@@ -164,7 +170,7 @@ class ReplicaFetcher:
                     self._cut(partition, end, "the end of its latest leader epoch on the leader")
                 self.needs_truncation.discard(key)
         if self.needs_truncation:
-            await asyncio.sleep(RETRY_SECONDS / 5)
+            await asyncio.sleep(TRUNCATION_RETRY_SECONDS)
 
     async def _reset_out_of_range(self, connection: Connection) -> None:
         """Past the leader's log end: truncate to it. Behind its log start (retention): start

@@ -1,0 +1,174 @@
+"""Broker configuration as a Kafka user writes it: stock files, derived keys, listeners."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidelog.config import (
+    ConfigError,
+    Listener,
+    broker_config,
+    config_listing,
+    not_applicable_note,
+    read_properties,
+)
+
+# The server.properties Kafka 0.10.0 and 0.10.2 ship (config/server.properties), every key and
+# value that is not a comment. 0.10.2's adds nothing that is not commented out.
+KAFKA_0_10_SERVER_PROPERTIES = """\
+broker.id=0
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kafka-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+zookeeper.connect=localhost:2181
+zookeeper.connection.timeout.ms=6000
+"""
+
+# What 0.10.2's file shows commented out, for a user to uncomment.
+KAFKA_0_10_2_COMMENTED = {
+    "delete.topic.enable": "true",
+    "listeners": "PLAINTEXT://:9092",
+    "advertised.listeners": "PLAINTEXT://your.host.name:9092",
+    "listener.security.protocol.map": (
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    ),
+    "log.flush.interval.messages": "10000",
+    "log.flush.interval.ms": "1000",
+    "log.retention.bytes": "1073741824",
+}
+
+
+@pytest.fixture
+def stock(tmp_path) -> dict[str, str]:
+    path = tmp_path / "server.properties"
+    path.write_text(KAFKA_0_10_SERVER_PROPERTIES)
+    return read_properties(path)
+
+
+def test_kafka_s_own_server_properties_is_accepted_and_honoured(stock):
+    config = broker_config(stock)
+    assert config["log.dirs"] == ("/tmp/kafka-logs",)
+    assert config["log.retention.ms"] == 168 * 3_600_000
+    assert config["zookeeper.connection.timeout.ms"] == 6000
+    assert config["listeners"] == (Listener("PLAINTEXT", "127.0.0.1", 9092),)
+    assert "num.network.threads" not in config
+
+
+def test_the_commented_out_keys_of_0_10_2_are_accepted_too(stock):
+    config = broker_config({**stock, **KAFKA_0_10_2_COMMENTED})
+    assert config["listeners"] == (Listener("PLAINTEXT", "", 9092),)
+    assert config["advertised.listeners"] == (Listener("PLAINTEXT", "your.host.name", 9092),)
+    assert config["inter.broker.listener.name"] == "PLAINTEXT"
+    assert config["log.flush.interval.messages"] == 10000
+    assert config["log.retention.bytes"] == 1073741824
+
+
+def test_jvm_tuning_keys_are_named_once_as_not_applicable(stock):
+    note = not_applicable_note(stock)
+    assert note is not None and note.count("\n") == 0
+    for name in ("num.network.threads", "num.io.threads", "socket.send.buffer.bytes"):
+        assert name in note
+    assert not_applicable_note({"broker.id": "1"}) is None
+
+
+def test_a_key_kafka_does_not_know_is_refused_with_the_closest_name():
+    with pytest.raises(ConfigError, match="did you mean 'log.retention.hours'"):
+        broker_config({"broker.id": "0", "log.retention.hour": "1"})
+    with pytest.raises(ConfigError) as raised:
+        broker_config({"broker.id": "0", "colour": "blue"})
+    assert "did you mean" not in str(raised.value)
+    assert "unknown configuration key 'colour'" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("given", "retention_ms"),
+    [
+        ({"log.retention.hours": "2"}, 2 * 3_600_000),
+        ({"log.retention.hours": "2", "log.retention.minutes": "3"}, 3 * 60_000),
+        ({"log.retention.minutes": "3", "log.retention.ms": "5"}, 5),
+        ({"log.retention.hours": "-1"}, -1),
+        ({}, 168 * 3_600_000),
+    ],
+)
+def test_retention_takes_the_finest_unit_given(given, retention_ms):
+    assert broker_config({"broker.id": "0", **given})["log.retention.ms"] == retention_ms
+
+
+def test_roll_hours_and_log_dir_are_kafka_s_older_names():
+    config = broker_config({"broker.id": "0", "log.roll.hours": "1", "log.dir": "/data/k"})
+    assert config["log.roll.ms"] == 3_600_000
+    assert config["log.dirs"] == ("/data/k",)
+    config = broker_config({"broker.id": "0", "log.roll.ms": "5", "log.roll.hours": "1"})
+    assert config["log.roll.ms"] == 5
+
+
+def test_host_name_and_port_make_the_listener_when_listeners_is_not_set():
+    config = broker_config({"broker.id": "0", "host.name": "127.0.0.1", "port": "9999"})
+    assert config["listeners"] == (Listener("PLAINTEXT", "127.0.0.1", 9999),)
+    config = broker_config(
+        {"broker.id": "0", "port": "9999", "advertised.host.name": "kafka.example"}
+    )
+    assert config["advertised.listeners"] == (Listener("PLAINTEXT", "kafka.example", 9999),)
+
+
+def test_named_listeners_each_advertise_their_own_address():
+    config = broker_config(
+        {
+            "broker.id": "0",
+            "listeners": "INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092",
+            "advertised.listeners": "INTERNAL://broker-1:9092,EXTERNAL://127.0.0.1:19092",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+        }
+    )
+    assert [str(listener) for listener in config["advertised.listeners"]] == [
+        "INTERNAL://broker-1:9092",
+        "EXTERNAL://127.0.0.1:19092",
+    ]
+    assert config["inter.broker.listener.name"] == "INTERNAL"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"listeners": "SSL://127.0.0.1:9093"}, "uses security protocol SSL"),
+        ({"listeners": "INSIDE://127.0.0.1:9093"}, "a listener name of listener.security"),
+        ({"listeners": "PLAINTEXT://127.0.0.1"}, "listeners: 'PLAINTEXT://127.0.0.1' is not valid"),
+        (
+            {"listeners": "PLAINTEXT://a:1,PLAINTEXT://b:2"},
+            "listeners: 'PLAINTEXT://a:1,PLAINTEXT://b:2' is not valid",
+        ),
+        (
+            {"advertised.listeners": "EXTERNAL://127.0.0.1:19092"},
+            "allowed: the names of listeners",
+        ),
+        ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "not empty, not 0.0.0.0"),
+        ({"inter.broker.listener.name": "OTHER"}, "the name of an advertised listener"),
+        (
+            {"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "SSL"},
+            "security.inter.broker.protocol: 'SSL' is not allowed",
+        ),
+        ({"listener.security.protocol.map": "A:TLS"}, "listener.security.protocol.map"),
+        ({"log.preallocate": "true"}, "log.preallocate: 'true' is not allowed; allowed: false"),
+        ({"compression.type": "gzip"}, "allowed: producer only"),
+        ({"broker.id": "1001"}, "at most reserved.broker.max.id"),
+        ({"max.connections.per.ip.overrides": "a"}, "max.connections.per.ip.overrides"),
+    ],
+)
+def test_a_listener_or_setting_tidelog_cannot_honour_is_refused_by_name(given, message):
+    with pytest.raises(ConfigError, match=message):
+        broker_config({"broker.id": "0", **given})
+
+
+def test_every_accepted_key_is_listed():
+    listing = config_listing()
+    for name in ("advertised.listeners", "log.retention.hours", "num.io.threads", "segment.ms"):
+        assert f"  {name}" in listing
