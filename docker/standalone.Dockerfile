@@ -1,13 +1,13 @@
 # ZooKeeper and one tidelog broker in one container, as testcontainers' KafkaContainer runs
 # Kafka: what tidelog.testing.TidelogContainer starts, and a quick way to try tidelog.
 #
-#   docker build -f docker/zookeeper.Dockerfile -t tidelog-zookeeper .
-#   docker build -f docker/standalone.Dockerfile -t tidelog-standalone .
-#   docker run -p 127.0.0.1:9092:9092 -e KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:9092 tidelog-standalone
+#   docker build -f docker/zookeeper.Dockerfile -t tidelog-zookeeper:dev .
+#   docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev .
+#   docker run -p 127.0.0.1:9092:9092 -e KAFKA_ADVERTISED_LISTENERS=PLAINTEXT://127.0.0.1:9092 tidelog-standalone:dev
 #
 # ZOOKEEPER_IMAGE: the image docker/zookeeper.Dockerfile builds; python3.11 is installed from
 # Debian's packages when it lacks it.
-ARG ZOOKEEPER_IMAGE=tidelog-zookeeper
+ARG ZOOKEEPER_IMAGE=tidelog-zookeeper:dev
 
 FROM ${ZOOKEEPER_IMAGE} AS python
 USER root

@@ -3,6 +3,8 @@
 # did. Safe to run again: each step is skipped when what it makes is already there.
 #
 #   scripts/docker-engine.sh          engine + compose + base images
+#   scripts/docker-engine.sh --images also build tidelog's images (tidelog:dev, tidelog-zookeeper:dev,
+#                                     tidelog-standalone:dev); cached layers make a repeat quick
 #   scripts/docker-engine.sh --check  exit 0 if an engine answers or can be had here, else 1
 #                                     with one line saying why (the container tests use this)
 #
@@ -187,6 +189,20 @@ fill_wheelhouse() {
     say "wheelhouse docker/wheels: $(ls "$wheels"/*.whl | wc -l) wheels for offline image builds"
 }
 
+# tidelog's own images: the compose file's (broker, ZooKeeper) and the standalone one.
+build_images() {
+    local started=$SECONDS log
+    log=$(mktemp)
+    if ! (cd "$ROOT" && docker compose build >"$log" 2>&1 &&
+        docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev . >>"$log" 2>&1); then
+        tail -30 "$log" >&2
+        rm -f "$log"
+        fail "building tidelog's images failed"
+    fi
+    rm -f "$log"
+    say "images tidelog:dev, tidelog-zookeeper:dev and tidelog-standalone:dev built in $((SECONDS - started)) s"
+}
+
 install_packages
 [ -x "$VENV_PYTHON" ] || make -C "$ROOT" install >/dev/null
 install_compose
@@ -194,4 +210,5 @@ start_engine
 ensure_base "$PYTHON_BASE" "$PYTHON_PACKAGES"
 ensure_base "$ZOOKEEPER_BASE" "$ZOOKEEPER_PACKAGES"
 fill_wheelhouse
+[ "${1:-}" != "--images" ] || build_images
 say "ready: docker $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null | sed 's/^/compose /')"
