@@ -178,14 +178,21 @@ ensure_base() {
 
 # Wheels of tidelog's runtime dependencies (and the build tools install-venv.sh needs), from the
 # host's package index: image builds install from them alone, so a build container needs no
-# network. pip's cache makes this a few seconds when nothing changed.
+# network. Made again only when pyproject.toml's dependencies change (the list is kept beside
+# them as requirements.txt).
 fill_wheelhouse() {
-    local wheels="$ROOT/docker/wheels"
-    "$VENV_PYTHON" -c 'import tomllib; print("\n".join(tomllib.load(open("'"$ROOT"'/pyproject.toml", "rb"))["project"]["dependencies"]))' >"$wheels/requirements.txt"
+    local wheels="$ROOT/docker/wheels" wanted
+    wanted=$("$VENV_PYTHON" -c 'import tomllib; print("\n".join(tomllib.load(open("'"$ROOT"'/pyproject.toml", "rb"))["project"]["dependencies"]))')
+    if [ "$wanted" = "$(cat "$wheels/requirements.txt" 2>/dev/null)" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
+        say "wheelhouse docker/wheels up to date ($(ls "$wheels"/*.whl | wc -l) wheels)"
+        return
+    fi
+    rm -f "$wheels"/*.whl "$wheels/requirements.txt"
+    echo "$wanted" >"$wheels/requirements.wanted"
     "$VENV_PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wheels" \
-        -r "$wheels/requirements.txt" "setuptools>=68" wheel 2>&1 | grep -v '^WARNING: Location' || true
-    rm -f "$wheels/requirements.txt"
+        -r "$wheels/requirements.wanted" "setuptools>=68" wheel 2>&1 | grep -v '^WARNING: Location' || true
     ls "$wheels"/*.whl >/dev/null 2>&1 || fail "no wheels in $wheels: pip wheel failed"
+    mv "$wheels/requirements.wanted" "$wheels/requirements.txt"
     say "wheelhouse docker/wheels: $(ls "$wheels"/*.whl | wc -l) wheels for offline image builds"
 }
 
