@@ -299,7 +299,6 @@ def _perf(args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    import json
     import tempfile
 
     from tidelog import runtime
@@ -317,6 +316,12 @@ def _scenario(args: argparse.Namespace) -> int:
         cycles=args.cycles,
         rate=args.rate,
     )
+    if args.compose:
+        try:
+            topic, report = _compose_scenario(args, settings)
+        except ClusterError as error:
+            return _fail("scenario replication", error)
+        return _scenario_verdict(args, settings, topic, report)
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
     cluster = LocalCluster(directory)
     started_here = not cluster.running
@@ -331,6 +336,35 @@ def _scenario(args: argparse.Namespace) -> int:
     finally:
         if started_here and cluster.state is not None:
             cluster.down(progress=lambda _: None)
+    return _scenario_verdict(args, settings, topic, report)
+
+
+def _compose_scenario(args: argparse.Namespace, settings):  # type: ignore[no-untyped-def]
+    """The scenario on a compose project of its own (free 127.0.0.1 ports, removed after),
+    its faults injected through the engine."""
+    import tempfile
+
+    from tidelog import runtime
+    from tidelog.cluster.compose import ComposeCluster
+    from tidelog.cluster.scenario import SCENARIO_OVERRIDES, run_scenario
+
+    cluster = ComposeCluster.create(
+        args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-"),
+        args.compose_file,
+        project=f"tidelog-scenario-{os.getpid()}",
+        settings={**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode},
+    )
+    print(f"starting compose project {cluster.project} from {cluster.compose_file}")
+    cluster.up()
+    try:
+        return runtime.run(run_scenario(cluster, settings))
+    finally:
+        cluster.down()
+
+
+def _scenario_verdict(args: argparse.Namespace, settings, topic: str, report) -> int:  # type: ignore[no-untyped-def]
+    import json
+
     print()
     print(
         f"scenario: {args.failure} of the {args.target}, format {args.format}, acks={args.acks}, "
@@ -568,6 +602,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replication.add_argument("--rate", type=float, default=200, help="messages per second")
     replication.add_argument("--dir", help="use (or start) the cluster in this directory")
+    replication.add_argument(
+        "--compose",
+        action="store_true",
+        help=(
+            "run on a compose cluster of its own (three brokers from --compose-file, removed "
+            "afterwards), faults injected through the engine: docker kill -s KILL, docker "
+            "pause, docker stop/start, and network_partition (docker network disconnect)"
+        ),
+    )
+    replication.add_argument(
+        "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
+    )
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     scenario.set_defaults(run=_scenario)
     return parser

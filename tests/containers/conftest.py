@@ -22,6 +22,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 from testcontainers.compose import DockerCompose
 
 from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.scenario import SCENARIO_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_SCRIPT = ROOT / "scripts" / "docker-engine.sh"
@@ -48,12 +49,14 @@ def docker_engine() -> None:
 def compose_cluster(
     docker_engine: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeCluster]:
-    """compose.yaml's cluster (ZooKeeper and three brokers) on free host ports, started through
-    testcontainers' DockerCompose, which returns once every healthcheck passes."""
+    """compose.yaml's cluster (ZooKeeper and three brokers) on free host ports, with the
+    scenarios' quick failure detection, started through testcontainers' DockerCompose, which
+    returns once every healthcheck passes."""
     cluster = ComposeCluster.create(
         tmp_path_factory.mktemp("compose"),
         ROOT / "compose.yaml",
         project=f"tidelog-test-{os.getpid()}",
+        settings=SCENARIO_OVERRIDES,
     )
     compose = DockerCompose(
         context=ROOT, compose_file_name="compose.yaml", env_file=str(cluster.env_file), wait=True

@@ -25,6 +25,13 @@ from tidelog.cluster.zookeeper import free_port
 
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
+# Broker settings compose.yaml takes from the env file (as TIDELOG_ZOOKEEPER_SESSION_TIMEOUT_MS...)
+COMPOSE_SETTINGS = (
+    "zookeeper.session.timeout.ms",
+    "replica.lag.time.max.ms",
+    "log.segment.bytes",
+    "replica.truncation.mode",
+)
 
 
 @dataclass(frozen=True)
@@ -43,9 +50,20 @@ class ComposeState:
     brokers: dict[int, ComposeBroker] = field(default_factory=dict)
 
 
-def compose_environment(project: str, ports: dict[str, int]) -> dict[str, str]:
-    """The settings compose.yaml reads: the project's name and its host ports."""
-    return {"COMPOSE_PROJECT_NAME": project, **{key: str(value) for key, value in ports.items()}}
+def compose_environment(
+    project: str, ports: dict[str, int], settings: dict[str, str] | None = None
+) -> dict[str, str]:
+    """What compose.yaml reads: the project's name, its host ports, and broker settings (of
+    COMPOSE_SETTINGS)."""
+    environment = {"COMPOSE_PROJECT_NAME": project}
+    environment.update((key, str(value)) for key, value in ports.items())
+    for key, value in (settings or {}).items():
+        if key not in COMPOSE_SETTINGS:
+            raise ClusterError(
+                f"{key}: not a setting compose.yaml takes; allowed: {', '.join(COMPOSE_SETTINGS)}"
+            )
+        environment["TIDELOG_" + key.upper().replace(".", "_")] = value
+    return environment
 
 
 def free_ports() -> dict[str, int]:
@@ -91,12 +109,13 @@ class ComposeCluster:
         compose_file: str | Path,
         project: str,
         ports: dict[str, int] | None = None,
+        settings: dict[str, str] | None = None,
     ) -> ComposeCluster:
         """Writes ``directory/compose.env`` for a project with these host ports (free ones by
-        default); starts nothing."""
+        default) and broker settings; starts nothing."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        environment = compose_environment(project, ports or free_ports())
+        environment = compose_environment(project, ports or free_ports(), settings)
         (directory / ENV_FILE).write_text("".join(f"{k}={v}\n" for k, v in environment.items()))
         return cls(directory, compose_file)
 
