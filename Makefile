@@ -44,5 +44,10 @@ bench: install
 demo: install
 	./scripts/demo.sh
 
+# make images: a Docker engine (started if need be) and tidelog's images; README "Containers".
+.PHONY: images
+images: install
+	./scripts/docker-engine.sh --images
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo-cluster
