@@ -1,5 +1,5 @@
 # make install: idempotent set-up of everything tidelog needs on a Debian machine.
-# make test:    lint and format check (ruff), then the whole test suite.
+# make test:    lint, format and type check (ruff, mypy), then the whole test suite.
 # make demo:    see the README.
 
 PYTHON ?= python3.11
@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml Makefile
 lint: install
 	$(BIN)/ruff check tidelog tests benchmarks
 	$(BIN)/ruff format --check tidelog tests benchmarks
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format tidelog tests benchmarks

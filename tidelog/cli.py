@@ -8,8 +8,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidelog import __version__
+
+if TYPE_CHECKING:
+    from tidelog.cluster.compose import ComposeCluster
 
 
 def _dump_log(args: argparse.Namespace) -> int:
@@ -139,7 +143,7 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def _from_cluster(args: argparse.Namespace, given: str | None, option: str, pick) -> str:  # type: ignore[no-untyped-def]
+def _from_cluster(args: argparse.Namespace, given: str | None, option: str, pick) -> str:
     """An address given on the command line, or read from the local cluster in --dir."""
     from tidelog.cluster.local import ClusterError, LocalCluster
 
@@ -299,6 +303,8 @@ def _perf(args: argparse.Namespace) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
+    import json
+    import shutil
     import tempfile
 
     from tidelog import runtime
@@ -316,55 +322,20 @@ def _scenario(args: argparse.Namespace) -> int:
         cycles=args.cycles,
         rate=args.rate,
     )
-    if args.compose:
-        try:
-            topic, report = _compose_scenario(args, settings)
-        except ClusterError as error:
-            return _fail("scenario replication", error)
-        return _scenario_verdict(args, settings, topic, report)
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
-    cluster = LocalCluster(directory)
+    overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
+    cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
     started_here = not cluster.running
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
-            overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
             cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         topic, report = runtime.run(run_scenario(cluster, settings))
     except (ClusterError, ZooKeeperError) as error:
-        return _fail("scenario replication", error)
+        return _fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
         if started_here and cluster.state is not None:
             cluster.down(progress=lambda _: None)
-    return _scenario_verdict(args, settings, topic, report)
-
-
-def _compose_scenario(args: argparse.Namespace, settings):  # type: ignore[no-untyped-def]
-    """The scenario on a compose project of its own (free 127.0.0.1 ports, removed after),
-    its faults injected through the engine."""
-    import tempfile
-
-    from tidelog import runtime
-    from tidelog.cluster.compose import ComposeCluster
-    from tidelog.cluster.scenario import SCENARIO_OVERRIDES, run_scenario
-
-    cluster = ComposeCluster.create(
-        args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-"),
-        args.compose_file,
-        project=f"tidelog-scenario-{os.getpid()}",
-        settings={**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode},
-    )
-    print(f"starting compose project {cluster.project} from {cluster.compose_file}")
-    cluster.up()
-    try:
-        return runtime.run(run_scenario(cluster, settings))
-    finally:
-        cluster.down()
-
-
-def _scenario_verdict(args: argparse.Namespace, settings, topic: str, report) -> int:  # type: ignore[no-untyped-def]
-    import json
-
     print()
     print(
         f"scenario: {args.failure} of the {args.target}, format {args.format}, acks={args.acks}, "
@@ -377,21 +348,35 @@ def _scenario_verdict(args: argparse.Namespace, settings, topic: str, report) ->
             json.dump(document, file, indent=2)
         print(f"report written to {args.report}")
     print("verdict: " + ("PASS" if report.ok else "FAIL"))
+    if args.dir is None:  # a cluster of its own, in a temporary directory
+        if report.ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"the cluster's logs and data are kept in {directory}")
     return 0 if report.ok else 1
+
+
+def _compose_cluster(args: argparse.Namespace, directory: str) -> ComposeCluster:
+    """--compose: a compose project of its own (free 127.0.0.1 ports), faults through the engine."""
+    from tidelog.cluster.compose import ComposeCluster
+
+    return ComposeCluster.create(
+        directory, args.compose_file, project=f"tidelog-scenario-{os.getpid()}"
+    )
 
 
 class _SubcommandParser(argparse.ArgumentParser):
     """A subcommand's parser: an argument it does not know is reported with its own usage
     (argparse would hand it up to the top level, whose usage says nothing about the option)."""
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+    def parse_known_args(self, args=None, namespace=None):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
 
-def _command(actions, name: str, text: str) -> argparse.ArgumentParser:  # type: ignore[no-untyped-def]
+def _command(actions, name: str, text: str) -> argparse.ArgumentParser:
     """A subcommand whose --help opens with what it does (its one-line help, as a sentence)."""
     return actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
 

@@ -345,6 +345,7 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("admin.listener", _str, "127.0.0.1:0", (_host_port, "host:port")),
         _key("log.flush.interval.ms", _int, LONG_MAX, _at_least(1)),
         _key("log.flush.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
+        _key("log.flush.start.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("replica.high.watermark.checkpoint.interval.ms", _int, 5000, _at_least(1)),
     ]
 }

@@ -46,7 +46,7 @@ class TidelogContainer(DockerContainer):
         self.with_env(variable, value)
         return self
 
-    def start(self, timeout: float = 90.0) -> TidelogContainer:  # type: ignore[override]
+    def start(self, timeout: float = 90.0) -> TidelogContainer:
         super().start()
         container = self.get_wrapped_container()
         deadline = time.monotonic() + timeout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import socket
 import struct
+import time
 
 import pytest
 
@@ -131,3 +132,39 @@ def leader_of(cluster, topic: str) -> int:
     with connect(cluster) as connection:
         metadata = request(connection, ApiKey.METADATA, 0, {"topics": [topic]})
     return metadata["topic_metadata"][0]["partition_metadata"][0]["leader"]
+
+
+def test_clients_that_go_away_mid_request_or_mid_response_are_normal_traffic(cluster, new_topic):
+    topic = new_topic()
+    leader = leader_of(cluster, topic)
+    with connect(cluster, leader) as connection:
+        records = build_message_set([Record(None, b"x" * 1000, 0)] * 500, magic=1)
+        request(connection, ApiKey.PRODUCE, 2, produce_body(topic, records))
+    log_path = cluster.broker(leader).log_path
+    before = log_path.read_text()
+    fetch = {
+        "replica_id": -1,
+        "max_wait_time": 100,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "max_bytes": 1 << 20}],
+            }
+        ],
+    }
+    for version in (3, 1):  # zero copy, and down-converted
+        for pause in (0.0, 0.001, 0.01):
+            for reset in (True, False):
+                connection = connect(cluster, leader)
+                connection.sendall(encode_request(ApiKey.FETCH, version, 1, "gone", fetch))
+                time.sleep(pause)
+                if reset:  # RST instead of FIN
+                    connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                connection.close()
+    assert still_serves(cluster)
+    added = log_path.read_text()[len(before) :]
+    assert "Traceback" not in added and " ERROR " not in added, added

@@ -262,6 +262,31 @@ def test_retention_by_time_deletes_segments_whose_last_time_entry_is_too_old(mak
     assert log.log_start_offset == 10
 
 
+def test_local_retention_of_a_remote_enabled_log_deletes_only_what_is_remote(
+    make_log, clock, caplog
+):
+    log = make_log(
+        segment_bytes=5 * MESSAGE_BYTES,
+        retention_ms=10**9,
+        local_retention_ms=60_000,
+        remote_storage_enable=True,
+    )
+    fill(log, clock, 4)  # segments [0, 5, 10, 15]
+    log.high_watermark = log.log_end_offset
+    clock.advance(120_000)
+    log.highest_offset_in_remote_storage = 9  # segments 0 and 5 are in the tier
+
+    assert log.delete_old_segments() == 2
+    assert segments_of(log) == [10, 15]
+    # The data stays readable through the tier: the log start does not move with local deletes.
+    assert (log.log_start_offset, log.local_log_start_offset) == (0, 10)
+    assert "segment 10 is due for deletion by local.retention.ms 60000 but is kept" in caplog.text
+
+    log.highest_offset_in_remote_storage = 19  # the active segment itself is never shipped
+    assert log.delete_old_segments() == 1
+    assert segments_of(log) == [15]
+
+
 def test_retention_stops_at_a_segment_with_a_future_timestamp(make_log, clock):
     log = make_log(segment_bytes=5 * MESSAGE_BYTES, retention_ms=60_000)
     now = clock.milliseconds()

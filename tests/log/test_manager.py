@@ -160,3 +160,39 @@ def test_a_rolled_segment_is_flushed_in_the_background_then_counts_as_recovered(
 
     assert log.recovery_point == 3
     manager.shutdown()
+
+
+def test_the_log_start_offset_is_checkpointed_apart_from_the_first_segment(dirs, clock):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("orders", 0)
+    log.append_as_leader(message_set(10, timestamp=clock.milliseconds()))
+    log.high_watermark = 10
+    assert log.maybe_increment_log_start_offset(4, "a test moves it")
+    assert not log.maybe_increment_log_start_offset(3, "never down")
+    assert (log.log_start_offset, log.local_log_start_offset) == (4, 0)
+    manager.shutdown()
+
+    assert read_checkpoint(dirs[0] / "log-start-offset-checkpoint") == {("orders", 0): 4}
+    reopened = start(dirs, clock).get("orders", 0)
+    assert (reopened.log_start_offset, reopened.local_log_start_offset) == (4, 0)
+
+
+def test_a_checkpointed_log_start_below_the_local_one_holds_only_with_remote_storage(dirs, clock):
+    configs = {"local": LogConfig(), "tiered": LogConfig(remote_storage_enable=True)}
+    manager = LogManager(dirs, broker_config(), clock=clock, topic_configs=configs)
+    manager.startup()
+    for topic in configs:
+        manager.get_or_create(topic, 0).truncate_fully_and_start_at(50)
+    manager.shutdown()
+    for directory in dirs:  # as a broker whose older data is in a remote tier leaves it
+        write_checkpoint(
+            directory / "log-start-offset-checkpoint", {("local", 0): 0, ("tiered", 0): 0}
+        )
+
+    again = LogManager(dirs, broker_config(), clock=clock, topic_configs=configs)
+    again.startup()
+    assert again.get("local", 0).log_start_offset == 50
+    assert (
+        again.get("tiered", 0).log_start_offset,
+        again.get("tiered", 0).local_log_start_offset,
+    ) == (0, 50)

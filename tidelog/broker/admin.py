@@ -100,7 +100,7 @@ class AdminServer:
             return web.json_response({"error": 'expected {"skew_ms": <integer>}'}, status=400)
         if not hasattr(self.clock, "skew_ms"):
             return web.json_response({"error": "this broker's clock cannot be skewed"}, status=409)
-        self.clock.skew_ms = skew  # type: ignore[union-attr]
+        self.clock.skew_ms = skew
         log.warning("broker %d clock skew set to %d ms through the admin API", self.broker_id, skew)
         return web.json_response({"skew_ms": skew})
 

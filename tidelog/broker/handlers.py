@@ -13,7 +13,8 @@ from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, ReplicaManager
 from tidelog.clock import Clock
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log
+from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, ReadResult
+from tidelog.log.segment import FileSlice
 from tidelog.protocol.frames import Request
 from tidelog.protocol.schemas import APIS, ApiKey
 from tidelog.records.conversion import convert_message_set
@@ -249,7 +250,7 @@ class RequestHandler:
 
         def read(topic: str, partition: int, wanted: dict, response: dict) -> None:
             nonlocal total
-            partition_log, data = self.replicas.read(
+            result = self.replicas.read(
                 topic,
                 partition,
                 wanted["fetch_offset"],
@@ -257,9 +258,9 @@ class RequestHandler:
                 replica_id=body["replica_id"],
                 min_one_message=version >= 3 and total == 0,
             )
-            response["high_watermark"] = partition_log.high_watermark
-            response["record_set"] = self._records_for(partition_log, data.slice, version)
-            total += data.slice.length
+            response["high_watermark"] = result.high_watermark
+            response["record_set"] = self._records_for(result, version)
+            total += result.size
 
         responses = self._each_partition(
             body["topics"],
@@ -270,12 +271,12 @@ class RequestHandler:
         )
         return responses, total
 
-    def _records_for(self, partition_log: Log, file_slice: Any, version: int) -> Any:
-        """The slice itself (sent with zero copy) when the fetcher reads the log's format;
-        converted to format v0 for a fetch below v2 from a v1 log."""
-        if version >= 2 or partition_log.config.magic == 0 or not file_slice.length:
-            return file_slice
-        return convert_message_set(file_slice.read(), 0, self.clock.milliseconds())
+    def _records_for(self, result: ReadResult, version: int) -> FileSlice | bytes:
+        """The data as read (a file slice goes with zero copy) when the fetcher reads its
+        format; converted to format v0 for a fetch below v2 of v1 data."""
+        if version >= 2 or result.magic == 0 or not result.size:
+            return result.data
+        return convert_message_set(result.read_bytes(), 0, self.clock.milliseconds())
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from tidelog.broker.metadata import MetadataCache
 from tidelog.clock import Clock
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
-from tidelog.log.log import FetchData, Log, LogAppendInfo
+from tidelog.log.log import Log, LogAppendInfo, ReadResult
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
@@ -210,7 +210,7 @@ class ReplicaManager:
         *,
         replica_id: int = CONSUMER_REPLICA_ID,
         min_one_message: bool = False,
-    ) -> tuple[Log, FetchData]:
+    ) -> ReadResult:
         """A read for a consumer stops at the high watermark. A replica's read records where
         the follower is (which may move the high watermark or grow the ISR) and is not bounded."""
         partition = self.leader_partition(topic, number)
@@ -222,10 +222,16 @@ class ReplicaManager:
             max_offset = None
         else:
             max_offset = partition.log.high_watermark
-        data = partition.log.read(
+        partition_log = partition.log
+        data = partition_log.read(
             offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
         )
-        return partition.log, data
+        return ReadResult(
+            data.slice,
+            partition_log.high_watermark,
+            partition_log.log_start_offset,
+            partition_log.config.magic,
+        )
 
     async def wait_for_change(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         """Waits until one of ``partitions`` gets an append or a new high watermark."""

@@ -97,6 +97,7 @@ class KafkaServer:
     async def start(self) -> None:
         if self._server is None:
             await self.bind()
+        assert self._server is not None
         await self._server.start_serving()
         log.info("serving the Kafka protocol on %s:%d", self.host, self.port)
 
@@ -111,7 +112,12 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        host, port = writer.get_extra_info("peername")[:2]
+        peername = writer.get_extra_info("peername")
+        if not peername:  # reset by the client before it was accepted: nothing to serve
+            log.debug("a connection to %s:%d was gone before it was served", self.host, self.port)
+            writer.close()
+            return
+        host, port = peername[:2]
         peer = f"{host}:{port}"
         if not self.quotas.take(host):
             log.warning(
@@ -127,8 +133,9 @@ class KafkaServer:
         try:
             while await self._serve_one(reader, writer, peer):
                 pass
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            # normal traffic: a client closed its connection, perhaps in the middle of a response
+            log.debug("connection from %s closed by the client (%s)", peer, type(error).__name__)
         except TimeoutError:
             log.info(
                 "closing the connection from %s: idle for %g s (connections.max.idle.ms)",
@@ -181,10 +188,10 @@ class KafkaServer:
                 "closing the connection from %s: API %s is not served", peer, request.api_key
             )
             return False
-        body = await self.handler.handle(request, self.listener)
-        if body is not None:
+        answer = await self.handler.handle(request, self.listener)
+        if answer is not None:
             parts = encode_response(
-                request.api_key, request.api_version, request.correlation_id, body
+                request.api_key, request.api_version, request.correlation_id, answer
             )
             await self._send(writer, parts)
         self.metrics.record_request(request.api_key.name, time.perf_counter() - started)
@@ -212,7 +219,7 @@ class KafkaServer:
         await writer.drain()
 
 
-async def _send_slice(writer: asyncio.StreamWriter, sock, part: FileSlice) -> None:  # type: ignore[no-untyped-def]
+async def _send_slice(writer: asyncio.StreamWriter, sock, part: FileSlice) -> None:
     """Sends a file slice with ``os.sendfile`` straight from the page cache to the socket (the
     event loop's own ``loop.sendfile`` is not zero-copy on every loop, uvloop's not at all).
 
@@ -255,6 +262,6 @@ async def _flushed(writer: asyncio.StreamWriter) -> None:
             transport.set_write_buffer_limits(high=high, low=low)
 
 
-def _cork(sock, on: bool) -> None:  # type: ignore[no-untyped-def]
+def _cork(sock, on: bool) -> None:
     with contextlib.suppress(OSError):  # not TCP (a test's socket pair), or already closed
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1 if on else 0)

@@ -14,9 +14,11 @@ SIGCONT are ``docker pause`` and ``unpause``, a clean stop is ``docker stop``;
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,13 +38,21 @@ COMPOSE_SETTINGS = (
 
 @dataclass(frozen=True)
 class ComposeBroker:
+    """One broker service: its host ports, and ``alive`` as the engine sees its container."""
+
     broker_id: int
     port: int
     admin_port: int
+    health: Callable[[], str] = field(repr=False, compare=False)
 
     @property
     def service(self) -> str:
         return f"broker-{self.broker_id}"
+
+    @property
+    def alive(self) -> bool:
+        """Its container runs (a paused one too, as a stopped process is alive)."""
+        return self.health() not in ("created", "exited", "dead")
 
 
 @dataclass
@@ -97,6 +107,7 @@ class ComposeCluster:
                     broker_id,
                     int(self.environment[f"TIDELOG_BROKER_{broker_id}_PORT"]),
                     int(self.environment[f"TIDELOG_BROKER_{broker_id}_ADMIN_PORT"]),
+                    functools.partial(self.health, broker_id),
                 )
                 for broker_id in BROKERS
             }
@@ -116,7 +127,7 @@ class ComposeCluster:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         environment = compose_environment(project, ports or free_ports(), settings)
-        (directory / ENV_FILE).write_text("".join(f"{k}={v}\n" for k, v in environment.items()))
+        _write_environment(directory / ENV_FILE, environment)
         return cls(directory, compose_file)
 
     # -- addresses -----------------------------------------------------------------------------
@@ -137,6 +148,10 @@ class ComposeCluster:
     def network(self) -> str:
         return f"{self.project}_default"
 
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self.state.brokers)
+
     def broker(self, broker_id: int) -> ComposeBroker:
         if broker_id not in self.state.brokers:
             raise ClusterError(f"no broker {broker_id} in compose project {self.project}")
@@ -150,13 +165,37 @@ class ComposeCluster:
     def compose(self, *arguments: str, timeout: float = 600) -> str:
         return _run([*self.compose_command(), *arguments], timeout)
 
-    def up(self, build: bool = True) -> None:
-        """Starts the project and returns once every service is healthy."""
+    @property
+    def running(self) -> bool:
+        """Whether any container of the project runs."""
+        return bool(self.compose("ps", "--quiet").split())
+
+    def up(
+        self,
+        brokers: int = len(BROKERS),
+        *,
+        overrides: dict[str, str] | None = None,
+        progress: Callable[[str], object] = print,
+        build: bool = True,
+    ) -> None:
+        """Starts the project with these broker settings (of COMPOSE_SETTINGS) and returns once
+        every service is healthy. As LocalCluster.up, for the scenario machinery; compose.yaml
+        has three brokers."""
+        if brokers != len(BROKERS):
+            raise ClusterError(
+                f"compose.yaml runs {len(BROKERS)} brokers, not {brokers}; allowed: {len(BROKERS)}"
+            )
+        if overrides:
+            environment = self.environment | compose_environment(self.project, {}, overrides)
+            _write_environment(self.env_file, environment)
+            self.environment = environment
+        progress(f"starting compose project {self.project}")
         self.compose("up", "--wait", *(["--build"] if build else []))
         self.link_log_dirs()
 
-    def down(self) -> None:
+    def down(self, progress: Callable[[str], object] = print) -> None:
         """Stops the project and removes its containers, network and volumes."""
+        progress(f"removing compose project {self.project}")
         self.compose("down", "--volumes", "--timeout", "30")
 
     def container(self, service: str) -> str:
@@ -253,6 +292,10 @@ class ComposeCluster:
             ],
             60,
         )
+
+
+def _write_environment(path: Path, environment: dict[str, str]) -> None:
+    path.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
 
 
 def _run(command: list[str], timeout: float) -> str:

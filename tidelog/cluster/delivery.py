@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.dump import dump_index_file
+from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
 from tidelog.perf.client import Client
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Record, TimestampType, build_message_set, iter_deep
@@ -195,14 +196,14 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
 def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes | None, int]]:
     """(offset, value, timestamp) of every message a replica holds below ``below``."""
     found = []
-    for segment in sorted(log_directory.glob("*.log")):
+    for segment in segment_files(log_directory):
         for message in iter_deep(segment.read_bytes()):
             if message.offset < below:
                 found.append((message.offset, message.value, message.timestamp))
     return found
 
 
-async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:  # type: ignore[no-untyped-def]
+async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
     """Checks a topic of a LocalCluster against what was acknowledged."""
     report = DeliveryReport(acked=len(acked))
     client = Client(cluster.bootstrap_servers)
@@ -265,7 +266,7 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:  # 
                     )
                     break
         for directory in replicas:
-            for index in sorted(directory.glob("*.timeindex")):
+            for index in segment_files(directory, TIME_INDEX_SUFFIX):
                 for mismatch in dump_index_file(index, verify=True)["mismatches"]:
                     broker = index.parent.parent.parent.name
                     report.time_index.append(f"{broker}/{directory.name}/{index.name}: {mismatch}")

@@ -31,7 +31,7 @@ CLOCK_SKEW_MS = -120_000
 Cluster = LocalCluster | ComposeCluster
 
 
-def _zookeeper_read(cluster: Cluster, read):  # type: ignore[no-untyped-def]
+def _zookeeper_read(cluster: Cluster, read):
     with zookeeper.session(cluster.zookeeper) as client:
         return read(client)
 
@@ -96,7 +96,7 @@ def inject(
         cluster.signal_broker(broker_id, signal.SIGCONT)
         return f"paused broker {broker_id} past its ZooKeeper session timeout"
     if failure == "clock_skew":
-        others = [b for b in cluster.state.brokers if b != broker_id]  # type: ignore[union-attr]
+        others = [b for b in cluster.broker_ids if b != broker_id]
         for other in others:
             set_clock_skew(cluster, other, CLOCK_SKEW_MS)
         cluster.signal_broker(broker_id, signal.SIGKILL)
@@ -171,9 +171,11 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     """A partition whose next in line is not the controller (so that a controller is there to
     elect it), with its three in-sync replicas."""
 
-    def roles(zk):  # type: ignore[no-untyped-def]
+    def roles(zk):
         controller = zookeeper.read_controller(zk)
         metadata = zookeeper.read_topic(zk, topic)
+        if metadata is None:
+            raise ClusterError(f"truncation_failover: no topic {topic}")
         for number, replicas in sorted(metadata.assignment.items()):
             state = metadata.states[number]
             in_line = [r for r in replicas if r != state.leader and r in state.isr]
@@ -190,9 +192,11 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
 def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None:
     """Waits until every partition of ``topic`` has a live leader and every replica in its ISR."""
 
-    def recovered(zk) -> bool:  # type: ignore[no-untyped-def]
+    def recovered(zk) -> bool:
         live = set(zookeeper.read_brokers(zk))
         metadata = zookeeper.read_topic(zk, topic)
+        if metadata is None:
+            return False
         return all(
             number in metadata.states
             and metadata.states[number].leader in live
@@ -208,7 +212,7 @@ def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None
     )
 
 
-def _state(cluster: Cluster, topic: str, partition: int):  # type: ignore[no-untyped-def]
+def _state(cluster: Cluster, topic: str, partition: int):
     return _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[partition]
 
 
@@ -224,7 +228,7 @@ def wait_until_isr_size(
     )
 
 
-def wait_until_leader(  # type: ignore[no-untyped-def]
+def wait_until_leader(
     cluster: Cluster, topic: str, wanted, timeout: float = 60, partition: int = 0
 ) -> None:
     """Waits until the leader of a partition of ``topic`` satisfies ``wanted(leader)``."""

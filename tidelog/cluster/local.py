@@ -51,7 +51,8 @@ class BrokerProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.alive else None  # type: ignore[union-attr]
+        process = self.process
+        return process.pid if process is not None and process.running() else None
 
     @property
     def log_path(self) -> Path:
@@ -74,7 +75,7 @@ class ClusterState:
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1) -> None:  # type: ignore[no-untyped-def]
+def wait_until(condition, timeout: float, what: str, interval: float = 0.1) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -134,6 +135,12 @@ class LocalCluster:
         assert self.state is not None
         return self.state.zookeeper
 
+    @property
+    def broker_ids(self) -> list[int]:
+        if self.state is None:
+            raise ClusterError(f"no cluster in {self.directory}")
+        return sorted(self.state.brokers)
+
     def broker(self, broker_id: int) -> BrokerProcess:
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}")
@@ -151,7 +158,7 @@ class LocalCluster:
         overrides: dict[str, str] | None = None,
         base_port: int | None = None,
         timeout: float = 60.0,
-        progress=print,  # type: ignore[no-untyped-def]
+        progress=print,
     ) -> None:
         """Starts ZooKeeper (unless ``zookeeper`` is given) and ``brokers`` brokers, and waits
         until every broker knows every other. With ``base_port`` N, broker i listens at
@@ -200,7 +207,7 @@ class LocalCluster:
             paths.insert(0, self.directory / "zookeeper" / "zookeeper.log")
         return [path for path in paths if path.exists()]
 
-    def _undo_up(self, progress) -> None:  # type: ignore[no-untyped-def]
+    def _undo_up(self, progress) -> None:
         """After a failed ``up``: every broker and the embedded ZooKeeper it started stop."""
         assert self.state is not None
         for broker in self.state.brokers.values():
@@ -249,13 +256,13 @@ class LocalCluster:
         config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
         return BrokerProcess(broker_id, port, admin_port, str(config))
 
-    def down(self, timeout: float = 30.0, progress=print) -> None:  # type: ignore[no-untyped-def]
+    def down(self, timeout: float = 30.0, progress=print) -> None:
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}")
         for broker in self.state.brokers.values():
-            if broker.alive:
+            if broker.process is not None and broker.process.running():
                 progress(f"stopping broker {broker.broker_id}")
-                broker.process.stop(timeout)  # type: ignore[union-attr]
+                broker.process.stop(timeout)
             elif broker.stale:
                 progress(f"broker {broker.broker_id}: not running (stale record)")
             broker.process = None
@@ -291,30 +298,30 @@ class LocalCluster:
 
     def stop_broker(self, broker_id: int, timeout: float = 30.0) -> None:
         """A clean shutdown (SIGTERM), waited for."""
-        broker = self._running_broker(broker_id)
-        stopped = broker.process.stop(timeout)  # type: ignore[union-attr]
+        broker, process = self._running_broker(broker_id)
+        stopped = process.stop(timeout)
         broker.process = None
         self._save()
         if not stopped:
             raise ClusterError(f"broker {broker_id} did not stop in {timeout} s and was killed")
 
     def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
-        broker = self._running_broker(broker_id)
-        broker.process.signal(signum)  # type: ignore[union-attr]
+        broker, process = self._running_broker(broker_id)
+        process.signal(signum)
         if signum in (signal.SIGKILL, signal.SIGTERM):
             wait_until(lambda: not broker.alive, 30, f"broker {broker_id} to exit")
             broker.process = None
             self._save()
 
-    def _running_broker(self, broker_id: int) -> BrokerProcess:
+    def _running_broker(self, broker_id: int) -> tuple[BrokerProcess, ProcessRecord]:
         broker = self.broker(broker_id)
         if broker.stale:
             broker.process = None
             self._save()
             raise ClusterError(f"broker {broker_id} is not running (stale record)")
-        if not broker.alive:
+        if broker.process is None or not broker.process.running():
             raise ClusterError(f"broker {broker_id} is not running")
-        return broker
+        return broker, broker.process
 
     # -- looking -------------------------------------------------------------------------------
 

@@ -41,12 +41,15 @@ SCENARIO_OVERRIDES = {
     "zookeeper.session.timeout.ms": "4000",
     "replica.lag.time.max.ms": "3000",
     "log.segment.bytes": "65536",
+    # a follower whose leader went away tries the next one after half a second (Kafka: 1 s),
+    # in step with the short session and lag times above
+    "replica.fetch.backoff.ms": "500",
 }
 
 
 def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     name = f"scenario-{settings.failure.replace('_', '-')}-{int(time.time())}-{next(_topics)}"
-    replication_factor = min(3, len(cluster.state.brokers))  # type: ignore[union-attr]
+    replication_factor = min(3, len(cluster.broker_ids))
     config = {
         "min.insync.replicas": str(min(2, replication_factor)),
         "message.format.version": settings.message_format,

@@ -8,7 +8,7 @@ import signal
 import socket
 from typing import Any
 
-from kazoo.client import KazooState
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from tidelog.broker.admin import AdminServer
@@ -94,7 +94,7 @@ class BrokerNode:
             clock=self.clock,
             control=self.control,
         )
-        self.zk = None
+        self.zk: KazooClient | None = None
         self.registered = False
         self.stopping = False
         self.controller_epoch: int | None = None  # set while this broker is the controller
@@ -123,7 +123,7 @@ class BrokerNode:
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
         await asyncio.to_thread(self.logs.startup)
-        self.zk = await asyncio.to_thread(
+        self.zk = client = await asyncio.to_thread(
             zookeeper.connect,
             self.config["zookeeper.connect"],
             timeout=(
@@ -133,7 +133,7 @@ class BrokerNode:
             / 1000,
             session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
         )
-        self.zk.add_listener(self._on_session_state)
+        client.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
         for server in self.servers:
             await server.bind()
@@ -208,8 +208,9 @@ class BrokerNode:
         log.info("broker %d stopped", self.broker_id)
 
     def _close_zookeeper(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
 
     async def run_until_signalled(self) -> None:
         stop = asyncio.Event()
@@ -320,6 +321,7 @@ class BrokerNode:
                 )
                 self._deletions_refused = pending
             return
+        assert self.controller_epoch is not None  # called by the controller only
         for topic in pending:
             acknowledged = await self.control_plane.stop_replicas(
                 self.controller_epoch, self.metadata, topic, delete=True

@@ -15,7 +15,7 @@ from tidelog.controller.controller import Change
 log = logging.getLogger(__name__)
 
 
-def partition_entry(topic: str, partition: int, replicas, state) -> dict:  # type: ignore[no-untyped-def]
+def partition_entry(topic: str, partition: int, replicas, state) -> dict:
     return {
         "topic": topic,
         "partition": partition,

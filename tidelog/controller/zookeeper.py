@@ -142,7 +142,7 @@ def register_broker(
 
 
 def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, BrokerEndpoint]:
-    brokers = {}
+    brokers: dict[int, BrokerEndpoint] = {}
     try:
         children = zk.get_children(BROKER_IDS, watch=watch)
     except NoNodeError:

@@ -66,6 +66,18 @@ class LogConfig:
         return MESSAGE_FORMAT_VERSIONS[self.message_format_version]
 
     @property
+    def effective_local_retention_ms(self) -> int:
+        """local.retention.ms, where -2 means retention.ms."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """local.retention.bytes, where -2 means retention.bytes."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
+
+    @property
     def compacted(self) -> bool:
         return "compact" in self.cleanup_policy
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tidelog.errors import KafkaError
+from tidelog.log.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, base_offset_of
 from tidelog.records.format import (
     LOG_OVERHEAD,
     MessageView,
@@ -59,15 +60,6 @@ def _message_fields(message: MessageView, print_data: bool) -> dict[str, Any]:
     return fields
 
 
-def _base_offset(path: Path) -> int:
-    try:
-        return int(path.stem)
-    except ValueError:
-        raise ValueError(
-            f"{path}: not a segment file name (expected a 20-digit base offset)"
-        ) from None
-
-
 def scan_log(path: Path) -> tuple[list[tuple[int, int, int, int]], int, str]:
     """(offset, position, size, magic) of every valid shallow entry, the valid byte count, and
     why the scan stopped early ("" if it reached the end)."""
@@ -97,7 +89,7 @@ def dump_log_file(path: Path, *, deep_iteration: bool = False, print_data: bool 
     return {
         "file": str(path),
         "kind": "log",
-        "base_offset": _base_offset(path),
+        "base_offset": base_offset_of(path),
         "messages": messages,
         "valid_bytes": valid_bytes,
         "invalid_bytes": len(data) - valid_bytes,
@@ -117,16 +109,16 @@ def _read_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
 
 
 def dump_index_file(path: Path, *, verify: bool = False) -> dict:
-    base = _base_offset(path)
-    log_path = path.with_suffix(".log")
+    base = base_offset_of(path)
+    log_path = path.with_suffix(LOG_SUFFIX)
     result: dict[str, Any] = {"file": str(path), "base_offset": base}
-    if path.suffix == ".index":
+    if path.suffix == INDEX_SUFFIX:
         result["kind"] = "offset_index"
         result["entries"] = [
             {"offset": base + relative, "position": position}
             for relative, position in _read_entries(path, OFFSET_ENTRY)
         ]
-    elif path.suffix == ".timeindex":
+    elif path.suffix == TIME_INDEX_SUFFIX:
         result["kind"] = "time_index"
         result["entries"] = [
             {"timestamp": timestamp, "offset": base + relative}
@@ -146,7 +138,7 @@ def dump_index_file(path: Path, *, verify: bool = False) -> dict:
 
 def verify_offset_index(entries: list[dict], log_path: Path) -> list[str]:
     log_entries, _, _ = scan_log(log_path)
-    offset_before = {}
+    offset_before: dict[int, tuple[int, int | None]] = {}
     previous = None
     for offset, position, _, _ in log_entries:
         offset_before[position] = (offset, previous)
@@ -179,7 +171,7 @@ def verify_time_index(entries: list[dict], log_path: Path) -> list[str]:
         (offset, view_at(data, position).timestamp if magic == 1 else -1)
         for offset, position, _, magic in log_entries
     ]
-    end_offset = timestamps[-1][0] + 1 if timestamps else _base_offset(log_path)
+    end_offset = timestamps[-1][0] + 1 if timestamps else base_offset_of(log_path)
     offsets = [offset for offset, _ in timestamps]
     largest_so_far = list(accumulate((t for _, t in timestamps), max))
     mismatches = []
@@ -207,7 +199,7 @@ def verify_time_index(entries: list[dict], log_path: Path) -> list[str]:
 def dump_file(
     path: Path, *, deep_iteration: bool = False, print_data: bool = False, verify: bool = False
 ) -> dict:
-    if path.suffix == ".log":
+    if path.suffix == LOG_SUFFIX:
         return dump_log_file(path, deep_iteration=deep_iteration, print_data=print_data)
     return dump_index_file(path, verify=verify)
 

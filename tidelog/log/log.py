@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,9 +14,19 @@ from pathlib import Path
 from tidelog.clock import Clock, SystemClock
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
+from tidelog.log.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    base_offset_of,
+    segment_file,
+    segment_files,
+)
 from tidelog.log.leader_epoch import LeaderEpochCache
 from tidelog.log.mapped_index import CorruptIndexError
-from tidelog.log.segment import FileSlice, LogSegment, segment_file
+from tidelog.log.segment import FileSlice, LogSegment
+from tidelog.log.segments import LogSegments
 from tidelog.records.format import (
     CODEC_MASK,
     LOG_OVERHEAD,
@@ -56,6 +67,26 @@ class FetchData:
 
 
 @dataclass(frozen=True)
+class ReadResult:
+    """What a fetch of one partition found: ``data`` (a file slice sent with zero copy, or bytes
+    read from the remote tier), in message format ``magic``, with the high watermark and log
+    start offset at the time of the read. The network layer sends either kind as it is, or
+    converts it for a fetch version older than ``magic``."""
+
+    data: FileSlice | bytes
+    high_watermark: int
+    log_start_offset: int
+    magic: int
+
+    @property
+    def size(self) -> int:
+        return self.data.length if isinstance(self.data, FileSlice) else len(self.data)
+
+    def read_bytes(self) -> bytes:
+        return self.data.read() if isinstance(self.data, FileSlice) else self.data
+
+
+@dataclass(frozen=True)
 class TimestampOffset:
     timestamp: int
     offset: int
@@ -66,8 +97,22 @@ class Log:
 
     Invariants: segments are contiguous (each one's base offset is the previous one's
     next_offset, or above it after compaction) and only the last, the active segment, is
-    appended to. log_start_offset <= high_watermark <= log_end_offset, and everything below
-    recovery_point has been flushed to disk.
+    appended to. log_start_offset <= local_log_start_offset <= log_end_offset,
+    log_start_offset <= high_watermark <= log_end_offset, and everything below recovery_point
+    has been flushed to disk. The log start offset is what consumers may read (remote data
+    included; checkpointed by the LogManager in ``log-start-offset-checkpoint``), the local log
+    start offset is the base offset of the first segment on this disk; without a remote tier the
+    two are equal. Each moves through one method: ``maybe_increment_log_start_offset`` and the
+    segment collection.
+
+    Locking rule: ``lock`` guards the segment collection and the positions (log start, recovery
+    point, high watermark). Everything that changes them (append, roll, truncation, retention,
+    a background deletion or remote copy that changes what is local) holds it, and holds it only
+    for the change itself, never for file I/O on other segments: background work removes a
+    segment from the collection under the lock and deletes its files afterwards, outside it.
+    Rolled segments are immutable, so a copy to a remote tier reads them without the lock.
+    Reads take no lock: they work on the segment they found and a file slice of its open file,
+    which stays readable after the segment is dropped.
 
     The active segment rolls before an append when the append would take it past segment.bytes,
     when either index is full, when the batch's last offset would overflow a relative offset, or
@@ -86,6 +131,7 @@ class Log:
         recovery_point: int = 0,
         needs_recovery: bool = True,
         background: Callable[[Callable[[], None]], object] | None = None,
+        log_start_offset: int | None = None,
     ) -> None:
         self.directory = Path(directory)
         # Runs a rolled segment's flush off the append path (LogManager gives a thread); without
@@ -94,11 +140,19 @@ class Log:
         self.clock = clock or SystemClock()
         self.config = config
         self.policy = config.records_policy
-        self.segments: list[LogSegment] = []
+        self.lock = threading.RLock()
+        # Set by the remote log manager: the last offset copied to the remote tier (-1: none).
+        # Local retention of a remote-enabled log deletes nothing above it.
+        self.highest_offset_in_remote_storage = -1
+        self._kept_for_remote = -1
+        self.segments = LogSegments()
         self.recovery_point = recovery_point
         self.directory.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, needs_recovery)
-        self.recovery_point = min(max(recovery_point, self.log_start_offset), self.log_end_offset)
+        self.log_start_offset = self._initial_log_start_offset(log_start_offset)
+        self.recovery_point = min(
+            max(recovery_point, self.local_log_start_offset), self.log_end_offset
+        )
         self.high_watermark = self.log_start_offset
         self.last_appended_timestamp = max(s.max_timestamp for s in self.segments)
         self.leader_epochs = LeaderEpochCache(self.directory)
@@ -114,21 +168,34 @@ class Log:
             max_index_size=self.config.segment_index_bytes,
         )
 
+    def _initial_log_start_offset(self, checkpointed: int | None) -> int:
+        """The checkpointed log start offset where it can hold: within the log, and not below
+        the local log start unless the older data may be in a remote tier."""
+        local_start = self.local_log_start_offset
+        if checkpointed is None:
+            return local_start
+        if not self.config.remote_storage_enable:
+            checkpointed = max(checkpointed, local_start)
+        return min(checkpointed, self.log_end_offset)
+
     def _load(self, recovery_point: int, needs_recovery: bool) -> None:
         for path in self.directory.iterdir():
             if path.suffix in LEFTOVER_SUFFIXES:
                 log.info("%s: removing a leftover of an interrupted operation", path)
                 path.unlink()
-            elif path.suffix in (".index", ".timeindex") and not path.with_suffix(".log").exists():
+            elif (
+                path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                and not path.with_suffix(LOG_SUFFIX).exists()
+            ):
                 log.info("%s: removing an index without a log segment", path)
                 path.unlink()
-        bases = sorted(int(path.stem) for path in self.directory.glob("*.log"))
+        bases = [base_offset_of(path) for path in segment_files(self.directory)]
         first_unflushed = max(0, bisect_right(bases, recovery_point) - 1)
         for number, base in enumerate(bases):
-            missing_time_index = not segment_file(self.directory, base, ".timeindex").exists()
-            missing_index = not segment_file(self.directory, base, ".index").exists()
+            missing_time_index = not segment_file(self.directory, base, TIME_INDEX_SUFFIX).exists()
+            missing_index = not segment_file(self.directory, base, INDEX_SUFFIX).exists()
             segment = self._new_segment(base)
-            self.segments.append(segment)
+            self.segments.add(segment)
             is_last = number == len(bases) - 1
             if needs_recovery and number >= first_unflushed:
                 if segment.recover():
@@ -149,7 +216,7 @@ class Log:
                 elif segment.index.max_entries > segment.index.entries:
                     segment.on_roll(next_base)
         if not self.segments:
-            self.segments.append(self._new_segment(0))
+            self.segments.add(self._new_segment(0))
         self.active_segment.make_active()
 
     def _load_checked(self, segment: LogSegment) -> None:
@@ -162,21 +229,33 @@ class Log:
             segment.rebuild_indexes()
 
     def _drop_segments_after(self, segment: LogSegment) -> None:
-        for path in sorted(self.directory.glob("*.log")):
-            if int(path.stem) > segment.base_offset:
+        for path in segment_files(self.directory):
+            if base_offset_of(path) > segment.base_offset:
                 log.warning("%s: deleted, it followed a corrupt segment", path)
-                for suffix in (".log", ".index", ".timeindex"):
+                for suffix in SEGMENT_SUFFIXES:
                     path.with_suffix(suffix).unlink(missing_ok=True)
 
     # -- positions -----------------------------------------------------------------------------
 
     @property
     def active_segment(self) -> LogSegment:
-        return self.segments[-1]
+        return self.segments.last
 
     @property
-    def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
+    def local_log_start_offset(self) -> int:
+        """The base offset of the first segment on this disk."""
+        return self.segments.first.base_offset
+
+    def maybe_increment_log_start_offset(self, offset: int, reason: str) -> bool:
+        """Moves the log start offset up to ``offset`` (never down, never past the high
+        watermark); True if it moved."""
+        with self.lock:
+            offset = min(offset, self.high_watermark)
+            if offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+        log.info("%s: log start offset now %d: %s", self.directory, offset, reason)
+        return True
 
     @property
     def log_end_offset(self) -> int:
@@ -185,11 +264,6 @@ class Log:
     @property
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self.segments)
-
-    def _segment_for(self, offset: int) -> int:
-        """The number of the segment that holds ``offset`` (the last whose base is <= it)."""
-        bases = [segment.base_offset for segment in self.segments]
-        return max(0, bisect_right(bases, offset) - 1)
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -205,6 +279,12 @@ class Log:
     ) -> LogAppendInfo:
         """Validates a producer's message set, assigns offsets and timestamps, appends it; the
         first append of a new ``leader_epoch`` records where that epoch starts."""
+        with self.lock:
+            return self._append_as_leader(buffer, leader_epoch)
+
+    def _append_as_leader(
+        self, buffer: bytes | bytearray | memoryview, leader_epoch: int | None
+    ) -> LogAppendInfo:
         validated = validate_and_assign_offsets(
             buffer,
             next_offset=self.log_end_offset,
@@ -231,6 +311,12 @@ class Log:
         """Appends what the leader of ``leader_epoch`` wrote, offsets and timestamps as they
         are. A partial last entry (a fetch cut at max_bytes) is left for the next fetch. None if
         nothing whole."""
+        with self.lock:
+            return self._append_as_follower(buffer, leader_epoch)
+
+    def _append_as_follower(
+        self, buffer: bytes | bytearray | memoryview, leader_epoch: int | None
+    ) -> LogAppendInfo | None:
         scan = scan_entries(buffer, self.log_end_offset)
         if scan.first_offset < 0:
             return None
@@ -247,7 +333,7 @@ class Log:
         self._append(info, memoryview(buffer)[: scan.end])
         return info
 
-    def _append(self, info: LogAppendInfo, data: bytes | memoryview) -> None:
+    def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:
         self._maybe_roll(info.size, info.first_offset, info.last_offset)
         self.active_segment.append(
             info.first_offset,
@@ -291,18 +377,23 @@ class Log:
         follower's batch may start above it) unless the active one is empty. The old segment gets
         its final time index entry and trimmed indexes, and is flushed (in the background when
         the log has one), after which the recovery point moves past it."""
+        with self.lock:
+            return self._roll(reason, base_offset)
+
+    def _roll(self, reason: str, base_offset: int | None) -> LogSegment:
         old = self.active_segment
         next_base = max(self.log_end_offset, base_offset or 0)
         if old.size == 0:
             return old
         new = self._new_segment(next_base)
         old.on_roll(next_base)
-        self.segments.append(new)
+        self.segments.add(new)
 
         def flush_rolled() -> None:
             old.flush()
-            if old in self.segments:  # not deleted or truncated away meanwhile
-                self.recovery_point = max(self.recovery_point, next_base)
+            with self.lock:
+                if old in self.segments:  # not deleted or truncated away meanwhile
+                    self.recovery_point = max(self.recovery_point, next_base)
 
         if self.background is None:
             flush_rolled()
@@ -331,16 +422,16 @@ class Log:
         ``max_offset`` (a consumer's bound, the high watermark). ``min_one_message`` returns the
         whole first entry even if it is larger than max_bytes (Fetch v3)."""
         end = self.log_end_offset
-        if offset < self.log_start_offset or offset > end:
+        start = self.local_log_start_offset
+        if offset < start or offset > end:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {offset} is outside [{self.log_start_offset}, {end}] of {self.directory}",
+                f"offset {offset} is outside [{start}, {end}] of {self.directory}",
             )
         if offset == end or (max_offset is not None and offset >= max_offset):
             return self._nothing_at(offset)  # caught up: no index to search
-        number = self._segment_for(offset)
-        while number < len(self.segments):
-            segment = self.segments[number]
+        segment: LogSegment | None = self.segments.floor(offset)
+        while segment is not None:
             if max_offset is not None and offset >= max_offset:
                 break
             max_position = None
@@ -356,9 +447,9 @@ class Log:
                 return FetchData(offset, data)
             if max_position is not None:
                 break
-            number += 1
-            if number < len(self.segments):
-                offset = max(offset, self.segments[number].base_offset)
+            segment = self.segments.higher(segment.base_offset)
+            if segment is not None:
+                offset = max(offset, segment.base_offset)
         return self._nothing_at(offset)
 
     def _nothing_at(self, offset: int) -> FetchData:
@@ -400,13 +491,19 @@ class Log:
 
     def truncate_to(self, offset: int) -> None:
         """Removes every message at or above ``offset`` (a follower's truncation)."""
+        with self.lock:
+            self._truncate_to(offset)
+
+    def _truncate_to(self, offset: int) -> None:
         if offset >= self.log_end_offset:
             return
-        if offset < self.log_start_offset:
+        if offset < self.local_log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
         while len(self.segments) > 1 and self.active_segment.base_offset > offset:
-            self.segments.pop().delete()
+            dropped = self.active_segment
+            self.segments.remove(dropped)
+            dropped.delete()
         removed = self.active_segment.truncate_to(offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
         log.info(
@@ -418,14 +515,17 @@ class Log:
         )
         self._clamp_positions()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Deletes every segment and starts an empty log at ``offset``."""
-        for segment in self.segments:
-            segment.delete()
-        self.segments = [self._new_segment(offset)]
-        self.leader_epochs.clear()
-        self.recovery_point = offset
-        self.high_watermark = offset
+    def truncate_fully_and_start_at(self, offset: int, log_start_offset: int | None = None) -> None:
+        """Deletes every segment and starts an empty log at ``offset``; the log start offset
+        goes there too, or to ``log_start_offset`` when the data below is in a remote tier."""
+        with self.lock:
+            for segment in self.segments.clear():
+                segment.delete()
+            self.segments.add(self._new_segment(offset))
+            self.leader_epochs.clear()
+            self.log_start_offset = offset if log_start_offset is None else log_start_offset
+            self.recovery_point = offset
+            self.high_watermark = offset
         log.info("%s: emptied, the log now starts at offset %d", self.directory, offset)
 
     def _clamp_positions(self) -> None:
@@ -436,18 +536,28 @@ class Log:
 
     def delete_old_segments(self) -> int:
         """Applies retention.ms and retention.bytes; returns the number of segments deleted."""
+        with self.lock:
+            return self._delete_old_segments()
+
+    def _delete_old_segments(self) -> int:
         if "delete" not in self.config.cleanup_policy:
             return 0
         now = self.clock.milliseconds()
         deleted = 0
-        if self.config.retention_ms >= 0:
-            retention_ms = self.config.retention_ms
+        if self.config.remote_storage_enable:  # the remote log manager applies retention.*
+            retention_ms = self.config.effective_local_retention_ms
+            retention_bytes = self.config.effective_local_retention_bytes
+            names = ("local.retention.ms", "local.retention.bytes")
+        else:
+            retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
+            names = ("retention.ms", "retention.bytes")
+        if retention_ms >= 0:
             deleted += self._delete_while(
                 lambda segment: now - segment.retention_timestamp > retention_ms,
-                f"retention.ms {retention_ms}",
+                f"{names[0]} {retention_ms}",
             )
-        if self.config.retention_bytes >= 0:
-            excess = self.size_in_bytes - self.config.retention_bytes
+        if retention_bytes >= 0:
+            excess = self.size_in_bytes - retention_bytes
 
             def over_size(segment: LogSegment) -> bool:
                 nonlocal excess
@@ -456,12 +566,10 @@ class Log:
                 excess -= segment.size
                 return True
 
-            deleted += self._delete_while(
-                over_size, f"retention.bytes {self.config.retention_bytes}"
-            )
+            deleted += self._delete_while(over_size, f"{names[1]} {retention_bytes}")
         return deleted
 
-    def _delete_while(self, expired, rule: str) -> int:  # type: ignore[no-untyped-def]
+    def _delete_while(self, expired, rule: str) -> int:
         deleted = 0
         while self.segments:
             segment = self.segments[0]
@@ -469,9 +577,26 @@ class Log:
             upper_bound = self.log_end_offset if is_active else self.segments[1].base_offset
             if segment.size == 0 or upper_bound > self.high_watermark or not expired(segment):
                 break
+            if self.config.remote_storage_enable and (
+                is_active or upper_bound - 1 > self.highest_offset_in_remote_storage
+            ):
+                if self._kept_for_remote != segment.base_offset:
+                    self._kept_for_remote = segment.base_offset
+                    log.warning(
+                        "%s: segment %d is due for deletion by %s but is kept: it is not yet in "
+                        "remote storage (highest remote offset %d)",
+                        self.directory,
+                        segment.base_offset,
+                        rule,
+                        self.highest_offset_in_remote_storage,
+                    )
+                break
             if is_active:
                 self.roll(f"retention ({rule}) takes the whole log")
-            self.segments.pop(0).delete()
+            self.segments.remove(segment)
+            if not self.config.remote_storage_enable:
+                self.log_start_offset = max(self.log_start_offset, self.local_log_start_offset)
+            self._delete_files(segment)
             deleted += 1
             log.info(
                 "%s: deleted segment %d by %s; log start offset now %d",
@@ -482,6 +607,14 @@ class Log:
             )
         return deleted
 
+    def _delete_files(self, segment: LogSegment) -> None:
+        """Deletes the files of a segment already out of the collection, in the background when
+        the log has one (outside the lock: see the class docstring)."""
+        if self.background is None:
+            segment.delete()
+        else:
+            self.background(segment.delete)
+
     # -- durability ----------------------------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
@@ -489,7 +622,7 @@ class Log:
         up_to = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
         if up_to <= self.recovery_point:
             return
-        for segment in self.segments[self._segment_for(self.recovery_point) :]:
+        for segment in self.segments.from_offset(self.recovery_point):
             if segment.base_offset >= up_to:
                 break
             segment.flush()

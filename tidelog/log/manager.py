@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,13 @@ from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkp
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.scheduler import Scheduler
+from tidelog.log.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_DIRECTORY = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 ROLL_CHECK_INTERVAL_MS = 1000
@@ -32,7 +33,8 @@ def partition_directory(topic: str, partition: int) -> str:
 class LogManager:
     """The logs of every partition this broker holds, one directory each under a log dir.
 
-    Each log dir also holds the recovery-point and high-watermark checkpoints, and, between a
+    Each log dir also holds the recovery-point, high-watermark and log-start-offset
+    checkpoints, and, between a
     clean shutdown and the next start, ``.kafka_cleanshutdown``: when it is there the logs are
     opened without recovery. A new partition goes to the log dir holding the fewest partitions.
     """
@@ -52,8 +54,9 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.scheduler = Scheduler(self.clock)
-        # Flushes of rolled segments run here, off the append path, as Kafka's do.
-        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
+        # Flushes of rolled segments and deletions of segment files run here, off the append
+        # path and the event loop, as Kafka's do; one thread keeps them in order.
+        self.background_pool = WorkerPool("log-background", threads=1)
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -72,6 +75,11 @@ class LogManager:
             self.checkpoint_recovery_points,
         )
         self.scheduler.schedule(
+            "log start offset checkpoint",
+            config["log.flush.start.offset.checkpoint.interval.ms"],
+            self.checkpoint_log_start_offsets,
+        )
+        self.scheduler.schedule(
             "high watermark checkpoint",
             config["replica.high.watermark.checkpoint.interval.ms"],
             self.checkpoint_high_watermarks,
@@ -84,6 +92,7 @@ class LogManager:
         clean = clean_file.exists()
         recovery_points = read_checkpoint(directory / RECOVERY_POINT_CHECKPOINT)
         high_watermarks = read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT)
+        log_starts = read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
         for path in sorted(directory.iterdir()):
             match = PARTITION_DIRECTORY.match(path.name)
             if not path.is_dir() or not match:
@@ -100,6 +109,7 @@ class LogManager:
                 recovery_point=recovery_points.get(partition, 0),
                 needs_recovery=not clean,
                 background=self._in_background,
+                log_start_offset=log_starts.get(partition),
             )
             opened.high_watermark = min(
                 max(high_watermarks.get(partition, 0), opened.log_start_offset),
@@ -116,26 +126,21 @@ class LogManager:
         clean_file.unlink(missing_ok=True)
 
     def _in_background(self, work: Callable[[], None]) -> None:
-        def run() -> None:
-            try:
-                work()
-            except Exception:
-                log.exception("a background flush failed")
-
-        self._flusher.submit(run)
+        self.background_pool.submit(work, "a segment flush or deletion")
 
     def wait_for_background_work(self) -> None:
-        """Returns once every flush handed to the background so far has run."""
-        self._flusher.submit(lambda: None).result()
+        """Returns once every flush and deletion handed to the background so far has run."""
+        self.background_pool.drain()
 
     def shutdown(self) -> None:
         """A clean shutdown: every log flushed and closed with trimmed indexes, checkpoints
         written, and the clean-shutdown marker left for the next start."""
-        self._flusher.shutdown(wait=True)
+        self.background_pool.shutdown()
         for partition_log in self.logs.values():
             partition_log.close()
         self.checkpoint_recovery_points()
         self.checkpoint_high_watermarks()
+        self.checkpoint_log_start_offsets()
         for directory in self.log_dirs:
             (directory / CLEAN_SHUTDOWN_FILE).touch()
         log.info("log manager shut down cleanly (%d logs)", len(self.logs))
@@ -201,7 +206,7 @@ class LogManager:
         for _, partition_log in self:
             partition_log.flush()
 
-    def _checkpoint(self, name: str, value_of) -> None:  # type: ignore[no-untyped-def]
+    def _checkpoint(self, name: str, value_of) -> None:
         for directory in self.log_dirs:
             offsets = {
                 key: value_of(self.logs[key])
@@ -213,6 +218,11 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(
             RECOVERY_POINT_CHECKPOINT, lambda partition_log: partition_log.recovery_point
+        )
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self._checkpoint(
+            LOG_START_OFFSET_CHECKPOINT, lambda partition_log: partition_log.log_start_offset
         )
 
     def checkpoint_high_watermarks(self) -> None:

@@ -59,6 +59,13 @@ class MappedIndex:
     def _rounded(self, size: int) -> int:
         return max(size // self.entry.size, 2) * self.entry.size
 
+    @property
+    def _mapped(self) -> mmap.mmap:
+        """The mapping; an index with no slots (or closed) has none."""
+        if self._map is None:
+            raise ValueError(f"{self.path}: the index is closed or has no slots")
+        return self._map
+
     def _map_file(self, length: int) -> None:
         if self._map is not None:
             self._map.close()
@@ -75,7 +82,7 @@ class MappedIndex:
 
     def _slot_is_empty(self, slot: int) -> bool:
         start = slot * self.entry.size
-        return self._map[start : start + self.entry.size].count(0) == self.entry.size
+        return self._mapped[start : start + self.entry.size].count(0) == self.entry.size
 
     def _count_entries(self) -> int:
         """The number of entries: the slots before the first empty one (they form a prefix)."""
@@ -111,12 +118,12 @@ class MappedIndex:
     # -- entries -------------------------------------------------------------------------------
 
     def _entry_at(self, slot: int) -> tuple[int, ...]:
-        return self.entry.unpack_from(self._map, slot * self.entry.size)
+        return self.entry.unpack_from(self._mapped, slot * self.entry.size)
 
     def _write(self, key: int, value: int) -> None:
         if self.entries >= self.max_entries:
             raise IndexError(f"{self.path} is full ({self.entries} entries)")
-        self.entry.pack_into(self._map, self.entries * self.entry.size, key, value)
+        self.entry.pack_into(self._mapped, self.entries * self.entry.size, key, value)
         if self._keys is not None:
             self._keys.append(key)
             self._values.append(value)
@@ -132,7 +139,7 @@ class MappedIndex:
             self._values = array(value_code, [value for _, value in pairs])
         return self._keys
 
-    def _search(self, key: int, search=bisect_right, window: int = INTERPOLATION_WINDOW) -> int:  # type: ignore[no-untyped-def]
+    def _search(self, key: int, search=bisect_right, window: int = INTERPOLATION_WINDOW) -> int:
         """What ``search`` (bisect_right: entries with a key <= ``key``; bisect_left: entries
         with a key < ``key``) says over the whole key column."""
         keys = self._keys if self._keys is not None else self._columns()
@@ -153,7 +160,7 @@ class MappedIndex:
         if count >= self.entries:
             return
         start, end = count * self.entry.size, self.entries * self.entry.size
-        self._map[start:end] = bytes(end - start)
+        self._mapped[start:end] = bytes(end - start)
         self.entries = count
         if self._keys is not None:
             del self._keys[count:]

@@ -40,7 +40,7 @@ class OffsetIndex(MappedIndex):
         slot = self._search(offset - self.base_offset) - 1
         if slot < 0:
             return self.base_offset, 0
-        return self.base_offset + self._keys[slot], self._values[slot]
+        return self.base_offset + self._columns()[slot], self._values[slot]
 
     def entry_at(self, slot: int) -> tuple[int, int]:
         relative, position = self._entry_at(slot)

@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tidelog.errors import KafkaError
+from tidelog.log.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    segment_file,
+)
 from tidelog.log.mapped_index import CorruptIndexError
 from tidelog.log.offset_index import OffsetIndex
 from tidelog.log.time_index import TimeIndex
@@ -28,10 +35,6 @@ log = logging.getLogger(__name__)
 SCAN_CHUNK = 64 * 1024
 HEADER_PREFIX = LOG_OVERHEAD + 14  # offset, size, crc, magic, attributes, timestamp (v1)
 MAX_RELATIVE_OFFSET = 2**31 - 1
-
-
-def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
-    return directory / f"{base_offset:020d}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -71,18 +74,18 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
-        self.log_path = segment_file(directory, base_offset, ".log")
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
         self.file: BinaryIO = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
         self._fd = self.file.fileno()
         self.size = os.fstat(self._fd).st_size
-        self.index = self._open_index(OffsetIndex, ".index")
-        self.time_index = self._open_index(TimeIndex, ".timeindex")
+        self.index = self._open_index(OffsetIndex, INDEX_SUFFIX)
+        self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX)
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
 
-    def _open_index(self, kind, suffix):  # type: ignore[no-untyped-def]
+    def _open_index(self, kind, suffix):
         path = segment_file(self.directory, self.base_offset, suffix)
         try:
             return kind(path, self.base_offset, self.max_index_size)
@@ -173,7 +176,7 @@ class LogSegment:
         last_offset: int,
         max_timestamp: int,
         offset_of_max_timestamp: int,
-        data: bytes | memoryview,
+        data: bytes | bytearray | memoryview,
     ) -> None:
         """Appends a batch whose offsets are [first_offset, last_offset]."""
         if first_offset < self.next_offset:
@@ -342,7 +345,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for suffix in (".log", ".index", ".timeindex"):
+        for suffix in SEGMENT_SUFFIXES:
             segment_file(self.directory, self.base_offset, suffix).unlink(missing_ok=True)
 
     def __repr__(self) -> str:

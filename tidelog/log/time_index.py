@@ -67,7 +67,7 @@ class TimeIndex(MappedIndex):
         slot = self._search(timestamp, bisect_left) - 1
         if slot < 0:
             return -1, self.base_offset
-        return self._keys[slot], self.base_offset + self._values[slot]
+        return self._columns()[slot], self.base_offset + self._values[slot]
 
     def truncate_to(self, offset: int) -> None:
         """Removes every entry for an offset >= ``offset``."""

@@ -108,7 +108,7 @@ async def run_producer(
     sent = 0
     batch_number = 0
 
-    async def complete(future, count: int, first_due: float, spacing: float) -> None:  # type: ignore[no-untyped-def]
+    async def complete(future, count: int, first_due: float, spacing: float) -> None:
         try:
             response = await future if future is not None else None
         except ConnectionError as error:
@@ -182,6 +182,6 @@ async def run_producer(
     latencies = array("d")
     for batch in acknowledged:
         latencies.extend(batch.latencies_ms())
-    records = len(latencies)
-    summary = Summary(records, records * settings.record_size, elapsed, latencies)
+    sent = len(latencies)
+    summary = Summary(sent, sent * settings.record_size, elapsed, latencies)
     return summary, errors

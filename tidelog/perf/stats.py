@@ -22,6 +22,7 @@ class Summary:
     # one per record (producer) or per request (consumer); not in the repr, which asyncio may
     # build for a finished task's result
     latencies_ms: array = field(repr=False)
+    fetched_bytes: int | None = None  # a consumer's: the message sets as fetched (compressed)
 
     @property
     def records_per_second(self) -> float:
@@ -45,9 +46,13 @@ class Summary:
 
     def line(self, what: str = "records sent") -> str:
         latency = self.latency()
+        fetched = ""
+        if self.fetched_bytes is not None and self.seconds:
+            fetched = f", {self.fetched_bytes / self.seconds / 1_000_000:.2f} MB/sec fetched"
         return (
             f"{self.records} {what}, {self.records_per_second:,.1f} records/sec "
-            f"({self.megabytes_per_second:.2f} MB/sec), {latency['avg']:.2f} ms avg latency, "
+            f"({self.megabytes_per_second:.2f} MB/sec of keys and values{fetched}), "
+            f"{latency['avg']:.2f} ms avg latency, "
             f"{latency['max']:.2f} ms max latency, {latency['p50']:.2f} ms 50th, "
             f"{latency['p95']:.2f} ms 95th, {latency['p99']:.2f} ms 99th, "
             f"{latency['p99.9']:.2f} ms 99.9th."
@@ -60,5 +65,6 @@ class Summary:
             "seconds": self.seconds,
             "records_per_second": self.records_per_second,
             "megabytes_per_second": self.megabytes_per_second,
+            **({"fetched_bytes": self.fetched_bytes} if self.fetched_bytes is not None else {}),
             "latency_ms": self.latency(),
         }

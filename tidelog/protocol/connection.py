@@ -35,7 +35,7 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, port, limit=STREAM_BUFFER_BYTES)
         return cls(reader, writer, client_id)
 
-    def send(self, api_key: ApiKey, version: int, body: dict, expect_response: bool = True):  # type: ignore[no-untyped-def]
+    def send(self, api_key: ApiKey, version: int, body: dict, expect_response: bool = True):
         """Sends a request; returns a future of its response body (None: no response)."""
         if self.closed:
             raise ConnectionError("the connection is closed")

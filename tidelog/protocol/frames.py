@@ -55,7 +55,7 @@ def encode_request(
         "client_id": client_id,
     }
     (frame,) = _frame((REQUEST_HEADER, header), (APIS[api_key].requests[api_version], body))
-    return frame  # type: ignore[return-value]  # requests hold no file slices
+    return frame  # requests hold no file slices
 
 
 def encode_response(
@@ -77,7 +77,9 @@ def _frame(*pieces: tuple[Any, dict]) -> list[Any]:
         write(field_type, writer, value)
     size = writer.size - SIZE.size
     parts = writer.finish()
-    SIZE.pack_into(parts[0], 0, size)
+    head = parts[0]
+    assert isinstance(head, bytearray)  # the reserved size prefix opens the first buffer
+    SIZE.pack_into(head, 0, size)
     return parts
 
 

@@ -28,7 +28,7 @@ LZ4_FLG_CONTENT_SIZE = 0x08
 LZ4_FLG_DICT_ID = 0x01
 
 
-def compress(codec: Codec, data: bytes | memoryview, magic: int) -> bytes:
+def compress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: int) -> bytes:
     if codec == Codec.GZIP:
         compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
         return compressor.compress(data) + compressor.flush()
@@ -48,7 +48,7 @@ def compress(codec: Codec, data: bytes | memoryview, magic: int) -> bytes:
     raise ValueError(f"codec {codec!r} does not compress")
 
 
-def decompress(codec: Codec | int, data: bytes | memoryview, magic: int) -> bytes:
+def decompress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: int) -> bytes:
     """The inner message set of a compressed wrapper; CORRUPT_MESSAGE if it does not decode."""
     try:
         if codec == Codec.GZIP:
@@ -65,7 +65,7 @@ def decompress(codec: Codec | int, data: bytes | memoryview, magic: int) -> byte
     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {int(codec)}")
 
 
-def _xerial_snappy(data: bytes | memoryview) -> bytes:
+def _xerial_snappy(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data)
     parts = [XERIAL_HEADER]
     for start in range(0, len(view), XERIAL_BLOCK_SIZE):
@@ -75,7 +75,7 @@ def _xerial_snappy(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _unframe_snappy(data: bytes | memoryview) -> bytes:
+def _unframe_snappy(data: bytes | bytearray | memoryview) -> bytes:
     view = memoryview(data)
     if bytes(view[:8]) != XERIAL_HEADER[:8]:
         return bytes(cramjam.snappy.decompress_raw(view))

@@ -24,6 +24,9 @@ from enum import IntEnum
 
 from tidelog.errors import ErrorCode, KafkaError
 
+# What the readers here take: any bytes-like object that slices and unpacks.
+Buffer = bytes | bytearray | memoryview
+
 LOG_OVERHEAD = 12  # offset int64 + size int32
 OFFSET_AND_SIZE = struct.Struct(">qi")
 # An entry up to its key length: offset, size, crc, magic, attributes, [timestamp,] key length.
@@ -69,7 +72,7 @@ def corrupt(message: str) -> KafkaError:
     return KafkaError(ErrorCode.CORRUPT_MESSAGE, message)
 
 
-def read_entry(buffer: memoryview | bytes, position: int, limit: int) -> tuple[int, int, int, int]:
+def read_entry(buffer: Buffer, position: int, limit: int) -> tuple[int, int, int, int]:
     """Checks the entry at ``position`` and returns (offset, size, magic, attributes).
 
     ``size`` is the message size, so the next entry starts at position + 12 + size. Raises
@@ -109,7 +112,7 @@ class ShallowScan:
     offset_of_max_timestamp: int
 
 
-def scan_entries(buffer: bytes | bytearray | memoryview, min_offset: int) -> ShallowScan:
+def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
     """Checks a replicated message set entry by entry, without opening compressed wrappers.
 
     Every whole entry must pass its CRC, have a known magic and an offset above the previous
@@ -149,7 +152,7 @@ def scan_entries(buffer: bytes | bytearray | memoryview, min_offset: int) -> Sha
     return ShallowScan(position, first_offset, last_offset, max_timestamp, offset_of_max)
 
 
-def read_timestamp(buffer: memoryview | bytes, message_start: int, magic: int) -> int:
+def read_timestamp(buffer: Buffer, message_start: int, magic: int) -> int:
     if magic == 0:
         return NO_TIMESTAMP
     return INT64.unpack_from(buffer, message_start + TIMESTAMP_POSITION)[0]
@@ -160,7 +163,7 @@ def key_position(magic: int) -> int:
     return 6 if magic == 0 else 14
 
 
-def check_lengths(buffer: memoryview | bytes, message_start: int, size: int, magic: int) -> int:
+def check_lengths(buffer: Buffer, message_start: int, size: int, magic: int) -> int:
     """Checks that key and value exactly fill the message; returns the key length (-1 for null)."""
     position = message_start + key_position(magic)
     (key_length,) = INT32.unpack_from(buffer, position)
@@ -175,7 +178,7 @@ def check_lengths(buffer: memoryview | bytes, message_start: int, size: int, mag
     return key_length
 
 
-def value_slice(buffer: memoryview | bytes, message_start: int, magic: int) -> slice | None:
+def value_slice(buffer: Buffer, message_start: int, magic: int) -> slice | None:
     """The value's byte range inside ``buffer``, or None for a null value."""
     position = message_start + key_position(magic)
     (key_length,) = INT32.unpack_from(buffer, position)
@@ -294,7 +297,7 @@ class MessageView:
         return TimestampType.CREATE_TIME
 
 
-def view_at(buffer: bytes | memoryview, position: int) -> MessageView:
+def view_at(buffer: Buffer, position: int) -> MessageView:
     """Reads the entry at ``position`` without checking its CRC (crc_valid tells)."""
     offset, size = OFFSET_AND_SIZE.unpack_from(buffer, position)
     start = position + LOG_OVERHEAD
@@ -319,7 +322,7 @@ def view_at(buffer: bytes | memoryview, position: int) -> MessageView:
     )
 
 
-def iter_shallow(buffer: bytes | memoryview) -> Iterator[MessageView]:
+def iter_shallow(buffer: Buffer) -> Iterator[MessageView]:
     """The top-level entries of a message set; stops quietly at a partial last entry."""
     position, limit = 0, len(buffer)
     while limit - position >= LOG_OVERHEAD:
@@ -362,7 +365,7 @@ def iter_inner(wrapper: MessageView) -> Iterator[MessageView]:
             yield replace(message, offset=absolute)
 
 
-def iter_deep(buffer: bytes | memoryview) -> Iterator[MessageView]:
+def iter_deep(buffer: Buffer) -> Iterator[MessageView]:
     """Every logical message of a message set: inner messages in place of their wrappers."""
     for entry in iter_shallow(buffer):
         yield from iter_inner(entry)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, replace
+from typing import cast
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.compression import compress, decompress
@@ -154,7 +155,8 @@ def _plain_run(
             pack_offset(buffer, position, assign_from + count, size)
         if v1:
             if append_time >= 0 and assign_from is not None:
-                _stamp(buffer, position + LOG_OVERHEAD, end, append_time)
+                # offsets are assigned in place, so the buffer is a bytearray
+                _stamp(cast(bytearray, buffer), position + LOG_OVERHEAD, end, append_time)
                 timestamp = append_time
             elif max_difference is not None and abs(timestamp - now) > max_difference:
                 raise _invalid_timestamp(timestamp, now, max_difference)
@@ -300,9 +302,10 @@ def _converted_message(
     up_time = append_time if append_time >= 0 else target_checks.now
     message = convert_message(memoryview(buffer)[start : start + size], target, up_time)
     if append_time >= 0:
-        message = bytearray(message)
-        _stamp(message, 0, len(message), append_time)
-    return bytes(message), up_time if target == 1 else NO_TIMESTAMP
+        stamped = bytearray(message)
+        _stamp(stamped, 0, len(stamped), append_time)
+        message = bytes(stamped)
+    return message, up_time if target == 1 else NO_TIMESTAMP
 
 
 def _checked_inner_set(
@@ -384,7 +387,8 @@ def _rebuilt_wrapper(
 
 
 def _splice(buffer: bytearray, replacements: list[tuple[int, int, bytes]]) -> bytearray:
-    parts, cursor = [], 0
+    parts: list[bytes | bytearray] = []
+    cursor = 0
     for start, end, data in replacements:
         parts.append(buffer[cursor:start])
         parts.append(data)

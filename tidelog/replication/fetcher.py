@@ -206,7 +206,7 @@ class ReplicaFetcher:
             )
         return answer["offset"]
 
-    async def _request(self, connection: Connection, api_key: ApiKey, version: int, body: dict):  # type: ignore[no-untyped-def]
+    async def _request(self, connection: Connection, api_key: ApiKey, version: int, body: dict):
         """A request to the leader, given up after replica.socket.timeout.ms (a leader that
         hangs; the connection is then opened again)."""
         try:
@@ -260,10 +260,10 @@ class ReplicaFetcher:
         for topic_answer in response["responses"]:
             for answer in topic_answer["partition_responses"]:
                 key = (topic_answer["topic"], answer["partition"])
-                partition = ready.get(key)
-                if partition is None or self.partitions.get(key) is not partition:
+                fetched = ready.get(key)
+                if fetched is None or self.partitions.get(key) is not fetched:
                     continue  # removed while the fetch was out
-                self._apply(partition, answer)
+                self._apply(fetched, answer)
 
     def _apply(self, partition: Partition, answer: dict) -> None:
         code = answer["error_code"]
