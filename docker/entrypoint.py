@@ -14,7 +14,6 @@ healthcheck reads admin.listener.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -31,19 +30,14 @@ DEFAULTS = {
 STANDALONE_ZOOKEEPER = Path("/var/lib/tidelog/zookeeper")
 
 
-def key_of(variable: str) -> str:
-    """broker.id of KAFKA_BROKER_ID; Confluent's rule for '_' and '-'."""
-    name = variable.removeprefix("KAFKA_").lower()
-    return re.sub("_+", lambda run: {1: ".", 2: "_"}.get(len(run[0]), "-"), name)
-
-
 def broker_properties(environment: dict[str, str]) -> dict[str, str]:
+    from tidelog.cluster.compose import setting_of
     from tidelog.config import read_properties
 
     properties = read_properties(MOUNTED_CONFIG) if MOUNTED_CONFIG.exists() else {}
     for variable, value in sorted(environment.items()):
         if variable.startswith("KAFKA_"):
-            properties[key_of(variable)] = value
+            properties[setting_of(variable)] = value
     for key, value in DEFAULTS.items():
         properties.setdefault(key, value)
     return properties

@@ -19,6 +19,7 @@ from typing import Any
 
 from testcontainers.core.container import DockerContainer
 
+from tidelog.cluster.compose import kafka_variable
 from tidelog.cluster.zookeeper import free_port
 
 DEFAULT_IMAGE = "tidelog-standalone:dev"
@@ -42,8 +43,7 @@ class TidelogContainer(DockerContainer):
 
     def with_config(self, key: str, value: str) -> TidelogContainer:
         """A broker setting under Kafka's name (``num.partitions``, ``log.segment.bytes``...)."""
-        variable = "KAFKA_" + key.replace("_", "__").replace(".", "_").upper()
-        self.with_env(variable, value)
+        self.with_env(kafka_variable(key), value)
         return self
 
     def start(self, timeout: float = 90.0) -> TidelogContainer:

@@ -31,9 +31,11 @@ def test_scenario_pauses_a_follower_container_and_loses_nothing(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "paused broker" in done.stdout and "verdict: PASS" in done.stdout
     # the project is gone: no container of it is left
-    project = next(
-        line.split()[3] for line in done.stdout.splitlines() if line.startswith("starting compose")
-    )
+    (project,) = [
+        line.partition("=")[2]
+        for line in (tmp_path / "compose.env").read_text().splitlines()
+        if line.startswith("COMPOSE_PROJECT_NAME=")
+    ]
     left = subprocess.run(
         [
             "docker",

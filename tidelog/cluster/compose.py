@@ -2,7 +2,8 @@
 
 A ``ComposeCluster`` is one compose project: ``docker compose -f compose.yaml --env-file
 DIR/compose.env``. The env file names the project and the host ports (every published port is on
-127.0.0.1), so several clusters can run side by side. Brokers are the services ``broker-{id}``.
+127.0.0.1), so several clusters can run side by side, and ``DIR/broker.env`` holds settings every
+broker starts with (KAFKA_* variables). Brokers are the services ``broker-{id}``.
 It offers what the scenario machinery (``tidelog.cluster.faults``, ``delivery``) uses of a
 ``LocalCluster``: ``bootstrap_servers``, ``zookeeper``, ``state.brokers``,
 ``broker(id).admin_port``, ``stop_broker``, ``start_broker``, ``signal_broker`` and a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -27,13 +29,25 @@ from tidelog.cluster.zookeeper import free_port
 
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
-# Broker settings compose.yaml takes from the env file (as TIDELOG_ZOOKEEPER_SESSION_TIMEOUT_MS...)
-COMPOSE_SETTINGS = (
-    "zookeeper.session.timeout.ms",
-    "replica.lag.time.max.ms",
-    "log.segment.bytes",
-    "replica.truncation.mode",
-)
+BROKER_SETTINGS_FILE = "broker.env"
+
+
+def kafka_variable(key: str) -> str:
+    """KAFKA_LOG_SEGMENT_BYTES of log.segment.bytes: a broker setting as tidelog's images take it
+    from the environment (Confluent's spelling: '.' is '_', '_' is '__', '-' is '___')."""
+    spelled = key.replace("-", "\0").replace("_", "__").replace(".", "_").replace("\0", "___")
+    return "KAFKA_" + spelled.upper()
+
+
+def setting_of(variable: str) -> str:
+    """log.segment.bytes of KAFKA_LOG_SEGMENT_BYTES (the inverse of ``kafka_variable``)."""
+    name = variable.removeprefix("KAFKA_").lower()
+    return re.sub("_+", lambda run: {1: ".", 2: "_"}.get(len(run[0]), "-"), name)
+
+
+def compose_environment(project: str, ports: dict[str, int]) -> dict[str, str]:
+    """What compose.yaml reads: the project's name and its host ports."""
+    return {"COMPOSE_PROJECT_NAME": project, **{key: str(value) for key, value in ports.items()}}
 
 
 @dataclass(frozen=True)
@@ -58,22 +72,6 @@ class ComposeBroker:
 @dataclass
 class ComposeState:
     brokers: dict[int, ComposeBroker] = field(default_factory=dict)
-
-
-def compose_environment(
-    project: str, ports: dict[str, int], settings: dict[str, str] | None = None
-) -> dict[str, str]:
-    """What compose.yaml reads: the project's name, its host ports, and broker settings (of
-    COMPOSE_SETTINGS)."""
-    environment = {"COMPOSE_PROJECT_NAME": project}
-    environment.update((key, str(value)) for key, value in ports.items())
-    for key, value in (settings or {}).items():
-        if key not in COMPOSE_SETTINGS:
-            raise ClusterError(
-                f"{key}: not a setting compose.yaml takes; allowed: {', '.join(COMPOSE_SETTINGS)}"
-            )
-        environment["TIDELOG_" + key.upper().replace(".", "_")] = value
-    return environment
 
 
 def free_ports() -> dict[str, int]:
@@ -124,11 +122,20 @@ class ComposeCluster:
     ) -> ComposeCluster:
         """Writes ``directory/compose.env`` for a project with these host ports (free ones by
         default) and broker settings; starts nothing."""
-        directory = Path(directory)
+        directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
-        environment = compose_environment(project, ports or free_ports(), settings)
+        environment = compose_environment(project, ports or free_ports())
+        environment["TIDELOG_BROKER_SETTINGS"] = str(directory / BROKER_SETTINGS_FILE)
         _write_environment(directory / ENV_FILE, environment)
-        return cls(directory, compose_file)
+        cluster = cls(directory, compose_file)
+        cluster.set_broker_settings(settings or {})
+        return cluster
+
+    def set_broker_settings(self, settings: dict[str, str]) -> None:
+        """Settings every broker starts with from now on, under Kafka's names (the broker
+        refuses a wrong one at start, naming it)."""
+        variables = {kafka_variable(key): value for key, value in settings.items()}
+        _write_environment(Path(self.environment["TIDELOG_BROKER_SETTINGS"]), variables)
 
     # -- addresses -----------------------------------------------------------------------------
 
@@ -178,7 +185,7 @@ class ComposeCluster:
         progress: Callable[[str], object] = print,
         build: bool = True,
     ) -> None:
-        """Starts the project with these broker settings (of COMPOSE_SETTINGS) and returns once
+        """Starts the project with these broker settings (Kafka's names) and returns once
         every service is healthy. As LocalCluster.up, for the scenario machinery; compose.yaml
         has three brokers."""
         if brokers != len(BROKERS):
@@ -186,9 +193,7 @@ class ComposeCluster:
                 f"compose.yaml runs {len(BROKERS)} brokers, not {brokers}; allowed: {len(BROKERS)}"
             )
         if overrides:
-            environment = self.environment | compose_environment(self.project, {}, overrides)
-            _write_environment(self.env_file, environment)
-            self.environment = environment
+            self.set_broker_settings(overrides)
         progress(f"starting compose project {self.project}")
         self.compose("up", "--wait", *(["--build"] if build else []))
         self.link_log_dirs()
