@@ -16,20 +16,23 @@ RUN if ! command -v python3.11 >/dev/null 2>&1; then \
             python3.11 python3.11-venv && rm -rf /var/lib/apt/lists/*; \
     fi
 
-FROM python AS venv
+# the dependencies: rebuilt only when pyproject.toml or the wheelhouse change
+FROM python AS dependencies
 COPY docker/install-venv.sh /usr/local/bin/
 COPY docker/wheels/ /wheels/
 COPY pyproject.toml /src/
 RUN install-venv.sh dependencies
-COPY README.md /src/
-COPY tidelog /src/tidelog
-RUN install-venv.sh tidelog
 
 FROM python
 RUN useradd --system --uid 10001 --user-group --home-dir /var/lib/tidelog --create-home tidelog \
     && mkdir -p /var/lib/tidelog/logs /etc/tidelog \
     && chown tidelog:tidelog /var/lib/tidelog/logs
-COPY --from=venv /opt/tidelog /opt/tidelog
+COPY --from=dependencies /opt/tidelog /opt/tidelog
+COPY docker/install-venv.sh /usr/local/bin/
+# tidelog itself: a change to its source rebuilds this small layer only
+COPY pyproject.toml README.md /src/
+COPY tidelog /src/tidelog
+RUN install-venv.sh tidelog && rm -rf /src
 COPY docker/entrypoint.py /opt/tidelog/entrypoint.py
 ENV PATH=/opt/tidelog/bin:$PATH PYTHONUNBUFFERED=1
 USER tidelog

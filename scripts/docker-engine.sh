@@ -21,7 +21,7 @@
 #      debian:bookworm-slim       Debian bookworm minbase + Debian's zookeeper package, Java and
 #                                 python3.11 with its venv module
 #    Both carry the label tidelog.base=debootstrap. They live in the engine's image store, so this
-#    happens once per machine (about 75 s each). The Debian mirror is the machine's own, read
+#    happens once per machine (about 75 s and 4 min). The Debian mirror is the machine's own, read
 #    from its apt sources.
 set -euo pipefail
 

@@ -30,7 +30,7 @@ def test_scenario_pauses_a_follower_container_and_loses_nothing(
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "paused broker" in done.stdout and "verdict: PASS" in done.stdout
-    # the project is gone: no container of it is left
+    # the project is gone: no container or volume of it is left
     (project,) = [
         line.partition("=")[2]
         for line in (tmp_path / "compose.env").read_text().splitlines()
@@ -50,3 +50,17 @@ def test_scenario_pauses_a_follower_container_and_loses_nothing(
         check=True,
     )
     assert left.stdout.strip() == ""
+    volumes = subprocess.run(
+        [
+            "docker",
+            "volume",
+            "ls",
+            "--quiet",
+            "--filter",
+            f"label=com.docker.compose.project={project}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert volumes.stdout.strip() == ""  # down -v took the log dirs too
