@@ -42,6 +42,10 @@ def _bool(text: str) -> bool:
     return lowered == "true"
 
 
+def _float(text: str) -> float:
+    return float(text.strip())
+
+
 def _str(text: str) -> str:
     return text.strip()
 
@@ -212,6 +216,16 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
     ("remote.storage.enable", None, _bool, False, (lambda _: True, "true or false")),
     ("local.retention.ms", None, _int, -2, _at_least(-2)),
     ("local.retention.bytes", None, _int, -2, _at_least(-2)),
+    # the log cleaner (Kafka 0.10's names and defaults)
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        _float,
+        0.5,
+        (lambda value: 0 <= value <= 1, "a number from 0 to 1"),
+    ),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms", _int, 86400000, _at_least(0)),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", _int, 0, _at_least(0)),
 ]
 
 TOPIC_KEYS: dict[str, ConfigKey] = {
@@ -347,6 +361,29 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("log.flush.start.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("replica.high.watermark.checkpoint.interval.ms", _int, 5000, _at_least(1)),
+        # the log cleaner (Kafka 0.10's names and defaults)
+        _key("log.cleaner.enable", _bool, True, (lambda _: True, "true or false")),
+        _key("log.cleaner.threads", _int, 1, _at_least(1, 64)),
+        _key("log.cleaner.dedupe.buffer.size", _int, 134217728, _at_least(24, 2**40)),
+        _key(
+            "log.cleaner.io.buffer.load.factor",
+            _float,
+            0.9,
+            (lambda value: 0 < value <= 1, "a number above 0, at most 1"),
+        ),
+        _key("log.cleaner.backoff.ms", _int, 15000, _at_least(0)),
+        # consumer groups and __consumer_offsets (Kafka 0.10's names and defaults)
+        _key("offsets.topic.num.partitions", _int, 50, _at_least(1, INT_MAX)),
+        _key("offsets.topic.replication.factor", _int, 3, _at_least(1, 32767)),
+        _key("offsets.topic.segment.bytes", _int, 104857600, _at_least(14, INT_MAX)),
+        _key("offsets.retention.minutes", _int, 1440, _at_least(1, INT_MAX)),
+        _key("offsets.retention.check.interval.ms", _int, 600000, _at_least(1)),
+        _key("offsets.commit.timeout.ms", _int, 5000, _at_least(1, INT_MAX)),
+        _key("offsets.commit.required.acks", _int, -1, (lambda v: v in (-1, 1), "-1 or 1")),
+        _key("offsets.load.buffer.size", _int, 5242880, _at_least(1, INT_MAX)),
+        _key("offset.metadata.max.bytes", _int, 4096, _at_least(0, INT_MAX)),
+        _key("group.min.session.timeout.ms", _int, 6000, _at_least(0, INT_MAX)),
+        _key("group.max.session.timeout.ms", _int, 300000, _at_least(0, INT_MAX)),
     ]
 }
 for _topic_name, _broker_name in TOPIC_TO_BROKER_KEY.items():

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import struct
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,23 @@ def wait_for_leaders(cluster: LocalCluster, topic: str, partitions: int) -> None
         return True
 
     wait_until(ready, 30, f"the leaders of {topic} to serve it")
+
+
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4"}
+
+
+def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set[str]:
+    """The codecs of the top-level messages in the leader's segment files of a partition, read
+    from the bytes as the format defines them (offset int64, size int32, crc uint32, magic
+    int8, attributes int8 whose low three bits are the codec), not through tidelog's code."""
+    leader = admin(cluster, 1, f"/topics/{topic}")["partitions"][partition]["leader"]
+    directory = Path(cluster.broker(leader).config).parent / "logs" / f"{topic}-{partition}"
+    found = set()
+    for segment in sorted(directory.glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + 18 <= len(data):
+            _, size, _, _, attributes = struct.unpack_from(">qiIbb", data, position)
+            found.add(CODEC_NAMES[attributes & 0x07])
+            position += 12 + size
+    return found

@@ -98,6 +98,32 @@ def test_broker_and_dump_log_errors(tmp_path):
     fails("dump-log", str(tmp_path / "00000000000000000000.log"), says="No such file", code=1)
 
 
+def test_scenario_and_perf_argument_errors_are_refused_before_anything_starts(tmp_path):
+    fails(
+        "scenario",
+        "replication",
+        "--failure",
+        "truncation_failover",
+        "--target",
+        "follower",
+        says="--target must be leader",
+    )
+    fails("scenario", "replication", "--failure", "meteor", says="invalid choice: 'meteor'")
+    fails(
+        "perf",
+        "produce",
+        "--topic",
+        "t",
+        "--num-records",
+        "1",
+        "--acks",
+        "2",
+        "--dir",
+        str(tmp_path),
+        says="invalid choice: '2'",
+    )
+
+
 def test_an_unknown_flag_shows_the_subcommand_s_usage():
     output = fails(
         "topic",

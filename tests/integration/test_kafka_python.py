@@ -10,6 +10,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record import MemoryRecords
 
+from tests.integration.conftest import codecs_on_disk
 from tidelog.records.format import iter_deep
 
 API_VERSIONS = [(0, 9), (0, 10, 0), (0, 10, 1)]
@@ -89,6 +90,7 @@ def test_kafka_python_produces_and_consumes(cluster, new_topic, api_version, com
 
     acked = produce(cluster, topic, api_version, messages, compression)
     records = consume(cluster, topic, api_version, len(messages))
+    assert codecs_on_disk(cluster, topic) == {compression or "none"}  # stored as sent
 
     assert [m.offset for m in acked] == list(range(len(messages)))
     assert [(r.offset, r.key, r.value) for r in records] == [

@@ -142,5 +142,8 @@ class AdminServer:
                         for s in partition_log.segments
                     ],
                 )
+                last_clean = self.logs.cleaner.last_clean.get((name, partition))
+                if last_clean is not None:
+                    entry["last_clean"] = last_clean.as_dict()
             partitions.append(entry)
         return web.json_response({"topic": name, "config": topic.config, "partitions": partitions})

@@ -12,6 +12,7 @@ from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, ReplicaManager
 from tidelog.clock import Clock
+from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, ReadResult
 from tidelog.log.segment import FileSlice
@@ -58,6 +59,10 @@ class RequestHandler:
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
         }
+
+    def register(self, handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]) -> None:
+        """Adds the handlers of APIs served by other packages (groups, topic admin)."""
+        self.handlers.update(handlers)
 
     def serves(self, api_key: int) -> bool:
         return api_key in self.handlers
@@ -148,7 +153,7 @@ class RequestHandler:
         return {
             "error_code": 0,
             "topic": name,
-            "is_internal": False,
+            "is_internal": name == OFFSETS_TOPIC,
             "partition_metadata": partitions,
         }
 

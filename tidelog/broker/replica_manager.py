@@ -56,6 +56,8 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._isr_updates: set[TopicPartition] = set()
+        # called after every apply_metadata (the group coordinator loads or unloads groups)
+        self.leadership_listeners: list[Callable[[], None]] = []
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -102,6 +104,8 @@ class ReplicaManager:
                     )
                 else:
                     partition.make_follower(-1, state.leader_epoch, replicas, isr)
+        for listener in self.leadership_listeners:
+            listener()
 
     def _fetcher_for(self, leader: int) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader)
@@ -129,6 +133,8 @@ class ReplicaManager:
         key = (topic, number)
         self._remove_from_fetchers(key)
         if self.partitions.pop(key, None) is not None:
+            for listener in self.leadership_listeners:
+                listener()
             log.info(
                 "%s-%d: no longer held here%s", topic, number, " (log deleted)" if delete else ""
             )

@@ -170,6 +170,8 @@ class KafkaServer:
         started = time.perf_counter()
         try:
             request = decode_request(frame)
+            request.client_host = "/" + peer.rpartition(":")[0]
+            request.listener = self.listener
         except UnsupportedRequest as unsupported:
             if unsupported.api_key == ApiKey.API_VERSIONS:
                 body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}

@@ -87,6 +87,8 @@ class LocalCluster:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory).resolve()
         self.state: ClusterState | None = self._load()
+        # brokers started by this object: their exit is known exactly (and with its status)
+        self._children: dict[int, subprocess.Popen] = {}
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -292,6 +294,7 @@ class LocalCluster:
                 start_new_session=True,
             )
         broker.process = ProcessRecord.of(process.pid, broker.config)
+        self._children[broker_id] = process
         self._save()
         if wait:
             self.wait_registered([broker_id], timeout)
@@ -351,17 +354,30 @@ class LocalCluster:
     def wait_registered(self, broker_ids: list[int], timeout: float = 60.0) -> None:
         def all_registered() -> bool:
             for broker_id in broker_ids:
-                broker = self.broker(broker_id)
-                if broker.process is not None and not broker.alive:
-                    log_path = broker.log_path
+                exit_status = self._exit_status(broker_id)
+                if exit_status is not None:
+                    log_path = self.broker(broker_id).log_path
                     tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
                     raise ClusterError(
-                        f"broker {broker_id} exited while starting; {log_path} ends with:\n"
-                        + "\n".join(tail)
+                        f"broker {broker_id} exited while starting ({exit_status}); {log_path} "
+                        "ends with:\n" + "\n".join(tail)
                     )
             return all(self.is_registered(broker_id) for broker_id in broker_ids)
 
         wait_until(all_registered, timeout, f"brokers {broker_ids} to register", interval=0.3)
+
+    def _exit_status(self, broker_id: int) -> str | None:
+        """How a starting broker ended, or None while it runs."""
+        child = self._children.get(broker_id)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return None
+            return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        broker = self.broker(broker_id)
+        if broker.process is not None and not broker.alive:
+            return "no longer running"
+        return None
 
     def status(self) -> list[dict]:
         if self.state is None:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import socket
+from functools import partial
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -13,6 +14,7 @@ from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from tidelog.broker.admin import AdminServer
 from tidelog.broker.control import ControlRequests
+from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.broker.metrics import Metrics
@@ -22,6 +24,9 @@ from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
+from tidelog.controller.topic_admin import TopicAdminRequests
+from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
+from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
@@ -61,6 +66,29 @@ class BrokerNode:
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
         )
+        self.coordinator_settings = CoordinatorSettings.from_config(config)
+        self.coordinator = GroupCoordinator(
+            self.coordinator_settings,
+            ReplicatedOffsetsLog(
+                self.replicas,
+                self.coordinator_settings.offsets_commit_required_acks,
+                self.coordinator_settings.offsets_commit_timeout_ms,
+            ),
+            self.clock,
+        )
+        self.groups = GroupRequests(
+            self.broker_id,
+            self.coordinator,
+            self.metadata,
+            self.replicas,
+            self.create_offsets_topic,
+            _ZooKeeperOffsets(self),
+        )
+        self.handler.register(self.groups.handlers())
+        self.topic_admin = TopicAdminRequests(
+            self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
+        )
+        self.handler.register(self.topic_admin.handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),
@@ -114,6 +142,15 @@ class BrokerNode:
             ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
             for (t, p), partition_log in self.logs
         ]
+        cleaner = self.logs.cleaner
+        for name in ("cleans", "bytes_read", "bytes_written", "messages_removed"):
+            self.metrics.gauges[f"tidelog_log_cleaner_{name}_total"] = partial(
+                lambda total: [({}, cleaner.totals[total])], name
+            )
+        self.metrics.gauges["tidelog_log_cleaner_last_clean_size_reduction"] = lambda: [
+            ({"topic": t, "partition": str(p)}, stats.size_reduction)
+            for (t, p), stats in list(cleaner.last_clean.items())
+        ]
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -152,6 +189,7 @@ class BrokerNode:
         self._tasks = [
             asyncio.create_task(self._refresh_on_watches()),
             asyncio.create_task(self.logs.scheduler.run_forever()),
+            asyncio.create_task(self.coordinator.run_offset_expiry()),
         ]
         log.info(
             "broker %d started: Kafka protocol on %s, admin API on port %d",
@@ -200,6 +238,7 @@ class BrokerNode:
         await self.control_plane.close()
         for server in self.servers:
             await server.stop()
+        self.coordinator.stop()
         await self.admin.stop()
         if self.zk is not None:
             self.registered = False
@@ -366,3 +405,50 @@ class BrokerNode:
         except KafkaError as error:
             if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 log.warning("could not auto-create topic %s: %s", topic, error)
+
+    async def create_offsets_topic(self) -> None:
+        """``__consumer_offsets`` on first use, with Kafka's settings: offsets.topic.* partitions
+        and segment size, compacted, replication factor offsets.topic.replication.factor or the
+        number of live brokers if fewer."""
+        settings = self.coordinator_settings
+        live = len(self.metadata.brokers)
+        replication_factor = min(settings.offsets_topic_replication_factor, live)
+        config = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(settings.offsets_topic_segment_bytes),
+        }
+        try:
+            await asyncio.to_thread(
+                topics.create_topic,
+                self.zk,
+                OFFSETS_TOPIC,
+                settings.offsets_topic_partitions,
+                replication_factor,
+                config,
+            )
+            log.info(
+                "created %s: %d partitions, replication factor %d",
+                OFFSETS_TOPIC,
+                settings.offsets_topic_partitions,
+                replication_factor,
+            )
+        except KafkaError as error:
+            if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                log.warning("could not create %s: %s", OFFSETS_TOPIC, error)
+
+
+class _ZooKeeperOffsets:
+    """OffsetCommit/OffsetFetch v0 through the broker's ZooKeeper session."""
+
+    def __init__(self, node: BrokerNode) -> None:
+        self.node = node
+
+    async def write(self, group: str, topic: str, partition: int, offset: int) -> None:
+        await asyncio.to_thread(
+            zookeeper.write_consumer_offset, self.node.zk, group, topic, partition, offset
+        )
+
+    async def read(self, group: str, topic: str, partition: int) -> int | None:
+        return await asyncio.to_thread(
+            zookeeper.read_consumer_offset, self.node.zk, group, topic, partition
+        )

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from tidelog.broker.handlers import valid_topic_name
-from tidelog.config import TOPIC_KEYS, parse_config
+from tidelog.config import TOPIC_KEYS, ConfigError, parse_config
 from tidelog.controller import zookeeper
 from tidelog.errors import ErrorCode, KafkaError
 
@@ -51,6 +51,28 @@ def assign_replicas(
     return assignment
 
 
+def check_assignment(brokers: list[int], assignment: dict[int, list[int]]) -> None:
+    """An explicit assignment: partitions 0..n-1, each with the same number of distinct live
+    brokers; INVALID_REPLICA_ASSIGNMENT otherwise."""
+
+    def invalid(why: str) -> KafkaError:
+        return KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, why)
+
+    if sorted(assignment) != list(range(len(assignment))) or not assignment:
+        raise invalid(f"partitions {sorted(assignment)} are not numbered 0 to n-1")
+    sizes = {len(replicas) for replicas in assignment.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise invalid(f"partitions have different replica counts {sorted(sizes)}")
+    for partition, replicas in assignment.items():
+        if len(set(replicas)) != len(replicas):
+            raise invalid(f"partition {partition} names a broker twice: {replicas}")
+        if not set(replicas) <= set(brokers):
+            raise invalid(
+                f"partition {partition}: brokers {sorted(set(replicas) - set(brokers))} "
+                f"are not live (live: {sorted(brokers)})"
+            )
+
+
 def colliding_topics(topic: str, existing: list[str]) -> list[str]:
     """Existing topics other than ``topic`` that are the same name once '.' is read as '_', as
     Kafka refuses them (they would share metric names)."""
@@ -64,15 +86,23 @@ def create_topic(
     partitions: int,
     replication_factor: int,
     config: dict[str, str] | None = None,
+    *,
+    assignment: dict[int, list[int]] | None = None,
+    validate_only: bool = False,
 ) -> dict[int, list[int]]:
-    """Creates ``topic`` over the live brokers; TOPIC_ALREADY_EXISTS if it is there."""
+    """Creates ``topic`` over the live brokers (or on the brokers an explicit ``assignment``
+    names); TOPIC_ALREADY_EXISTS if it is there. ``validate_only`` checks and creates nothing.
+    A bad config is INVALID_CONFIG, naming the key and the allowed values."""
     if not valid_topic_name(topic):
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"{topic!r}: a topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -",
         )
     config = dict(config or {})
-    parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
+    try:
+        parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
+    except ConfigError as error:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(error)) from None
     colliding = colliding_topics(topic, zk.get_children(zookeeper.TOPICS))
     if colliding:
         raise KafkaError(
@@ -81,7 +111,14 @@ def create_topic(
             "('.' and '_' are the same in metric names)",
         )
     brokers = list(zookeeper.read_brokers(zk))
-    assignment = assign_replicas(brokers, partitions, replication_factor)
+    if assignment is None:
+        assignment = assign_replicas(brokers, partitions, replication_factor)
+    else:
+        check_assignment(brokers, assignment)
+    if zk.exists(zookeeper.topic_path(topic)):
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic!r} exists")
+    if validate_only:
+        return assignment
     try:
         zookeeper.create_topic_nodes(zk, topic, assignment, config)
     except NodeExistsError:

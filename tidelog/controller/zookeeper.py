@@ -325,6 +325,36 @@ def take_preferred_leader_election(zk: KazooClient) -> list[tuple[str, int]] | N
     return [(p["topic"], int(p["partition"])) for p in _json(data).get("partitions", [])]
 
 
+def consumer_offset_path(group: str, topic: str, partition: int) -> str:
+    return f"/consumers/{group}/offsets/{topic}/{partition}"
+
+
+def write_consumer_offset(
+    zk: KazooClient, group: str, topic: str, partition: int, offset: int
+) -> None:
+    """An OffsetCommit v0: the offset as a decimal string, where 0.8/0.9 consumers keep it."""
+    path = consumer_offset_path(group, topic, partition)
+    data = str(offset).encode()
+    try:
+        zk.set(path, data)
+    except NoNodeError:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            zk.set(path, data)
+
+
+def read_consumer_offset(zk: KazooClient, group: str, topic: str, partition: int) -> int | None:
+    try:
+        data = zk.get(consumer_offset_path(group, topic, partition))[0]
+    except NoNodeError:
+        return None
+    try:
+        return int(data.decode())
+    except ValueError:
+        return None
+
+
 def request_topic_deletion(zk: KazooClient, topic: str) -> None:
     if not zk.exists(topic_path(topic)):
         raise KeyError(topic)

@@ -37,6 +37,9 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
 
     @classmethod
     def from_topic_config(

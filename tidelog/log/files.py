@@ -8,6 +8,10 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# Added after a segment file's own suffix while the log cleaner swaps segments.
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
 
 
 def segment_name(base_offset: int, suffix: str) -> str:

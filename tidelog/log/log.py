@@ -15,9 +15,12 @@ from tidelog.clock import Clock, SystemClock
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     base_offset_of,
     segment_file,
@@ -31,6 +34,7 @@ from tidelog.records.format import (
     CODEC_MASK,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
+    OFFSET_AND_SIZE,
     iter_inner,
     scan_entries,
     view_at,
@@ -41,7 +45,7 @@ log = logging.getLogger(__name__)
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
-LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
+LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,7 @@ class Log:
         return min(checkpointed, self.log_end_offset)
 
     def _load(self, recovery_point: int, needs_recovery: bool) -> None:
+        self._recover_swaps()
         for path in self.directory.iterdir():
             if path.suffix in LEFTOVER_SUFFIXES:
                 log.info("%s: removing a leftover of an interrupted operation", path)
@@ -607,6 +612,76 @@ class Log:
             )
         return deleted
 
+    # -- compaction ----------------------------------------------------------------------------
+
+    def new_segment_file(self, base_offset: int, suffix: str) -> LogSegment:
+        """A segment outside the collection whose files carry ``suffix`` after their own (the
+        cleaner's ``.cleaned``); leftover files of those names are replaced."""
+        for name in SEGMENT_SUFFIXES:
+            segment_file(self.directory, base_offset, name + suffix).unlink(missing_ok=True)
+        return LogSegment(
+            self.directory,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            suffix=suffix,
+        )
+
+    def replace_segments(self, cleaned: LogSegment, old: list[LogSegment]) -> bool:
+        """Swaps a cleaned segment (files ``.cleaned``) in for the ``old`` segments it was made
+        from, in steps after each of which a crash leaves a log that ``_recover_swaps`` turns
+        into either the old segments or the cleaned one:
+
+        1. the cleaned files become ``.swap`` (from here on, opening the log finishes the swap);
+        2. the collection takes the cleaned segment in place of the old ones, and the old
+           segments' files become ``.deleted``;
+        3. the ``.swap`` files lose their suffix: the cleaned segment is the live one;
+        4. the old segments' files are deleted (in the background).
+
+        Steps 1-3 hold the lock, so that no truncation comes between the check that the old
+        segments are still there and the swap file that would bring them back.
+
+        False, and the cleaned files deleted, if an old segment left the collection meanwhile
+        (truncation, retention, the log deleted): nothing is swapped.
+        """
+        with self.lock:  # a truncation must not come between the check and the swap file
+            if not all(segment in self.segments for segment in old):
+                cleaned.delete()
+                return False
+            cleaned.change_suffix(SWAP_SUFFIX)
+            for segment in old:
+                self.segments.remove(segment)
+            self.segments.add(cleaned)
+            for segment in old:
+                segment.change_suffix(DELETED_SUFFIX)
+            cleaned.change_suffix("")
+        for segment in old:
+            self._delete_files(segment)
+        return True
+
+    def _recover_swaps(self) -> None:
+        """Finishes the swaps a crash interrupted. A ``{base}.log.swap`` holds what a clean
+        kept of the segments from ``base`` to its last offset, all of it on disk (it was
+        flushed before it was renamed), so those segments' files go and the swap file takes
+        their place; its indexes are rebuilt when the segment is loaded."""
+        for swap in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            base = base_offset_of(swap)
+            last = _last_offset_in(swap)
+            for path in segment_files(self.directory):
+                if base <= base_offset_of(path) <= max(base, last):
+                    for name in SEGMENT_SUFFIXES:
+                        path.with_suffix(name).unlink(missing_ok=True)
+            for name in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                segment_file(self.directory, base, name + SWAP_SUFFIX).unlink(missing_ok=True)
+            os.replace(swap, segment_file(self.directory, base, LOG_SUFFIX))
+            log.warning(
+                "%s: finished swapping in cleaned segment %d (offsets up to %d), which a crash "
+                "had interrupted",
+                self.directory,
+                base,
+                last,
+            )
+
     def _delete_files(self, segment: LogSegment) -> None:
         """Deletes the files of a segment already out of the collection, in the background when
         the log has one (outside the lock: see the class docstring)."""
@@ -647,3 +722,15 @@ class Log:
             f"Log({self.directory.name}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, hw={self.high_watermark}, segments={len(self.segments)})"
         )
+
+
+def _last_offset_in(path: Path) -> int:
+    """The offset of the last whole entry of a segment's log file (-1 if none)."""
+    data = path.read_bytes()
+    position, last = 0, -1
+    while position + LOG_OVERHEAD <= len(data):
+        offset, size = OFFSET_AND_SIZE.unpack_from(data, position)
+        if size < 0 or position + LOG_OVERHEAD + size > len(data):
+            break
+        last, position = offset, position + LOG_OVERHEAD + size
+    return last

@@ -11,6 +11,7 @@ from typing import Any
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkpoint
+from tidelog.log.cleaner import CleanerSettings, LogCleaner
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.scheduler import Scheduler
@@ -57,6 +58,7 @@ class LogManager:
         # Flushes of rolled segments and deletions of segment files run here, off the append
         # path and the event loop, as Kafka's do; one thread keeps them in order.
         self.background_pool = WorkerPool("log-background", threads=1)
+        self.cleaner = LogCleaner(CleanerSettings.from_config(self.broker_config), self, self.clock)
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -86,6 +88,7 @@ class LogManager:
         )
         if config["log.flush.interval.ms"] < 2**63 - 1:
             self.scheduler.schedule("log flush", config["log.flush.interval.ms"], self.flush_logs)
+        self.cleaner.start()
 
     def _load_dir(self, directory: Path) -> None:
         clean_file = directory / CLEAN_SHUTDOWN_FILE
@@ -135,6 +138,7 @@ class LogManager:
     def shutdown(self) -> None:
         """A clean shutdown: every log flushed and closed with trimmed indexes, checkpoints
         written, and the clean-shutdown marker left for the next start."""
+        self.cleaner.stop()
         self.background_pool.shutdown()
         for partition_log in self.logs.values():
             partition_log.close()
@@ -177,8 +181,13 @@ class LogManager:
         log.info("created log for %s-%d in %s", topic, partition, directory)
         return created
 
+    def dir_of(self, key: TopicPartition) -> Path:
+        """The log dir holding ``key``'s log."""
+        return self._dir_of[key]
+
     def delete(self, topic: str, partition: int) -> None:
         key = (topic, partition)
+        self.cleaner.abort(key)
         removed = self.logs.pop(key, None)
         self._dir_of.pop(key, None)
         if removed is not None:

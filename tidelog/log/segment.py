@@ -14,7 +14,6 @@ from tidelog.errors import KafkaError
 from tidelog.log.files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
-    SEGMENT_SUFFIXES,
     TIME_INDEX_SUFFIX,
     segment_file,
 )
@@ -28,6 +27,7 @@ from tidelog.records.format import (
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
     read_entry,
+    scan_entries,
 )
 
 log = logging.getLogger(__name__)
@@ -69,17 +69,19 @@ class LogSegment:
         *,
         index_interval_bytes: int,
         max_index_size: int,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.max_index_size = max_index_size
-        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX)
+        self.suffix = suffix  # after each file's own suffix: the cleaner's .cleaned and .swap
+        self.log_path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
         self.file: BinaryIO = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
         self._fd = self.file.fileno()
         self.size = os.fstat(self._fd).st_size
-        self.index = self._open_index(OffsetIndex, INDEX_SUFFIX)
-        self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX)
+        self.index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix)
+        self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX + suffix)
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
@@ -345,8 +347,48 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for suffix in SEGMENT_SUFFIXES:
-            segment_file(self.directory, self.base_offset, suffix).unlink(missing_ok=True)
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def change_suffix(self, new: str) -> None:
+        """Renames the three files to carry ``new`` after their own suffix ("" for none); the
+        open file and the index mappings stay valid."""
+        log_path = segment_file(self.directory, self.base_offset, LOG_SUFFIX + new)
+        os.rename(self.log_path, log_path)
+        self.log_path = log_path
+        self.index.rename(segment_file(self.directory, self.base_offset, INDEX_SUFFIX + new))
+        self.time_index.rename(
+            segment_file(self.directory, self.base_offset, TIME_INDEX_SUFFIX + new)
+        )
+        self.suffix = new
+
+    def append_entries(self, data: bytes | bytearray | memoryview) -> None:
+        """Appends whole entries as they are, offsets and all (the log cleaner's survivors)."""
+        scan = scan_entries(data, self.next_offset)
+        if scan.end != len(data):
+            raise ValueError(f"{self.log_path}: a partial entry at position {scan.end}")
+        self.append(
+            scan.first_offset,
+            scan.last_offset,
+            scan.max_timestamp,
+            scan.offset_of_max_timestamp,
+            data,
+        )
+
+    def finish_cleaned(self, last_modified_ms: int, next_base_offset: int) -> None:
+        """Makes a segment the cleaner wrote ready to replace others: its indexes rebuilt from
+        the data (every entry checked again), the modification time of the newest segment it
+        replaces (retention and the delete horizon go by it), the final time index entry, and
+        everything on disk."""
+        cut = self.recover()
+        if cut:
+            raise ValueError(f"{self.log_path}: the cleaned segment failed its check ({cut} bytes)")
+        nanoseconds = last_modified_ms * 1_000_000
+        os.utime(self.log_path, ns=(nanoseconds, nanoseconds))
+        self.on_roll(next_base_offset)
+        self.flush()
 
     def __repr__(self) -> str:
         return (

@@ -27,6 +27,8 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: dict[str, Any]
+    client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
+    listener: str = "PLAINTEXT"  # the listener it came in on (GroupCoordinator answers on it)
 
 
 def decode_request(frame: bytes | memoryview) -> Request:

@@ -10,6 +10,7 @@ from enum import IntEnum
 
 from tidelog.protocol.types import (
     BOOLEAN,
+    BYTES,
     INT16,
     INT32,
     INT64,
@@ -27,7 +28,18 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    GROUP_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     OFFSETS_FOR_LEADER_EPOCH = 23
 
 
@@ -254,6 +266,185 @@ OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0 = schema(
 )
 
 
+# -- Consumer groups -----------------------------------------------------------------------------
+
+GROUP_COORDINATOR_REQUEST_V0 = schema(("group_id", STRING))
+GROUP_COORDINATOR_RESPONSE_V0 = schema(
+    ("error_code", INT16), ("coordinator_id", INT32), ("host", STRING), ("port", INT32)
+)
+_GROUP_PROTOCOLS = (
+    "group_protocols",
+    Array(schema(("protocol_name", STRING), ("protocol_metadata", BYTES))),
+)
+JOIN_GROUP_REQUEST_V0 = schema(
+    ("group_id", STRING),
+    ("session_timeout", INT32),
+    ("member_id", STRING),
+    ("protocol_type", STRING),
+    _GROUP_PROTOCOLS,
+)
+JOIN_GROUP_REQUEST_V1 = schema(
+    ("group_id", STRING),
+    ("session_timeout", INT32),
+    ("rebalance_timeout", INT32),
+    ("member_id", STRING),
+    ("protocol_type", STRING),
+    _GROUP_PROTOCOLS,
+)
+JOIN_GROUP_RESPONSE_V0 = schema(
+    ("error_code", INT16),
+    ("generation_id", INT32),
+    ("group_protocol", STRING),
+    ("leader_id", STRING),
+    ("member_id", STRING),
+    ("members", Array(schema(("member_id", STRING), ("member_metadata", BYTES)))),
+)
+SYNC_GROUP_REQUEST_V0 = schema(
+    ("group_id", STRING),
+    ("generation_id", INT32),
+    ("member_id", STRING),
+    ("group_assignment", Array(schema(("member_id", STRING), ("member_assignment", BYTES)))),
+)
+SYNC_GROUP_RESPONSE_V0 = schema(("error_code", INT16), ("member_assignment", BYTES))
+HEARTBEAT_REQUEST_V0 = schema(("group_id", STRING), ("generation_id", INT32), ("member_id", STRING))
+HEARTBEAT_RESPONSE_V0 = schema(("error_code", INT16))
+LEAVE_GROUP_REQUEST_V0 = schema(("group_id", STRING), ("member_id", STRING))
+LEAVE_GROUP_RESPONSE_V0 = schema(("error_code", INT16))
+
+
+def _offset_commit_request(partition: Schema, *header: tuple[str, object]) -> Schema:
+    topics = Array(schema(("topic", STRING), ("partitions", Array(partition))))
+    return schema(("group_id", STRING), *header, ("topics", topics))
+
+
+OFFSET_COMMIT_REQUEST_V0 = _offset_commit_request(
+    schema(("partition", INT32), ("offset", INT64), ("metadata", NULLABLE_STRING))
+)
+OFFSET_COMMIT_REQUEST_V1 = _offset_commit_request(
+    schema(
+        ("partition", INT32),
+        ("offset", INT64),
+        ("timestamp", INT64),
+        ("metadata", NULLABLE_STRING),
+    ),
+    ("generation_id", INT32),
+    ("member_id", STRING),
+)
+OFFSET_COMMIT_REQUEST_V2 = _offset_commit_request(
+    schema(("partition", INT32), ("offset", INT64), ("metadata", NULLABLE_STRING)),
+    ("generation_id", INT32),
+    ("member_id", STRING),
+    ("retention_time", INT64),
+)
+OFFSET_COMMIT_RESPONSE_V0 = schema(
+    (
+        "responses",
+        Array(
+            schema(
+                ("topic", STRING),
+                (
+                    "partition_responses",
+                    Array(schema(("partition", INT32), ("error_code", INT16))),
+                ),
+            )
+        ),
+    )
+)
+OFFSET_FETCH_REQUEST_V0 = schema(
+    ("group_id", STRING),
+    (
+        "topics",
+        Array(schema(("topic", STRING), ("partitions", Array(schema(("partition", INT32)))))),
+    ),
+)
+OFFSET_FETCH_RESPONSE_V0 = schema(
+    (
+        "responses",
+        Array(
+            schema(
+                ("topic", STRING),
+                (
+                    "partition_responses",
+                    Array(
+                        schema(
+                            ("partition", INT32),
+                            ("offset", INT64),
+                            ("metadata", NULLABLE_STRING),
+                            ("error_code", INT16),
+                        )
+                    ),
+                ),
+            )
+        ),
+    )
+)
+DESCRIBE_GROUPS_REQUEST_V0 = schema(("group_ids", Array(STRING)))
+DESCRIBE_GROUPS_RESPONSE_V0 = schema(
+    (
+        "groups",
+        Array(
+            schema(
+                ("error_code", INT16),
+                ("group_id", STRING),
+                ("state", STRING),
+                ("protocol_type", STRING),
+                ("protocol", STRING),
+                (
+                    "members",
+                    Array(
+                        schema(
+                            ("member_id", STRING),
+                            ("client_id", STRING),
+                            ("client_host", STRING),
+                            ("member_metadata", BYTES),
+                            ("member_assignment", BYTES),
+                        )
+                    ),
+                ),
+            )
+        ),
+    )
+)
+LIST_GROUPS_REQUEST_V0 = schema()
+LIST_GROUPS_RESPONSE_V0 = schema(
+    ("error_code", INT16),
+    ("groups", Array(schema(("group_id", STRING), ("protocol_type", STRING)))),
+)
+
+# -- Topic admin ---------------------------------------------------------------------------------
+
+
+def _create_topics_request(config_value: object, *tail: tuple[str, object]) -> Schema:
+    topic = schema(
+        ("topic", STRING),
+        ("num_partitions", INT32),
+        ("replication_factor", INT16),
+        (
+            "replica_assignment",
+            Array(schema(("partition", INT32), ("replicas", Array(INT32)))),
+        ),
+        ("config_entries", Array(schema(("config_name", STRING), ("config_value", config_value)))),
+    )
+    return schema(("create_topic_requests", Array(topic)), ("timeout", INT32), *tail)
+
+
+CREATE_TOPICS_REQUEST_V0 = _create_topics_request(STRING)
+CREATE_TOPICS_REQUEST_V1 = _create_topics_request(NULLABLE_STRING, ("validate_only", BOOLEAN))
+CREATE_TOPICS_RESPONSE_V0 = schema(
+    ("topic_errors", Array(schema(("topic", STRING), ("error_code", INT16))))
+)
+CREATE_TOPICS_RESPONSE_V1 = schema(
+    (
+        "topic_errors",
+        Array(schema(("topic", STRING), ("error_code", INT16), ("error_message", NULLABLE_STRING))),
+    )
+)
+DELETE_TOPICS_REQUEST_V0 = schema(("topics", Array(STRING)), ("timeout", INT32))
+DELETE_TOPICS_RESPONSE_V0 = schema(
+    ("topic_error_codes", Array(schema(("topic", STRING), ("error_code", INT16))))
+)
+
+
 @dataclass(frozen=True)
 class Api:
     """One API: its request and response schema for each supported version (index = version)."""
@@ -296,5 +487,36 @@ APIS: dict[int, Api] = {
             (OFFSETS_FOR_LEADER_EPOCH_REQUEST_V0,),
             (OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0,),
         ),
+        Api(
+            ApiKey.GROUP_COORDINATOR,
+            (GROUP_COORDINATOR_REQUEST_V0,),
+            (GROUP_COORDINATOR_RESPONSE_V0,),
+        ),
+        Api(
+            ApiKey.JOIN_GROUP,
+            (JOIN_GROUP_REQUEST_V0, JOIN_GROUP_REQUEST_V1),
+            (JOIN_GROUP_RESPONSE_V0, JOIN_GROUP_RESPONSE_V0),
+        ),
+        Api(ApiKey.SYNC_GROUP, (SYNC_GROUP_REQUEST_V0,), (SYNC_GROUP_RESPONSE_V0,)),
+        Api(ApiKey.HEARTBEAT, (HEARTBEAT_REQUEST_V0,), (HEARTBEAT_RESPONSE_V0,)),
+        Api(ApiKey.LEAVE_GROUP, (LEAVE_GROUP_REQUEST_V0,), (LEAVE_GROUP_RESPONSE_V0,)),
+        Api(
+            ApiKey.OFFSET_COMMIT,
+            (OFFSET_COMMIT_REQUEST_V0, OFFSET_COMMIT_REQUEST_V1, OFFSET_COMMIT_REQUEST_V2),
+            (OFFSET_COMMIT_RESPONSE_V0,) * 3,
+        ),
+        Api(
+            ApiKey.OFFSET_FETCH,
+            (OFFSET_FETCH_REQUEST_V0,) * 2,
+            (OFFSET_FETCH_RESPONSE_V0,) * 2,
+        ),
+        Api(ApiKey.DESCRIBE_GROUPS, (DESCRIBE_GROUPS_REQUEST_V0,), (DESCRIBE_GROUPS_RESPONSE_V0,)),
+        Api(ApiKey.LIST_GROUPS, (LIST_GROUPS_REQUEST_V0,), (LIST_GROUPS_RESPONSE_V0,)),
+        Api(
+            ApiKey.CREATE_TOPICS,
+            (CREATE_TOPICS_REQUEST_V0, CREATE_TOPICS_REQUEST_V1),
+            (CREATE_TOPICS_RESPONSE_V0, CREATE_TOPICS_RESPONSE_V1),
+        ),
+        Api(ApiKey.DELETE_TOPICS, (DELETE_TOPICS_REQUEST_V0,), (DELETE_TOPICS_RESPONSE_V0,)),
     ]
 }

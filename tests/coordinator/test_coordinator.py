@@ -1,0 +1,285 @@
+"""The group state machine and committed offsets, on real logs of ``__consumer_offsets``.
+
+The coordinator writes through ``LogStore``, which appends to real partition logs as their
+leader (the replication a broker adds is covered by the integration tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tidelog.clock import ManualClock
+from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
+from tidelog.coordinator.group import GroupState
+from tidelog.coordinator.records import partition_for
+from tidelog.errors import ErrorCode
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
+from tidelog.records.format import Record, build_message_set
+
+PARTITIONS = 4
+SETTINGS = CoordinatorSettings(
+    offsets_topic_partitions=PARTITIONS,
+    group_min_session_timeout_ms=50,
+    group_max_session_timeout_ms=60000,
+)
+PROTOCOLS = [("range", b"range-subscription"), ("roundrobin", b"rr-subscription")]
+
+
+class LogStore:
+    """Offsets partitions as real logs in a directory; every append is acknowledged at once."""
+
+    def __init__(self, directory: Path, clock: ManualClock) -> None:
+        self.clock = clock
+        config = LogConfig(cleanup_policy=("compact",))
+        self.logs = {
+            p: Log(directory / f"__consumer_offsets-{p}", config, clock=clock)
+            for p in range(PARTITIONS)
+        }
+
+    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> None:
+        records = [Record(key, value, self.clock.milliseconds()) for key, value in entries]
+        partition_log = self.logs[partition]
+        partition_log.append_as_leader(build_message_set(records, magic=1))
+        partition_log.high_watermark = partition_log.log_end_offset
+
+    def log(self, partition: int) -> Log | None:
+        return self.logs[partition]
+
+
+def coordinator_over(store: LogStore, settings: CoordinatorSettings = SETTINGS):
+    coordinator = GroupCoordinator(settings, store, store.clock)
+    coordinator.on_leadership(dict.fromkeys(range(PARTITIONS), 0))
+    return coordinator
+
+
+async def loaded(coordinator: GroupCoordinator) -> None:
+    await asyncio.gather(*coordinator.loading.values())
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LogStore(tmp_path, ManualClock())
+
+
+def join(coordinator, group="g", member="", session=6000, protocols=PROTOCOLS):
+    return coordinator.join_group(
+        group, member, "client", "/127.0.0.1", session, session, "consumer", protocols
+    )
+
+
+async def stable_group_of_one(coordinator, group="g"):
+    joined = await join(coordinator, group)
+    assert joined.error == ErrorCode.NONE
+    error, assignment = await coordinator.sync_group(
+        group, joined.generation, joined.member_id, {joined.member_id: b"all of it"}
+    )
+    assert (error, assignment) == (ErrorCode.NONE, b"all of it")
+    return joined
+
+
+def test_one_member_joins_leads_and_syncs_to_a_stable_group(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        joined = await stable_group_of_one(coordinator)
+
+        assert (joined.generation, joined.protocol, joined.leader_id) == (
+            1,
+            "range",
+            joined.member_id,
+        )
+        assert joined.members == ((joined.member_id, b"range-subscription"),)
+        assert coordinator.groups["g"].state == GroupState.STABLE
+        assert await coordinator.heartbeat("g", 1, joined.member_id) == ErrorCode.NONE
+        described = coordinator.describe_group("g")
+        assert described["state"] == "Stable" and described["protocol"] == "range"
+        assert described["members"][0]["member_assignment"] == b"all of it"
+        assert coordinator.list_groups() == (ErrorCode.NONE, [("g", "consumer")])
+
+    asyncio.run(scenario())
+
+
+def test_wrong_generation_unknown_member_and_bad_session_timeouts_get_kafkas_errors(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        joined = await stable_group_of_one(coordinator)
+        member = joined.member_id
+
+        assert await coordinator.heartbeat("g", 7, member) == ErrorCode.ILLEGAL_GENERATION
+        assert await coordinator.heartbeat("g", 1, "stranger") == ErrorCode.UNKNOWN_MEMBER_ID
+        assert await coordinator.heartbeat("nobody", 1, member) == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await coordinator.sync_group("g", 9, member, {}))[0] == (
+            ErrorCode.ILLEGAL_GENERATION
+        )
+        assert (await join(coordinator, "g", "stranger")).error == ErrorCode.UNKNOWN_MEMBER_ID
+        assert (await join(coordinator, "h", session=10)).error == (
+            ErrorCode.INVALID_SESSION_TIMEOUT
+        )
+        assert (await join(coordinator, "h", session=10**6)).error == (
+            ErrorCode.INVALID_SESSION_TIMEOUT
+        )
+        assert (await join(coordinator, "")).error == ErrorCode.INVALID_GROUP_ID
+        other = [("sticky", b"")]
+        assert (await join(coordinator, "g", protocols=other)).error == (
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        )
+        assert await coordinator.leave_group("g", "stranger") == ErrorCode.UNKNOWN_MEMBER_ID
+        commits = await coordinator.commit_offsets("g", 5, member, -1, {("t", 0): (1, "", -1)})
+        assert commits == {("t", 0): ErrorCode.ILLEGAL_GENERATION}
+
+    asyncio.run(scenario())
+
+
+def test_a_second_member_starts_a_rebalance_that_ends_when_the_first_rejoins(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        first = await stable_group_of_one(coordinator)
+        second_joining = asyncio.ensure_future(join(coordinator))
+        await asyncio.sleep(0)
+
+        assert coordinator.groups["g"].state == GroupState.PREPARING_REBALANCE
+        assert await coordinator.heartbeat("g", 1, first.member_id) == (
+            ErrorCode.REBALANCE_IN_PROGRESS
+        )
+        commit = await coordinator.commit_offsets(
+            "g", 1, first.member_id, -1, {("t", 0): (5, "", -1)}
+        )
+        assert commit == {("t", 0): ErrorCode.NONE}  # allowed while preparing, as in Kafka
+        first_again, second = await asyncio.gather(
+            join(coordinator, member=first.member_id), second_joining
+        )
+
+        assert first_again.generation == second.generation == 2
+        assert coordinator.groups["g"].state == GroupState.AWAITING_SYNC
+        assert len(first_again.members) == 2 and second.members == ()
+        assert await coordinator.heartbeat("g", 2, second.member_id) == (
+            ErrorCode.REBALANCE_IN_PROGRESS
+        )
+        commit = await coordinator.commit_offsets(
+            "g", 2, second.member_id, -1, {("t", 0): (6, "", -1)}
+        )
+        assert commit == {("t", 0): ErrorCode.REBALANCE_IN_PROGRESS}
+        follower_sync = asyncio.ensure_future(coordinator.sync_group("g", 2, second.member_id, {}))
+        leader_sync = await coordinator.sync_group(
+            "g", 2, first.member_id, {first.member_id: b"p0", second.member_id: b"p1"}
+        )
+        assert leader_sync == (ErrorCode.NONE, b"p0")
+        assert await follower_sync == (ErrorCode.NONE, b"p1")
+        assert coordinator.groups["g"].state == GroupState.STABLE
+
+    asyncio.run(scenario())
+
+
+def test_a_member_without_heartbeats_is_removed_after_its_session_timeout(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        joined = await join(coordinator, session=100)
+        await coordinator.sync_group("g", 1, joined.member_id, {joined.member_id: b"x"})
+        group = coordinator.groups["g"]
+
+        deadline = asyncio.get_running_loop().time() + 5
+        while group.state != GroupState.EMPTY:
+            assert asyncio.get_running_loop().time() < deadline, f"group is {group.state}"
+            await asyncio.sleep(0.05)
+
+        assert group.members == {} and group.generation == 2
+        assert await coordinator.heartbeat("g", 1, joined.member_id) == (
+            ErrorCode.UNKNOWN_MEMBER_ID
+        )
+
+    asyncio.run(scenario())
+
+
+def test_commits_and_the_group_survive_a_new_coordinator_reading_the_log(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        joined = await stable_group_of_one(coordinator)
+        commits = await coordinator.commit_offsets(
+            "g",
+            1,
+            joined.member_id,
+            -1,
+            {("t", 0): (42, "meta", -1), ("t", 1): (7, "", -1), ("u", 0): (1, "x" * 5000, -1)},
+        )
+        assert commits == {
+            ("t", 0): ErrorCode.NONE,
+            ("t", 1): ErrorCode.NONE,
+            ("u", 0): ErrorCode.OFFSET_METADATA_TOO_LARGE,
+        }
+        simple = await coordinator.commit_offsets("solo", -1, "", -1, {("t", 0): (3, "", -1)})
+        assert simple == {("t", 0): ErrorCode.NONE}  # a consumer assigning its own partitions
+        coordinator.stop()
+
+        successor = coordinator_over(store)
+        wanted = [("t", 0), ("t", 1), ("u", 0)]
+        assert successor.fetch_offsets("g", wanted)[("t", 0)][2] == ErrorCode.GROUP_LOAD_IN_PROGRESS
+        await loaded(successor)
+
+        assert successor.fetch_offsets("g", wanted) == {
+            ("t", 0): (42, "meta", ErrorCode.NONE),
+            ("t", 1): (7, "", ErrorCode.NONE),
+            ("u", 0): (-1, "", ErrorCode.NONE),
+        }
+        assert successor.fetch_offsets("solo", [("t", 0)]) == {("t", 0): (3, "", ErrorCode.NONE)}
+        group = successor.groups["g"]
+        assert group.state == GroupState.STABLE and group.generation == 1
+        assert group.members[joined.member_id].assignment == b"all of it"
+        assert await successor.heartbeat("g", 1, joined.member_id) == ErrorCode.NONE
+        successor.stop()
+
+    asyncio.run(scenario())
+
+
+def test_losing_leadership_unloads_the_groups_and_answers_their_waiting_members(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        first = await stable_group_of_one(coordinator)
+        waiting = asyncio.ensure_future(join(coordinator))
+        await asyncio.sleep(0)
+        partition = partition_for("g", PARTITIONS)
+
+        coordinator.on_leadership({p: 0 for p in range(PARTITIONS) if p != partition})
+
+        assert (await waiting).error == ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        assert "g" not in coordinator.groups
+        assert await coordinator.heartbeat("g", 1, first.member_id) == (
+            ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        )
+        assert coordinator.fetch_offsets("g", [("t", 0)])[("t", 0)][2] == (
+            ErrorCode.NOT_COORDINATOR_FOR_GROUP
+        )
+        coordinator.stop()
+
+    asyncio.run(scenario())
+
+
+def test_expired_offsets_and_then_the_empty_group_are_removed_with_tombstones(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        retention_ms = 1000
+        assert await coordinator.commit_offsets(
+            "g", -1, "", retention_ms, {("t", 0): (9, "", -1)}
+        ) == {("t", 0): ErrorCode.NONE}
+
+        assert await coordinator.expire_offsets() == 0
+        store.clock.advance(retention_ms)
+        assert await coordinator.expire_offsets() == 1
+
+        assert "g" not in coordinator.groups
+        coordinator.stop()
+        successor = coordinator_over(store)
+        await loaded(successor)
+        assert "g" not in successor.groups
+        assert successor.fetch_offsets("g", [("t", 0)]) == {("t", 0): (-1, "", ErrorCode.NONE)}
+
+    asyncio.run(scenario())

@@ -1,0 +1,287 @@
+"""The log cleaner on hand-built logs: which messages survive, what is never cleaned, partial
+cleans, the checkpoint, Kafka's log line, and a crash at every step of the segment swap."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tidelog.clock import ManualClock
+from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log import cleaner as cleaner_module
+from tidelog.log.cleaner import CLEANER_CHECKPOINT, Cleaner, log_to_clean
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
+from tidelog.log.manager import LogManager
+from tidelog.log.offset_map import OffsetMap
+from tidelog.log.segment import LogSegment
+from tidelog.records.format import Codec, Record, build_message_set, iter_deep
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "400",
+    "index.interval.bytes": "64",
+    "min.cleanable.dirty.ratio": "0",
+}
+TOPIC = "keyed"
+
+
+def manager_in(directory: Path, clock: ManualClock, **broker: str) -> LogManager:
+    """A LogManager whose cleaner threads stay off: tests call the cleaner themselves."""
+    config = parse_config({"log.cleaner.enable": "false", **broker}, BROKER_KEYS)
+    manager = LogManager(
+        [directory],
+        config,
+        clock=clock,
+        topic_configs={TOPIC: LogConfig.from_topic_config(COMPACTED, config)},
+    )
+    manager.startup()
+    return manager
+
+
+def append(partition_log: Log, records: list[tuple[bytes | None, bytes | None]], codec=Codec.NONE):
+    partition_log.append_as_leader(
+        build_message_set(
+            [Record(k, v, partition_log.clock.milliseconds()) for k, v in records],
+            magic=1,
+            codec=codec,
+        )
+    )
+    partition_log.high_watermark = partition_log.log_end_offset
+
+
+def messages(partition_log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    data = b"".join(segment.log_path.read_bytes() for segment in partition_log.segments)
+    return [(m.offset, m.key, m.value) for m in iter_deep(data)]
+
+
+def last_per_key(before, keep_tombstones: bool):
+    last = {}
+    for offset, key, value in before:
+        if key is not None:
+            last[key] = (offset, key, value)
+    return sorted(m for m in last.values() if m[2] is not None or keep_tombstones)
+
+
+def clean_once(manager: LogManager, memory: int = 24 * 1000):
+    to_clean = manager.cleaner.grab_filthiest()
+    assert to_clean is not None, "nothing was dirty enough to clean"
+    return manager.cleaner.clean(to_clean, OffsetMap(memory))
+
+
+@pytest.fixture
+def clock():
+    return ManualClock()
+
+
+RECORDS = st.lists(
+    st.tuples(
+        st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f", b"g"]),
+        st.none() | st.binary(min_size=1, max_size=20),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=st.lists(st.tuples(RECORDS, st.sampled_from(list(Codec))), min_size=2, max_size=14))
+def test_a_cleaned_log_holds_the_last_value_of_every_key_at_its_offset(tmp_path_factory, batches):
+    clock = ManualClock()
+    manager = manager_in(tmp_path_factory.mktemp("log"), clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for records, codec in batches:
+        append(partition_log, records, codec)
+        clock.advance(10)
+    partition_log.roll("the test cleans everything")
+    before = messages(partition_log)
+
+    stats = clean_once(manager)
+
+    assert messages(partition_log) == last_per_key(before, keep_tombstones=True)
+    assert stats is not None and stats.messages_read == len(before)
+    # A second pass after the delete horizon has passed drops every tombstone.
+    partition_log.update_config(
+        LogConfig.from_topic_config({**COMPACTED, "delete.retention.ms": "0"})
+    )
+    append(partition_log, [(b"fresh", b"x")])
+    partition_log.roll("again")
+    clock.advance(10)
+    clean_once(manager)
+
+    fresh = (len(before), b"fresh", b"x")
+    assert messages(partition_log) == [*last_per_key(before, keep_tombstones=False), fresh]
+    assert partition_log.log_end_offset == len(before) + 1
+    manager.shutdown()
+
+
+def test_the_active_segment_and_segments_within_the_compaction_lag_are_never_cleaned(
+    tmp_path, clock
+):
+    manager = manager_in(tmp_path, clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for round_number in range(12):
+        append(partition_log, [(b"k", b"old-%d" % round_number)] * 3)
+        clock.advance(1000)
+    partition_log.update_config(
+        LogConfig.from_topic_config({**COMPACTED, "min.compaction.lag.ms": "5500"})
+    )
+    segments = list(partition_log.segments)
+    young = [s for s in segments[:-1] if s.largest_timestamp > clock.milliseconds() - 5500]
+    assert young, "the test needs segments younger than the lag"
+
+    to_clean = log_to_clean((TOPIC, 0), partition_log, 0, clock.milliseconds())
+
+    assert to_clean.first_uncleanable == young[0].base_offset
+    before_active = partition_log.active_segment.log_path.read_bytes()
+    young_bytes = [s.log_path.read_bytes() for s in young]
+    clean_once(manager)
+    assert partition_log.active_segment.log_path.read_bytes() == before_active
+    assert [s.log_path.read_bytes() for s in young] == young_bytes
+    manager.shutdown()
+
+
+def test_a_full_offset_map_cleans_part_of_the_dirty_section_and_the_checkpoint_says_where(
+    tmp_path, clock
+):
+    manager = manager_in(tmp_path, clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for number in range(60):  # 40 keys: the map holds those of about two segments
+        append(partition_log, [(b"key-%d" % (number % 40), b"v%d" % number)])
+    partition_log.roll("clean all")
+    before = messages(partition_log)
+    per_segment = max(s.next_offset - s.base_offset for s in partition_log.segments)
+
+    first = clean_once(manager, memory=24 * (per_segment * 2))
+
+    assert 0 < first.end_offset < partition_log.log_end_offset  # a partial clean
+    checkpoint = (tmp_path / CLEANER_CHECKPOINT).read_text().split()
+    assert checkpoint[-3:] == [TOPIC, "0", str(first.end_offset)]
+    for _ in range(20):
+        to_clean = manager.cleaner.grab_filthiest()
+        if to_clean is None:
+            break
+        manager.cleaner.clean(to_clean, OffsetMap(24 * (per_segment * 2)))
+    # the last value of each key survives every pass; older ones may wait for the next
+    survivors = messages(partition_log)
+    assert last_per_key(before, True) == last_per_key(survivors, True)
+    assert {offset for offset, *_ in survivors} <= {offset for offset, *_ in before}
+    manager.shutdown()
+
+
+def test_each_clean_writes_kafkas_summary_line(tmp_path, clock, caplog):
+    manager = manager_in(tmp_path, clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for number in range(40):
+        append(partition_log, [(b"same-key", b"value-%d" % number)])
+    partition_log.roll("clean all")
+
+    with caplog.at_level(logging.INFO, logger="tidelog.log.cleaner"):
+        clean_once(manager)
+
+    text = caplog.text
+    assert "Log cleaner thread 0 cleaned log keyed-0 (dirty section = [0, 40])" in text
+    assert "size reduction" in text and "Start size:" in text and "(40 messages)" in text
+    assert "End size:" in text and "(1 messages)" in text
+    manager.shutdown()
+
+
+# -- a crash at every step ------------------------------------------------------------------------
+
+CRASHED = 17
+
+
+def crash_on_call(owner, name: str, number: int) -> None:
+    """Makes the ``number``-th call of ``owner.name`` end the process at once (os._exit: no
+    cleanup runs, as when a broker is killed there)."""
+    original = getattr(owner, name)
+    calls = {"count": 0}
+
+    def crashing(*args, **kwargs):
+        calls["count"] += 1
+        if calls["count"] == number:
+            os._exit(CRASHED)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, crashing)
+
+
+# Where the clean of the first group dies, and whether the log then holds the old segments or
+# the cleaned one. LogSegment.change_suffix is called for the cleaned segment (.swap), then for
+# each old segment (.deleted), then for the cleaned segment again (live).
+CRASHES = {
+    "while the .cleaned segment is written": ("append_entries", 1, "old"),
+    "before .cleaned becomes .swap": ("change_suffix", 1, "old"),
+    "after .swap, before any old segment is .deleted": ("change_suffix", 2, "cleaned"),
+    "before the .swap becomes the live segment": ("change_suffix", -1, "cleaned"),
+    "after the swap, before the old files are deleted": ("_delete_files", 1, "cleaned"),
+}
+
+
+@pytest.mark.parametrize("where", CRASHES)
+def test_a_crash_at_any_step_of_a_clean_leaves_the_old_or_the_cleaned_segments(
+    tmp_path, clock, where
+):
+    directory = tmp_path / f"{TOPIC}-0"
+    partition_log = Log(directory, LogConfig.from_topic_config(COMPACTED), clock=clock)
+    for number in range(60):
+        append(partition_log, [(b"key-%d" % (number % 40), b"value-%d" % number)])
+    partition_log.roll("clean all")
+    # cleaned segments may be larger than the ones written: a group merges several
+    config = LogConfig.from_topic_config({**COMPACTED, "segment.bytes": "1500"})
+    partition_log.update_config(config)
+    before = messages(partition_log)
+    segments = list(partition_log.segments)
+    group = cleaner_module.group_by_size(segments[:-1], 1500, 10**7)[0]
+    assert len(group) >= 2, "the first group should merge segments"
+    group_end = segments[len(group)].base_offset
+    latest = {key: offset for offset, key, _ in before}
+    first_group_cleaned = [m for m in before if m[0] >= group_end or latest[m[1]] == m[0]]
+    method, number, outcome = CRASHES[where]
+    if number < 0:
+        number = len(group) + 2
+    to_clean = log_to_clean((TOPIC, 0), partition_log, 0, clock.milliseconds())
+
+    pid = os.fork()
+    if pid == 0:  # the broker that dies mid-clean
+        owner = Log if method == "_delete_files" else LogSegment
+        crash_on_call(owner, method, number)
+        Cleaner(OffsetMap(24 * 1000), clock).clean(to_clean)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == CRASHED, "the clean did not reach the crash"
+    reopened = Log(directory, config, clock=clock)  # as the restarted broker opens it
+
+    assert messages(reopened) == (before if outcome == "old" else first_group_cleaned)
+    leftovers = [
+        p.name for p in directory.iterdir() if p.suffix in (".cleaned", ".swap", ".deleted")
+    ]
+    assert leftovers == []
+    assert reopened.log_end_offset == len(before)
+    Cleaner(OffsetMap(24 * 1000), clock).clean(
+        log_to_clean((TOPIC, 0), reopened, 0, clock.milliseconds())
+    )
+    assert messages(reopened) == last_per_key(before, keep_tombstones=True)  # the next clean
+
+
+def test_the_checkpoint_survives_a_restart_and_a_deleted_log_leaves_it(tmp_path, clock):
+    manager = manager_in(tmp_path, clock)
+    partition_log = manager.get_or_create(TOPIC, 0)
+    for number in range(30):
+        append(partition_log, [(b"k%d" % (number % 3), b"v")])
+    partition_log.roll("clean all")
+    end = clean_once(manager).end_offset
+    manager.shutdown()
+
+    restarted = manager_in(tmp_path, clock)
+    assert restarted.cleaner.first_dirty_offset((TOPIC, 0)) == end
+    restarted.delete(TOPIC, 0)
+    assert TOPIC not in (tmp_path / CLEANER_CHECKPOINT).read_text()
+    restarted.shutdown()

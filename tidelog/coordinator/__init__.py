@@ -1,0 +1,1 @@
+"""Consumer groups: membership, rebalances and committed offsets in `__consumer_offsets`."""
