@@ -52,3 +52,11 @@ def test_a_cluster_writes_its_ports_and_broker_settings(tmp_path: Path) -> None:
 def test_no_cluster_without_its_env_file(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match="no compose cluster"):
         ComposeCluster(tmp_path, "compose.yaml")
+
+
+def test_an_ensemble_cluster_takes_the_ensemble_profiles_settings(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    cluster = ComposeCluster.create(tmp_path, root / "compose.yaml", "p2", ensemble=True)
+    assert cluster.environment["COMPOSE_PROFILES"] == "ensemble"
+    assert cluster.environment["TIDELOG_ZOOKEEPER_CONNECT"].count(":2181") == 3
+    assert cluster.environment["TIDELOG_ZOO_SERVERS"].count("server.") == 3

@@ -30,6 +30,7 @@ from tidelog.cluster.zookeeper import free_port
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
 BROKER_SETTINGS_FILE = "broker.env"
+ENSEMBLE_SETTINGS_FILE = "docker/ensemble.env"  # beside compose.yaml
 
 
 def kafka_variable(key: str) -> str:
@@ -95,9 +96,7 @@ class ComposeCluster:
         env_path = self.directory / ENV_FILE
         if not env_path.exists():
             raise ClusterError(f"no compose cluster in {self.directory} (no {ENV_FILE})")
-        self.environment = dict(
-            line.split("=", 1) for line in env_path.read_text().splitlines() if "=" in line
-        )
+        self.environment = _read_environment(env_path)
         self.project = self.environment["COMPOSE_PROJECT_NAME"]
         self.state = ComposeState(
             {
@@ -119,13 +118,17 @@ class ComposeCluster:
         project: str,
         ports: dict[str, int] | None = None,
         settings: dict[str, str] | None = None,
+        ensemble: bool = False,
     ) -> ComposeCluster:
         """Writes ``directory/compose.env`` for a project with these host ports (free ones by
-        default) and broker settings; starts nothing."""
+        default) and broker settings, on three ZooKeepers if ``ensemble`` (the settings of
+        docker/ensemble.env); starts nothing."""
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         environment = compose_environment(project, ports or free_ports())
         environment["TIDELOG_BROKER_SETTINGS"] = str(directory / BROKER_SETTINGS_FILE)
+        if ensemble:
+            environment |= _read_environment(Path(compose_file).parent / ENSEMBLE_SETTINGS_FILE)
         _write_environment(directory / ENV_FILE, environment)
         cluster = cls(directory, compose_file)
         cluster.set_broker_settings(settings or {})
@@ -263,7 +266,14 @@ class ComposeCluster:
         and ``unpause`` (the freezer cgroup stops every process of the container)."""
         container = self.container(self.broker(broker_id).service)
         if signum == signal.SIGSTOP:
-            _run(["docker", "pause", container], 60)
+            # runc can fail to freeze the cgroup of a busy container ("unable to freeze", seen
+            # under load); it is asked again until the deadline
+            wait_until(
+                lambda: _paused(container),
+                60,
+                f"broker {broker_id}'s container to pause",
+                interval=0.5,
+            )
         elif signum == signal.SIGCONT:
             _run(["docker", "unpause", container], 60)
         else:
@@ -297,6 +307,23 @@ class ComposeCluster:
             ],
             60,
         )
+
+
+def _paused(container: str) -> bool:
+    """Pauses the container; False if the freezer could not freeze it this time."""
+    try:
+        _run(["docker", "pause", container], 60)
+    except ClusterError as error:
+        if "unable to freeze" not in str(error):
+            raise
+        return False
+    return True
+
+
+def _read_environment(path: Path) -> dict[str, str]:
+    """KEY=value lines of an env file; # comments and blank lines skipped."""
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
 
 
 def _write_environment(path: Path, environment: dict[str, str]) -> None:
