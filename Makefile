@@ -5,8 +5,9 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-# ZooKeeper for clusters, kcat as an independent client in the tests.
-APT_PACKAGES := zookeeper kcat
+# ZooKeeper for clusters, kcat as an independent client in the tests; a Docker engine and
+# debootstrap (its base images where no registry is reachable) for scripts/docker-engine.sh.
+APT_PACKAGES := zookeeper kcat docker.io debootstrap
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint format bench demo clean
@@ -43,6 +44,11 @@ bench: install
 
 demo: install
 	./scripts/demo.sh
+
+# make images: a Docker engine (started if need be) and tidelog's images; README "Containers".
+.PHONY: images
+images: install
+	./scripts/docker-engine.sh --images
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis demo-cluster

@@ -8,8 +8,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidelog import __version__
+
+if TYPE_CHECKING:
+    from tidelog.cluster.compose import ComposeCluster
 
 
 def _dump_log(args: argparse.Namespace) -> int:
@@ -325,12 +329,12 @@ def _scenario(args: argparse.Namespace) -> int:
         rate=args.rate,
     )
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
-    cluster = LocalCluster(directory)
+    overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
+    cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
     started_here = not cluster.running
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
-            overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
             cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         topic, report = runtime.run(run_scenario(cluster, settings))
     except (ClusterError, ZooKeeperError) as error:
@@ -356,6 +360,15 @@ def _scenario(args: argparse.Namespace) -> int:
         else:
             print(f"the cluster's logs and data are kept in {directory}")
     return 0 if report.ok else 1
+
+
+def _compose_cluster(args: argparse.Namespace, directory: str) -> ComposeCluster:
+    """--compose: a compose project of its own (free 127.0.0.1 ports), faults through the engine."""
+    from tidelog.cluster.compose import ComposeCluster
+
+    return ComposeCluster.create(
+        directory, args.compose_file, project=f"tidelog-scenario-{os.getpid()}"
+    )
 
 
 class _SubcommandParser(argparse.ArgumentParser):
@@ -588,6 +601,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replication.add_argument("--rate", type=float, default=200, help="messages per second")
     replication.add_argument("--dir", help="use (or start) the cluster in this directory")
+    replication.add_argument(
+        "--compose",
+        action="store_true",
+        help=(
+            "run on a compose cluster of its own (three brokers from --compose-file, removed "
+            "afterwards), faults injected through the engine: docker kill -s KILL, docker "
+            "pause, docker stop/start, and network_partition (docker network disconnect)"
+        ),
+    )
+    replication.add_argument(
+        "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
+    )
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     scenario.set_defaults(run=_scenario)
     from tidelog.upgrade.command import add_commands as add_upgrade_commands

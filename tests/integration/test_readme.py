@@ -13,6 +13,12 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # Examples that need what this test does not start: make targets (the suite itself runs under
 # one), a Docker engine, locust and Spark; their own tests run them.
 NOT_HERE = ("make ", "docker ", "locust ", "spark-submit ")
+# The compose cluster's (README "Containers"): tests/containers runs what they do.
+NOT_HERE += (
+    "kcat -b 127.0.0.1:19091",
+    "tidelog topic create --zookeeper 127.0.0.1:12181",
+    "tidelog scenario replication --compose",
+)
 
 
 def code_blocks(text: str) -> list[list[str]]:

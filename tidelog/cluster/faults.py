@@ -1,4 +1,5 @@
-"""Faults a scenario injects into a LocalCluster, each followed by a wait for recovery."""
+"""Faults a scenario injects into a LocalCluster or a ComposeCluster, each followed by a wait for
+recovery."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.controller import zookeeper
 
@@ -20,17 +22,21 @@ FAILURES = (
     "clock_skew",
     "zk_session_expiry",
     "truncation_failover",
+    "network_partition",
 )
 TARGETS = ("leader", "follower", "controller")
 CLOCK_SKEW_MS = -120_000
 
+# What the faults act on: processes on this host, or containers of a compose project.
+Cluster = LocalCluster | ComposeCluster
 
-def _zookeeper_read(cluster: LocalCluster, read):
+
+def _zookeeper_read(cluster: Cluster, read):
     with zookeeper.session(cluster.zookeeper) as client:
         return read(client)
 
 
-def pick_target(cluster: LocalCluster, topic: str, target: str) -> int:
+def pick_target(cluster: Cluster, topic: str, target: str) -> int:
     """The broker to hit: partition 0's leader or a follower of ``topic``, or the controller."""
     if target == "controller":
         broker = _zookeeper_read(cluster, zookeeper.read_controller)
@@ -46,7 +52,7 @@ def pick_target(cluster: LocalCluster, topic: str, target: str) -> int:
     return broker
 
 
-def set_clock_skew(cluster: LocalCluster, broker_id: int, skew_ms: int) -> None:
+def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
     port = cluster.broker(broker_id).admin_port
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/clock",
@@ -58,7 +64,7 @@ def set_clock_skew(cluster: LocalCluster, broker_id: int, skew_ms: int) -> None:
 
 
 def inject(
-    cluster: LocalCluster, failure: str, broker_id: int, *, session_timeout_s: float, lag_s: float
+    cluster: Cluster, failure: str, broker_id: int, *, session_timeout_s: float, lag_s: float
 ) -> str:
     """Injects ``failure`` on ``broker_id`` and brings it back; returns what was done, in words."""
     if failure == "clean_shutdown":
@@ -102,6 +108,13 @@ def inject(
             f"set the clocks of brokers {others} {-CLOCK_SKEW_MS // 1000} s behind, killed "
             f"broker {broker_id} so that one of them took over, restarted it"
         )
+    if failure == "network_partition":
+        if not isinstance(cluster, ComposeCluster):
+            raise ClusterError("network_partition needs a compose cluster (--compose)")
+        cluster.partition_broker(broker_id)
+        time.sleep(session_timeout_s + 2)
+        cluster.heal_broker(broker_id)
+        return f"cut broker {broker_id} off the network past its session timeout, then healed it"
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
@@ -118,7 +131,7 @@ class TruncationRoles:
 
 
 def truncation_failover(
-    cluster: LocalCluster, topic: str, roles: TruncationRoles, *, session_timeout_s: float
+    cluster: Cluster, topic: str, roles: TruncationRoles, *, session_timeout_s: float
 ) -> str:
     """KIP-101's first scenario, made to happen: a follower truncates, then leads.
 
@@ -154,7 +167,7 @@ def truncation_failover(
     )
 
 
-def truncation_roles(cluster: LocalCluster, topic: str) -> TruncationRoles:
+def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     """A partition whose next in line is not the controller (so that a controller is there to
     elect it), with its three in-sync replicas."""
 
@@ -176,7 +189,7 @@ def truncation_roles(cluster: LocalCluster, topic: str) -> TruncationRoles:
     return _zookeeper_read(cluster, roles)
 
 
-def wait_for_full_isr(cluster: LocalCluster, topic: str, timeout: float = 90) -> None:
+def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None:
     """Waits until every partition of ``topic`` has a live leader and every replica in its ISR."""
 
     def recovered(zk) -> bool:
@@ -199,12 +212,12 @@ def wait_for_full_isr(cluster: LocalCluster, topic: str, timeout: float = 90) ->
     )
 
 
-def _state(cluster: LocalCluster, topic: str, partition: int):
+def _state(cluster: Cluster, topic: str, partition: int):
     return _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic)).states[partition]
 
 
 def wait_until_isr_size(
-    cluster: LocalCluster, topic: str, size: int, timeout: float = 60, partition: int = 0
+    cluster: Cluster, topic: str, size: int, timeout: float = 60, partition: int = 0
 ) -> None:
     """Waits until a partition of ``topic`` has ``size`` replicas in its ISR."""
     wait_until(
@@ -216,7 +229,7 @@ def wait_until_isr_size(
 
 
 def wait_until_leader(
-    cluster: LocalCluster, topic: str, wanted, timeout: float = 60, partition: int = 0
+    cluster: Cluster, topic: str, wanted, timeout: float = 60, partition: int = 0
 ) -> None:
     """Waits until the leader of a partition of ``topic`` satisfies ``wanted(leader)``."""
     wait_until(

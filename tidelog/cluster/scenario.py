@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from tidelog.cluster import faults
 from tidelog.cluster.delivery import DeliveryProducer, DeliveryReport, verify
-from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 
 _topics = itertools.count()
@@ -48,7 +47,7 @@ SCENARIO_OVERRIDES = {
 }
 
 
-def create_topic(cluster: LocalCluster, settings: ScenarioSettings) -> str:
+def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     name = f"scenario-{settings.failure.replace('_', '-')}-{int(time.time())}-{next(_topics)}"
     replication_factor = min(3, len(cluster.broker_ids))
     config = {
@@ -64,7 +63,7 @@ def create_topic(cluster: LocalCluster, settings: ScenarioSettings) -> str:
 
 
 async def run_scenario(
-    cluster: LocalCluster,
+    cluster: faults.Cluster,
     settings: ScenarioSettings,
     progress: Callable[[str], None] = print,
 ) -> tuple[str, DeliveryReport]:

@@ -212,12 +212,15 @@ class BrokerNode:
             listeners.append((listener.name, host, listener.port or server.port))
         inter_broker = self.config["inter.broker.listener.name"]
         _, host, port = next(entry for entry in listeners if entry[0] == inter_broker)
+        # An admin API on every interface (a container's 0.0.0.0) is reached, like the
+        # inter-broker listener, at that listener's advertised host.
+        admin_host = host if self.admin.host in ("", "0.0.0.0", "::") else self.admin.host
         return BrokerEndpoint(
             self.broker_id,
             host,
             port,
             self.config["broker.rack"],
-            f"{self.admin.host}:{self.admin.port}",
+            f"{admin_host}:{self.admin.port}",
             tuple(listeners),
         )
 

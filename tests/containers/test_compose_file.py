@@ -1,0 +1,110 @@
+"""compose.yaml as Compose and Swarm read it: valid, brokers reachable from the host on
+127.0.0.1 only, named listeners, log dirs on volumes, the ensemble profile."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.containers,
+    pytest.mark.skipif(
+        subprocess.run(["docker", "compose", "version"], capture_output=True).returncode != 0
+        if shutil.which("docker")
+        else True,
+        reason="no 'docker compose' (scripts/docker-engine.sh installs it)",
+    ),
+]
+
+
+def compose_config(*options: str) -> dict:
+    done = subprocess.run(
+        ["docker", "compose", "-f", "compose.yaml", *options, "config", "--format", "json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_three_brokers_with_named_listeners_published_on_loopback() -> None:
+    config = compose_config()
+    assert sorted(config["services"]) == ["broker-1", "broker-2", "broker-3", "zookeeper"]
+    for broker_id in (1, 2, 3):
+        service = config["services"][f"broker-{broker_id}"]
+        environment = service["environment"]
+        assert environment["KAFKA_BROKER_ID"] == str(broker_id)
+        assert environment["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+        assert environment["KAFKA_ADVERTISED_LISTENERS"] == (
+            f"INTERNAL://broker-{broker_id}:9092,EXTERNAL://127.0.0.1:{19090 + broker_id}"
+        )
+        assert {port["host_ip"] for port in service["ports"]} == {"127.0.0.1"}
+        assert [v["target"] for v in service["volumes"]] == ["/var/lib/tidelog/logs"]
+        assert service["depends_on"]["zookeeper"]["condition"] == "service_healthy"
+    assert {p["host_ip"] for p in config["services"]["zookeeper"]["ports"]} == {"127.0.0.1"}
+
+
+def test_the_ensemble_profile_runs_three_zookeepers_under_the_brokers() -> None:
+    config = compose_config("--env-file", "docker/ensemble.env")
+    zookeepers = [name for name in config["services"] if name.startswith("zookeeper")]
+    assert sorted(zookeepers) == ["zookeeper", "zookeeper-2", "zookeeper-3"]
+    for name in zookeepers:
+        assert config["services"][name]["environment"]["ZOO_SERVERS"].count("server.") == 3
+    connect = config["services"]["broker-1"]["environment"]["KAFKA_ZOOKEEPER_CONNECT"]
+    assert connect == "zookeeper:2181,zookeeper-2:2181,zookeeper-3:2181"
+
+
+def swarm_stack(config: dict) -> dict:
+    """The README's changes for Swarm, made to compose's rendering of the file: no build (the
+    images come from a registry), no startup ordering (Swarm has none: a broker retries
+    ZooKeeper), no project name (the stack's name is given to ``docker stack deploy``), ports
+    published in host mode on the broker's node (Swarm binds no host address)."""
+    stack = _without_nulls({key: value for key, value in config.items() if key != "name"})
+    for service in stack["services"].values():
+        service["networks"] = sorted(service.get("networks", {}))
+        service.pop("build", None)
+        service.pop("depends_on", None)
+        service["ports"] = [
+            {"target": port["target"], "published": int(port["published"]), "mode": "host"}
+            for port in service.get("ports", [])
+        ]
+    return stack
+
+
+def _without_nulls(value: object) -> object:
+    """Compose's rendering spells unset fields as null, which Swarm's schema refuses."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def test_swarm_takes_the_file_with_the_readmes_changes(tmp_path: Path) -> None:
+    """``docker stack config`` renders a stack as ``docker stack deploy`` would read it."""
+    stack = tmp_path / "stack.json"
+    stack.write_text(json.dumps(swarm_stack(compose_config())))
+    done = subprocess.run(
+        ["docker", "stack", "config", "--compose-file", str(stack)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert all(f"broker-{broker_id}:" in done.stdout for broker_id in (1, 2, 3))
+    # and the file as it is needs them: Swarm's schema has no build-time ordering conditions
+    unchanged = subprocess.run(
+        ["docker", "stack", "config", "--compose-file", str(ROOT / "compose.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert unchanged.returncode != 0

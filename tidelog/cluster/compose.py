@@ -1,0 +1,344 @@
+"""A tidelog cluster run by Docker Compose from ``compose.yaml``, and faults through the engine.
+
+A ``ComposeCluster`` is one compose project: ``docker compose -f compose.yaml --env-file
+DIR/compose.env``. The env file names the project and the host ports (every published port is on
+127.0.0.1), so several clusters can run side by side, and ``DIR/broker.env`` holds settings every
+broker starts with (KAFKA_* variables). Brokers are the services ``broker-{id}``.
+It offers what the scenario machinery (``tidelog.cluster.faults``, ``delivery``) uses of a
+``LocalCluster``: ``bootstrap_servers``, ``zookeeper``, ``state.brokers``,
+``broker(id).admin_port``, ``stop_broker``, ``start_broker``, ``signal_broker`` and a
+``directory`` whose ``broker-{id}/logs`` are the brokers' log dirs (links to their volumes,
+readable by root), each done with the engine: SIGKILL is ``docker kill -s KILL``, SIGSTOP and
+SIGCONT are ``docker pause`` and ``unpause``, a clean stop is ``docker stop``;
+``partition_broker`` and ``heal_broker`` take a broker off the compose network and put it back.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidelog.cluster.local import ClusterError, wait_until
+from tidelog.cluster.zookeeper import free_port
+
+BROKERS = (1, 2, 3)
+ENV_FILE = "compose.env"
+BROKER_SETTINGS_FILE = "broker.env"
+ENSEMBLE_SETTINGS_FILE = "docker/ensemble.env"  # beside compose.yaml
+
+
+def kafka_variable(key: str) -> str:
+    """KAFKA_LOG_SEGMENT_BYTES of log.segment.bytes: a broker setting as tidelog's images take it
+    from the environment (Confluent's spelling: '.' is '_', '_' is '__', '-' is '___')."""
+    spelled = key.replace("-", "\0").replace("_", "__").replace(".", "_").replace("\0", "___")
+    return "KAFKA_" + spelled.upper()
+
+
+def setting_of(variable: str) -> str:
+    """log.segment.bytes of KAFKA_LOG_SEGMENT_BYTES (the inverse of ``kafka_variable``)."""
+    name = variable.removeprefix("KAFKA_").lower()
+    return re.sub("_+", lambda run: {1: ".", 2: "_"}.get(len(run[0]), "-"), name)
+
+
+def compose_environment(project: str, ports: dict[str, int]) -> dict[str, str]:
+    """What compose.yaml reads: the project's name and its host ports."""
+    return {"COMPOSE_PROJECT_NAME": project, **{key: str(value) for key, value in ports.items()}}
+
+
+@dataclass(frozen=True)
+class ComposeBroker:
+    """One broker service: its host ports, and ``alive`` as the engine sees its container."""
+
+    broker_id: int
+    port: int
+    admin_port: int
+    health: Callable[[], str] = field(repr=False, compare=False)
+
+    @property
+    def service(self) -> str:
+        return f"broker-{self.broker_id}"
+
+    @property
+    def alive(self) -> bool:
+        """Its container runs (a paused one too, as a stopped process is alive)."""
+        return self.health() not in ("created", "exited", "dead")
+
+
+@dataclass
+class ComposeState:
+    brokers: dict[int, ComposeBroker] = field(default_factory=dict)
+
+
+def free_ports() -> dict[str, int]:
+    """Host ports for one cluster, free now (compose.yaml's defaults are 19091-19093 etc.)."""
+    ports = {"TIDELOG_ZOOKEEPER_PORT": free_port()}
+    for broker_id in BROKERS:
+        ports[f"TIDELOG_BROKER_{broker_id}_PORT"] = free_port()
+        ports[f"TIDELOG_BROKER_{broker_id}_ADMIN_PORT"] = free_port()
+    return ports
+
+
+class ComposeCluster:
+    """The compose project whose settings are in ``directory/compose.env``.
+
+    ``create`` writes that file; every other method only reads it, so a ComposeCluster can be
+    made again for a running project from its directory."""
+
+    def __init__(self, directory: str | Path, compose_file: str | Path) -> None:
+        self.directory = Path(directory).resolve()
+        self.compose_file = Path(compose_file).resolve()
+        env_path = self.directory / ENV_FILE
+        if not env_path.exists():
+            raise ClusterError(f"no compose cluster in {self.directory} (no {ENV_FILE})")
+        self.environment = _read_environment(env_path)
+        self.project = self.environment["COMPOSE_PROJECT_NAME"]
+        self.state = ComposeState(
+            {
+                broker_id: ComposeBroker(
+                    broker_id,
+                    int(self.environment[f"TIDELOG_BROKER_{broker_id}_PORT"]),
+                    int(self.environment[f"TIDELOG_BROKER_{broker_id}_ADMIN_PORT"]),
+                    functools.partial(self.health, broker_id),
+                )
+                for broker_id in BROKERS
+            }
+        )
+
+    @classmethod
+    def create(
+        cls,
+        directory: str | Path,
+        compose_file: str | Path,
+        project: str,
+        ports: dict[str, int] | None = None,
+        settings: dict[str, str] | None = None,
+        ensemble: bool = False,
+    ) -> ComposeCluster:
+        """Writes ``directory/compose.env`` for a project with these host ports (free ones by
+        default) and broker settings, on three ZooKeepers if ``ensemble`` (the settings of
+        docker/ensemble.env); starts nothing."""
+        directory = Path(directory).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        environment = compose_environment(project, ports or free_ports())
+        environment["TIDELOG_BROKER_SETTINGS"] = str(directory / BROKER_SETTINGS_FILE)
+        if ensemble:
+            environment |= _read_environment(Path(compose_file).parent / ENSEMBLE_SETTINGS_FILE)
+        _write_environment(directory / ENV_FILE, environment)
+        cluster = cls(directory, compose_file)
+        cluster.set_broker_settings(settings or {})
+        return cluster
+
+    def set_broker_settings(self, settings: dict[str, str]) -> None:
+        """Settings every broker starts with from now on, under Kafka's names (the broker
+        refuses a wrong one at start, naming it)."""
+        variables = {kafka_variable(key): value for key, value in settings.items()}
+        _write_environment(Path(self.environment["TIDELOG_BROKER_SETTINGS"]), variables)
+
+    # -- addresses -----------------------------------------------------------------------------
+
+    @property
+    def env_file(self) -> Path:
+        return self.directory / ENV_FILE
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{b.port}" for b in self.state.brokers.values())
+
+    @property
+    def zookeeper(self) -> str:
+        return f"127.0.0.1:{self.environment['TIDELOG_ZOOKEEPER_PORT']}"
+
+    @property
+    def network(self) -> str:
+        return f"{self.project}_default"
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self.state.brokers)
+
+    def broker(self, broker_id: int) -> ComposeBroker:
+        if broker_id not in self.state.brokers:
+            raise ClusterError(f"no broker {broker_id} in compose project {self.project}")
+        return self.state.brokers[broker_id]
+
+    # -- the engine ----------------------------------------------------------------------------
+
+    def compose_command(self) -> list[str]:
+        return ["docker", "compose", "-f", str(self.compose_file), "--env-file", str(self.env_file)]
+
+    def compose(self, *arguments: str, timeout: float = 600) -> str:
+        return _run([*self.compose_command(), *arguments], timeout)
+
+    @property
+    def running(self) -> bool:
+        """Whether any container of the project runs."""
+        return bool(self.compose("ps", "--quiet").split())
+
+    def up(
+        self,
+        brokers: int = len(BROKERS),
+        *,
+        overrides: dict[str, str] | None = None,
+        progress: Callable[[str], object] = print,
+        build: bool = True,
+    ) -> None:
+        """Starts the project with these broker settings (Kafka's names) and returns once
+        every service is healthy. As LocalCluster.up, for the scenario machinery; compose.yaml
+        has three brokers."""
+        if brokers != len(BROKERS):
+            raise ClusterError(
+                f"compose.yaml runs {len(BROKERS)} brokers, not {brokers}; allowed: {len(BROKERS)}"
+            )
+        if overrides:
+            self.set_broker_settings(overrides)
+        progress(f"starting compose project {self.project}")
+        self.compose("up", "--wait", *(["--build"] if build else []))
+        self.link_log_dirs()
+
+    def down(self, progress: Callable[[str], object] = print) -> None:
+        """Stops the project and removes its containers, network and volumes."""
+        progress(f"removing compose project {self.project}")
+        self.compose("down", "--volumes", "--timeout", "30")
+
+    def container(self, service: str) -> str:
+        """The id of the service's container (running or not)."""
+        found = self.compose("ps", "--all", "--quiet", service).split()
+        if not found:
+            raise ClusterError(f"compose project {self.project} has no container for {service}")
+        return found[0]
+
+    def inspect(self, service: str) -> dict:
+        return json.loads(_run(["docker", "inspect", self.container(service)], 60))[0]
+
+    def health(self, broker_id: int) -> str:
+        """The engine's view of a broker: healthy, unhealthy, starting, or its state if it is
+        not running (exited, paused)."""
+        state = self.inspect(self.broker(broker_id).service)["State"]
+        if state["Status"] != "running" or state.get("Paused"):
+            return "paused" if state.get("Paused") else state["Status"]
+        return state.get("Health", {}).get("Status", "running")
+
+    def wait_healthy(self, broker_ids: list[int] | None = None, timeout: float = 90) -> None:
+        wanted = broker_ids or list(self.state.brokers)
+        wait_until(
+            lambda: all(self.health(b) == "healthy" for b in wanted),
+            timeout,
+            f"brokers {wanted} of compose project {self.project} to be healthy",
+            interval=0.5,
+        )
+
+    def link_log_dirs(self) -> None:
+        """``directory/broker-{id}/logs``: a link to the broker's log volume on this host."""
+        for broker in self.state.brokers.values():
+            volume = f"{self.project}_{broker.service}"
+            mountpoint = json.loads(_run(["docker", "volume", "inspect", volume], 60))[0][
+                "Mountpoint"
+            ]
+            link = self.directory / broker.service / "logs"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(mountpoint)
+
+    # -- faults, as a LocalCluster's (see tidelog.cluster.faults) ---------------------------------
+
+    def stop_broker(self, broker_id: int, timeout: float = 30.0) -> None:
+        """A clean shutdown: ``docker stop`` (SIGTERM, SIGKILL after ``timeout``)."""
+        self.compose("stop", "--timeout", str(int(timeout)), self.broker(broker_id).service)
+
+    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 90.0) -> None:
+        self.compose("start", self.broker(broker_id).service)
+        if wait:
+            self.wait_healthy([broker_id], timeout)
+
+    def restart_broker(self, broker_id: int, timeout: float = 90.0) -> None:
+        self.compose("restart", self.broker(broker_id).service)
+        self.wait_healthy([broker_id], timeout)
+
+    def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
+        """SIGKILL and SIGTERM through ``docker kill``; SIGSTOP and SIGCONT as ``docker pause``
+        and ``unpause`` (the freezer cgroup stops every process of the container)."""
+        container = self.container(self.broker(broker_id).service)
+        if signum == signal.SIGSTOP:
+            # runc can fail to freeze the cgroup of a busy container ("unable to freeze", seen
+            # under load); it is asked again until the deadline
+            wait_until(
+                lambda: _paused(container),
+                60,
+                f"broker {broker_id}'s container to pause",
+                interval=0.5,
+            )
+        elif signum == signal.SIGCONT:
+            _run(["docker", "unpause", container], 60)
+        else:
+            _run(["docker", "kill", "--signal", signum.name.removeprefix("SIG"), container], 60)
+            if signum in (signal.SIGKILL, signal.SIGTERM):
+                wait_until(
+                    lambda: self.health(broker_id) in ("exited", "dead"),
+                    60,
+                    f"broker {broker_id}'s container to exit",
+                    interval=0.2,
+                )
+
+    def partition_broker(self, broker_id: int) -> None:
+        """Takes the broker off the compose network: it reaches neither ZooKeeper nor the other
+        brokers, and they do not reach it."""
+        container = self.container(self.broker(broker_id).service)
+        _run(["docker", "network", "disconnect", self.network, container], 60)
+
+    def heal_broker(self, broker_id: int) -> None:
+        """Puts the broker back on the compose network under its service name."""
+        service = self.broker(broker_id).service
+        _run(
+            [
+                "docker",
+                "network",
+                "connect",
+                "--alias",
+                service,
+                self.network,
+                self.container(service),
+            ],
+            60,
+        )
+
+
+def _paused(container: str) -> bool:
+    """Pauses the container; False if the freezer could not freeze it this time."""
+    try:
+        _run(["docker", "pause", container], 60)
+    except ClusterError as error:
+        if "unable to freeze" not in str(error):
+            raise
+        return False
+    return True
+
+
+def _read_environment(path: Path) -> dict[str, str]:
+    """KEY=value lines of an env file; # comments and blank lines skipped."""
+    lines = path.read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def _write_environment(path: Path, environment: dict[str, str]) -> None:
+    path.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
+
+
+def _run(command: list[str], timeout: float) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise ClusterError(
+            f"{command[0]}: not found; scripts/docker-engine.sh installs it"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"{' '.join(command)}: no answer in {timeout} s") from None
+    if done.returncode != 0:
+        raise ClusterError(f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
+    return done.stdout
