@@ -77,7 +77,10 @@ class Group:
     Invariants: the state only moves along TRANSITIONS (``transition`` raises otherwise);
     ``leader_id`` names a member or is None; in Empty and Dead there are no members; the
     generation grows by one each time a rebalance completes. ``offsets`` are the committed
-    offsets, kept whatever the membership.
+    offsets, kept whatever the membership; ``offset_positions`` the log offset of the record
+    behind each (a commit whose record is older than the one applied is not applied), and
+    ``pending_commits`` counts the commits of each partition written but not yet acknowledged
+    (offset expiry leaves those partitions alone).
     """
 
     group_id: str
@@ -89,6 +92,21 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_deadline: asyncio.TimerHandle | None = None
+    offset_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+    def apply_commit(self, tp: tuple[str, int], committed: CommittedOffset, position: int) -> None:
+        """Takes a commit whose record is at log offset ``position``, unless a later record of
+        the same partition was applied already (acknowledgements may come out of order)."""
+        if position > self.offset_positions.get(tp, -1):
+            self.offsets[tp] = committed
+            self.offset_positions[tp] = position
+
+    def commits_ended(self, tps: list[tuple[str, int]]) -> None:
+        self.pending_commits.subtract(tps)
+        for tp in tps:
+            if self.pending_commits[tp] <= 0:
+                del self.pending_commits[tp]
 
     def transition(self, state: GroupState) -> None:
         if state not in TRANSITIONS[self.state]:
