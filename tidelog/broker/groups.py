@@ -213,7 +213,8 @@ class GroupRequests:
         for (topic, partition), (offset, metadata, _) in wanted.items():
             if not group_id:
                 codes[(topic, partition)] = ErrorCode.INVALID_GROUP_ID
-            elif len(metadata.encode("utf-8")) > limit:
+                continue
+            if len(metadata.encode("utf-8")) > limit:
                 codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             try:
