@@ -528,3 +528,47 @@ def test_loading_a_large_partition_leaves_the_event_loop_free(store):
         coordinator.stop()
 
     asyncio.run(scenario())
+
+
+def test_describe_names_the_protocol_only_of_a_stable_group(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        await stable_group_of_one(coordinator)
+        joining = asyncio.ensure_future(join(coordinator))
+        await asyncio.sleep(0)
+
+        described = coordinator.describe_group("g")
+        assert (described["state"], described["protocol"]) == ("PreparingRebalance", "")
+        assert described["protocol_type"] == "consumer"
+        assert all(m["member_metadata"] == b"" for m in described["members"])
+        coordinator.stop()
+        assert (await joining).error == ErrorCode.NOT_COORDINATOR_FOR_GROUP
+
+    asyncio.run(scenario())
+
+
+def test_a_rejoining_member_gets_the_timeouts_of_its_new_join_stored(store):
+    async def scenario():
+        coordinator = coordinator_over(store)
+        await loaded(coordinator)
+        first = await stable_group_of_one(coordinator)
+        rejoined = await coordinator.join_group(
+            "g", first.member_id, "client", "/127.0.0.1", 7000, 9000, "consumer", PROTOCOLS
+        )
+        assert rejoined.generation == 2
+        member = coordinator.groups["g"].members[first.member_id]
+        assert (member.session_timeout_ms, member.rebalance_timeout_ms) == (7000, 9000)
+        assert await coordinator.sync_group("g", 2, first.member_id, {first.member_id: b"a"}) == (
+            ErrorCode.NONE,
+            b"a",
+        )
+        coordinator.stop()
+
+        successor = coordinator_over(store)
+        await loaded(successor)
+        restored = successor.groups["g"].members[first.member_id]
+        assert (restored.session_timeout_ms, restored.rebalance_timeout_ms) == (7000, 9000)
+        successor.stop()
+
+    asyncio.run(scenario())

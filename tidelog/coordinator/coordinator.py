@@ -205,7 +205,7 @@ class GroupCoordinator:
     def _unload(self, partition: int) -> None:
         self.owned.pop(partition, None)
         self.load_failed.discard(partition)
-        unloaded = [g for g in self.groups if self.partition_of(g) == partition]
+        unloaded = [g.group_id for g in self.groups.values() if g.partition == partition]
         for group_id in unloaded:
             group = self.groups.pop(group_id)
             self._cancel_timers(group)
@@ -240,10 +240,10 @@ class GroupCoordinator:
                 backoff_ms = min(2 * backoff_ms, LOAD_RETRY_BACKOFF_MAX_MS)
         self.load_failed.discard(partition)
         for (group_id, topic, number), committed in offsets.items():
-            group = self.groups.setdefault(group_id, Group(group_id))
+            group = self.groups.setdefault(group_id, Group(group_id, partition))
             group.offsets[(topic, number)] = committed
         for group_id, value in metadata.items():
-            group = self.groups.setdefault(group_id, Group(group_id))
+            group = self.groups.setdefault(group_id, Group(group_id, partition))
             self._restore(group, value)
         self.loading.pop(partition, None)
         self.owned[partition] = epoch
@@ -291,16 +291,7 @@ class GroupCoordinator:
         group.leader_id = value["leader"]
         group.members.clear()
         for stored in value["members"]:
-            member = Member(
-                stored["member_id"],
-                stored["client_id"],
-                stored["client_host"],
-                stored["session_timeout"],
-                stored["rebalance_timeout"],
-                value["protocol_type"],
-                [(value["protocol"] or "", stored["subscription"])],
-                stored["assignment"],
-            )
+            member = Member.from_record(stored, value["protocol_type"], value["protocol"] or "")
             group.members[member.member_id] = member
             self._schedule_expiry(group, member)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
@@ -336,7 +327,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, self.partition_of(group_id))
         if group.state == GroupState.DEAD:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
         if not protocols or not group.supports(protocol_type, protocols):
@@ -361,7 +352,7 @@ class GroupCoordinator:
             member = group.members[member_id]
             changed = member.protocols != protocols
             if group.state == GroupState.PREPARING_REBALANCE:
-                member.protocols = protocols
+                member.rejoin(protocols, session_timeout_ms, rebalance_timeout_ms)
                 self._set_join_waiter(member, future)
             elif group.state == GroupState.AWAITING_SYNC and not changed:
                 # the member missed the join response: the same answer again
@@ -369,7 +360,7 @@ class GroupCoordinator:
             elif group.state == GroupState.STABLE and not changed and member_id != group.leader_id:
                 future.set_result(self._join_result(group, member))
             else:
-                member.protocols = protocols
+                member.rejoin(protocols, session_timeout_ms, rebalance_timeout_ms)
                 self._set_join_waiter(member, future)
                 self._prepare_rebalance(group, f"member {member_id} rejoined")
         if group.state == GroupState.PREPARING_REBALANCE:
@@ -653,7 +644,7 @@ class GroupCoordinator:
         if group is None:
             if generation >= 0:
                 return every(ErrorCode.UNKNOWN_MEMBER_ID)
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, self.partition_of(group_id))
         elif group.state == GroupState.DEAD:
             return every(ErrorCode.UNKNOWN_MEMBER_ID)
         elif not (generation < 0 and group.state == GroupState.EMPTY):
@@ -684,7 +675,7 @@ class GroupCoordinator:
             pending = list(accepted)
             group.pending_commits.update(pending)
             try:
-                position = await self.store.append(self.partition_of(group_id), entries)
+                position = await self.store.append(group.partition, entries)
             except Exception as error:
                 code = _store_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
                 log.warning("group %s: offset commit not stored: %s", group_id, error)
@@ -719,7 +710,7 @@ class GroupCoordinator:
         now = self.clock.milliseconds()
         expired_total = 0
         for group_id, group in list(self.groups.items()):
-            if self.partition_of(group_id) not in self.owned:
+            if group.partition not in self.owned:
                 continue
             # a partition with a commit waiting for its acknowledgement is left alone: its
             # tombstone would land after that commit and erase it (as Kafka 0.11 does)
@@ -737,7 +728,7 @@ class GroupCoordinator:
             if not entries:
                 continue
             try:
-                position = await self.store.append(self.partition_of(group_id), entries)
+                position = await self.store.append(group.partition, entries)
             except KafkaError as error:
                 log.warning("group %s: expired offsets not removed yet: %s", group_id, error)
                 continue
@@ -792,7 +783,7 @@ class GroupCoordinator:
             **blank,
             "state": group.state.value,
             "protocol_type": group.protocol_type or "",
-            "protocol": group.protocol or "",
+            "protocol": (group.protocol or "") if stable else "",  # Kafka's NoProtocol otherwise
             "members": [
                 {
                     "member_id": m.member_id,
@@ -811,7 +802,7 @@ class GroupCoordinator:
         return ErrorCode.NONE, [
             (g.group_id, g.protocol_type or "")
             for g in self.groups.values()
-            if self.partition_of(g.group_id) in self.owned and g.state != GroupState.DEAD
+            if g.partition in self.owned and g.state != GroupState.DEAD
         ]
 
     # -- storage -------------------------------------------------------------------------------
@@ -823,20 +814,12 @@ class GroupCoordinator:
             "protocol": group.protocol,
             "leader": group.leader_id,
             "members": [
-                {
-                    "member_id": m.member_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "session_timeout": m.session_timeout_ms,
-                    "rebalance_timeout": m.rebalance_timeout_ms,
-                    "subscription": m.metadata_for(group.protocol or ""),
-                    "assignment": assignments.get(m.member_id, b""),
-                }
+                m.to_record(group.protocol or "", assignments.get(m.member_id, b""))
                 for m in group.members.values()
             ],
         }
         await self.store.append(
-            self.partition_of(group.group_id),
+            group.partition,
             [(records.group_key(group.group_id), records.group_value(value))],
         )
 
