@@ -297,6 +297,20 @@ def test_offset_commit_and_fetch_v0_keep_offsets_in_zookeeper(cluster, new_topic
     assert data == b"17"
 
 
+def test_offset_commit_v0_with_an_empty_group_id_writes_nothing_to_zookeeper(cluster, new_topic):
+    topic = new_topic()
+    body = {
+        "group_id": "",
+        "topics": [{"topic": topic, "partitions": [{"partition": 0, "offset": 3, "metadata": ""}]}],
+    }
+    with connect(cluster, 2) as connection:
+        committed = request(connection, ApiKey.OFFSET_COMMIT, 0, body)
+
+    assert partition_code(committed) == ErrorCode.INVALID_GROUP_ID
+    with zookeeper.session(cluster.zookeeper) as client:
+        assert client.exists(f"/consumers/offsets/{topic}/0") is None  # "//" made one "/"
+
+
 def test_list_groups_shows_a_group_on_its_coordinator(cluster, stable_member):
     connection, group, *_ = stable_member
     listed = request(connection, ApiKey.LIST_GROUPS, 0, {})

@@ -9,7 +9,11 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import NewTopic as ConfluentNewTopic
 from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
+from kafka.errors import (
+    InvalidReplicationFactorError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 from tests.integration.conftest import admin
 from tests.integration.test_bad_input import connect, request
@@ -207,3 +211,81 @@ def test_brokers_other_than_the_controller_answer_not_controller(cluster):
     assert codes(created) == {topic: ErrorCode.NOT_CONTROLLER}
     assert codes(deleted, "topic_error_codes") == {topic: ErrorCode.NOT_CONTROLLER}
     assert admin(cluster, 1, f"/topics/{topic}") is None
+
+
+def in_zookeeper(cluster, topic: str) -> bool:
+    with zookeeper.session(cluster.zookeeper) as client:
+        return client.exists(zookeeper.topic_path(topic)) is not None
+
+
+def test_create_topics_validate_only_checks_everything_and_writes_nothing(cluster):
+    valid, too_replicated, existing = name(), name(), name()
+    with connect(cluster, controller_of(cluster)) as connection:
+        made = request(connection, ApiKey.CREATE_TOPICS, 1, create_body({"topic": existing}))
+        assert codes(made) == {existing: ErrorCode.NONE}
+        dry = request(
+            connection,
+            ApiKey.CREATE_TOPICS,
+            1,
+            create_body(
+                {"topic": valid, "num_partitions": 3, "replication_factor": 3},
+                {"topic": too_replicated, "replication_factor": 4},
+                {"topic": existing},
+                {
+                    "topic": name(),
+                    "config_entries": [{"config_name": "no.such", "config_value": "1"}],
+                },
+                validate_only=True,
+            ),
+        )
+
+    assert list(codes(dry).values()) == [
+        ErrorCode.NONE,
+        ErrorCode.INVALID_REPLICATION_FACTOR,
+        ErrorCode.TOPIC_ALREADY_EXISTS,
+        ErrorCode.INVALID_CONFIG,
+    ]
+    assert not in_zookeeper(cluster, valid) and not in_zookeeper(cluster, too_replicated)
+    assert all(admin(cluster, b, f"/topics/{valid}") is None for b in cluster.state.brokers)
+
+
+# Enough partitions that the controller cannot elect and announce their leaders (nor stop and
+# delete their replicas) within the 1 ms a request below allows.
+MANY_PARTITIONS = 20
+
+
+def test_create_and_delete_topics_past_their_timeout_answer_request_timed_out(cluster):
+    topic = name()
+    with connect(cluster, controller_of(cluster)) as connection:
+        connection.settimeout(60)  # the answer itself does not wait; the loaded machine may
+        created = request(
+            connection,
+            ApiKey.CREATE_TOPICS,
+            1,
+            create_body(
+                {"topic": topic, "num_partitions": MANY_PARTITIONS, "replication_factor": 2},
+                timeout=1,
+            ),
+        )
+        assert codes(created) == {topic: ErrorCode.REQUEST_TIMED_OUT}
+        assert "no leaders yet" in created["topic_errors"][0]["error_message"]
+        # timed out, but created all the same (as in Kafka)
+        wait_until(
+            lambda: topic_on_every_broker(cluster, topic, MANY_PARTITIONS),
+            60,
+            f"every broker to know {topic}",
+        )
+
+        deleted = request(connection, ApiKey.DELETE_TOPICS, 0, {"topics": [topic], "timeout": 1})
+        assert codes(deleted, "topic_error_codes") == {topic: ErrorCode.REQUEST_TIMED_OUT}
+    wait_until(lambda: gone_from_every_broker(cluster, topic), 60, f"{topic} to be deleted")
+    wait_until(lambda: not in_zookeeper(cluster, topic), 30, f"{topic} gone from ZooKeeper")
+
+
+def test_deleting_an_unknown_topic_is_unknown_topic_or_partition_to_a_client(cluster):
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
+    try:
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topics([name()], timeout_ms=10000)
+    finally:
+        client.close()

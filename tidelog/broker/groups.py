@@ -43,7 +43,7 @@ class ReplicatedOffsetsLog:
         self.acks = acks
         self.timeout_ms = timeout_ms
 
-    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> int:
         partition_log = self.replicas.leader_log(OFFSETS_TOPIC, partition)
         now = self.replicas.clock.milliseconds()
         data = build_message_set(
@@ -54,6 +54,7 @@ class ReplicatedOffsetsLog:
             await self.replicas.wait_for_replication(
                 OFFSETS_TOPIC, partition, info.last_offset + 1, self.timeout_ms / 1000
             )
+        return info.last_offset
 
     def log(self, partition: int) -> Log | None:
         held = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
@@ -212,7 +213,8 @@ class GroupRequests:
         for (topic, partition), (offset, metadata, _) in wanted.items():
             if not group_id:
                 codes[(topic, partition)] = ErrorCode.INVALID_GROUP_ID
-            elif len(metadata.encode("utf-8")) > limit:
+                continue
+            if len(metadata.encode("utf-8")) > limit:
                 codes[(topic, partition)] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,6 +22,9 @@ from tidelog.records.format import iter_deep
 log = logging.getLogger(__name__)
 
 NO_OFFSET = -1
+# How long a failed load of an offsets partition waits before it reads again (doubling).
+LOAD_RETRY_BACKOFF_MS = 100
+LOAD_RETRY_BACKOFF_MAX_MS = 10000
 TopicPartition = tuple[str, int]
 
 
@@ -60,8 +64,9 @@ class CoordinatorSettings:
 class OffsetsLog(Protocol):
     """The coordinator's view of ``__consumer_offsets`` on this broker."""
 
-    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> None:
-        """Appends keyed messages as leader and waits for offsets.commit.required.acks; raises
+    async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> int:
+        """Appends keyed messages as leader (before its first await) and waits for
+        offsets.commit.required.acks; returns the log offset of the last message. Raises
         KafkaError (NOT_LEADER_FOR_PARTITION, REQUEST_TIMED_OUT, ...) if it cannot."""
         ...
 
@@ -88,6 +93,40 @@ def _store_error(error: Exception, too_large: ErrorCode) -> ErrorCode:
         return ErrorCode.UNKNOWN
     code = _STORE_ERRORS.get(error.code, ErrorCode.UNKNOWN)
     return too_large if code == ErrorCode.INVALID_COMMIT_OFFSET_SIZE else code
+
+
+def _apply_chunk(
+    partition: int,
+    read: Callable[[], bytes],
+    position: int,
+    offsets: dict[tuple[str, str, int], CommittedOffset],
+    metadata: dict[str, dict],
+) -> int:
+    """Reads one chunk of an offsets partition and applies its messages from ``position`` on to
+    ``offsets`` and ``metadata`` (in a worker thread: nothing else touches them while it runs);
+    returns the offset after the last message read."""
+    next_position = position
+    for message in iter_deep(read()):
+        next_position = message.offset + 1
+        if message.offset < position or message.key is None:
+            continue
+        try:
+            kind, key = records.read_key(message.key)
+            if kind == "offset":
+                tp = (key["group"], key["topic"], key["partition"])
+                if message.value is None:
+                    offsets.pop(tp, None)
+                else:
+                    offsets[tp] = records.read_offset_value(message.value)
+            elif message.value is None:
+                metadata.pop(key["group"], None)
+            else:
+                metadata[key["group"]] = records.read_group_value(message.value)
+        except ProtocolError as error:
+            log.warning(
+                "offsets partition %d: skipping offset %d: %s", partition, message.offset, error
+            )
+    return next_position
 
 
 @dataclass(frozen=True)
@@ -118,6 +157,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self.owned: dict[int, int] = {}  # offsets partition -> leader epoch it was loaded in
         self.loading: dict[int, asyncio.Task] = {}
+        self.load_failed: set[int] = set()  # loading partitions waiting to retry their read
         self._loading_epochs: dict[int, int] = {}
 
     # -- ownership -----------------------------------------------------------------------------
@@ -125,13 +165,22 @@ class GroupCoordinator:
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.settings.offsets_topic_partitions)
 
-    def _check_coordinator(self, group_id: str) -> None:
+    def _check_coordinator(self, group_id: str, *, while_loading: bool = False) -> None:
+        """Raises the error a request for ``group_id`` gets if this broker cannot serve it now.
+        A partition still loading is GROUP_LOAD_IN_PROGRESS, unless ``while_loading`` (the
+        caller answers as Kafka does for a group not read yet)."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "a group id may not be empty")
         partition = self.partition_of(group_id)
+        if partition in self.load_failed:
+            raise KafkaError(
+                ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE,
+                f"offsets partition {partition} could not be read; retrying",
+            )
         if partition in self.loading:
-            raise KafkaError(ErrorCode.GROUP_LOAD_IN_PROGRESS, f"loading partition {partition}")
-        if partition not in self.owned:
+            if not while_loading:
+                raise KafkaError(ErrorCode.GROUP_LOAD_IN_PROGRESS, f"loading partition {partition}")
+        elif partition not in self.owned:
             raise KafkaError(
                 ErrorCode.NOT_COORDINATOR_FOR_GROUP,
                 f"group {group_id!r} (offsets partition {partition}) is not served here",
@@ -155,7 +204,8 @@ class GroupCoordinator:
 
     def _unload(self, partition: int) -> None:
         self.owned.pop(partition, None)
-        unloaded = [g for g in self.groups if self.partition_of(g) == partition]
+        self.load_failed.discard(partition)
+        unloaded = [g.group_id for g in self.groups.values() if g.partition == partition]
         for group_id in unloaded:
             group = self.groups.pop(group_id)
             self._cancel_timers(group)
@@ -169,20 +219,31 @@ class GroupCoordinator:
         )
 
     async def _load(self, partition: int, epoch: int) -> None:
+        """Reads the partition into memory and starts serving it. A failed read (a disk error,
+        a corrupt message) is retried after LOAD_RETRY_BACKOFF_MS, doubling up to
+        LOAD_RETRY_BACKOFF_MAX_MS; meanwhile its groups get GROUP_COORDINATOR_NOT_AVAILABLE, so
+        clients look for the coordinator again and come back."""
         started = self.clock.milliseconds()
-        try:
-            offsets, metadata = await self._read_partition(partition)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("offsets partition %d: loading failed", partition)
-            self.loading.pop(partition, None)
-            return
+        backoff_ms = LOAD_RETRY_BACKOFF_MS
+        while True:
+            try:
+                offsets, metadata = await self._read_partition(partition)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "offsets partition %d: loading failed; retrying in %d ms", partition, backoff_ms
+                )
+                self.load_failed.add(partition)
+                await asyncio.sleep(backoff_ms / 1000)
+                backoff_ms = min(2 * backoff_ms, LOAD_RETRY_BACKOFF_MAX_MS)
+        self.load_failed.discard(partition)
         for (group_id, topic, number), committed in offsets.items():
-            group = self.groups.setdefault(group_id, Group(group_id))
+            group = self.groups.setdefault(group_id, Group(group_id, partition))
             group.offsets[(topic, number)] = committed
         for group_id, value in metadata.items():
-            group = self.groups.setdefault(group_id, Group(group_id))
+            group = self.groups.setdefault(group_id, Group(group_id, partition))
             self._restore(group, value)
         self.loading.pop(partition, None)
         self.owned[partition] = epoch
@@ -198,7 +259,9 @@ class GroupCoordinator:
         self, partition: int
     ) -> tuple[dict[tuple[str, str, int], CommittedOffset], dict[str, dict]]:
         """The latest offset commit of every (group, topic, partition) and the latest metadata
-        of every group in the partition's log, tombstones applied."""
+        of every group in the partition's log, tombstones applied. Each chunk is read and
+        parsed off the event loop; a message larger than offsets.load.buffer.size is read
+        whole (as Kafka reads it)."""
         partition_log = self.store.log(partition)
         offsets: dict[tuple[str, str, int], CommittedOffset] = {}
         metadata: dict[str, dict] = {}
@@ -206,39 +269,16 @@ class GroupCoordinator:
             return offsets, metadata
         position, end = partition_log.log_start_offset, partition_log.log_end_offset
         while position < end:
-            data = partition_log.read(position, self.settings.offsets_load_buffer_size)
+            data = partition_log.read(
+                position, self.settings.offsets_load_buffer_size, min_one_message=True
+            )
             if not data.slice.length:
                 break
-            chunk = await asyncio.to_thread(data.slice.read)
-            next_position = position
-            for message in iter_deep(chunk):
-                next_position = message.offset + 1
-                if message.offset < position or message.key is None:
-                    continue
-                try:
-                    kind, key = records.read_key(message.key)
-                    if kind == "offset":
-                        tp = (key["group"], key["topic"], key["partition"])
-                        if message.value is None:
-                            offsets.pop(tp, None)
-                        else:
-                            offsets[tp] = records.read_offset_value(message.value)
-                    elif message.value is None:
-                        metadata.pop(key["group"], None)
-                    else:
-                        metadata[key["group"]] = records.read_group_value(message.value)
-                except ProtocolError as error:
-                    log.warning(
-                        "offsets partition %d: skipping offset %d: %s",
-                        partition,
-                        message.offset,
-                        error,
-                    )
-            if next_position <= position:  # a message larger than the load buffer
-                raise RuntimeError(
-                    f"offsets partition {partition}: the message at {position} is larger than "
-                    f"offsets.load.buffer.size ({self.settings.offsets_load_buffer_size})"
-                )
+            next_position = await asyncio.to_thread(
+                _apply_chunk, partition, data.slice.read, position, offsets, metadata
+            )
+            if next_position <= position:
+                raise RuntimeError(f"offsets partition {partition}: no message at {position}")
             position = next_position
         return offsets, metadata
 
@@ -251,16 +291,7 @@ class GroupCoordinator:
         group.leader_id = value["leader"]
         group.members.clear()
         for stored in value["members"]:
-            member = Member(
-                stored["member_id"],
-                stored["client_id"],
-                stored["client_host"],
-                stored["session_timeout"],
-                stored["rebalance_timeout"],
-                value["protocol_type"],
-                [(value["protocol"] or "", stored["subscription"])],
-                stored["assignment"],
-            )
+            member = Member.from_record(stored, value["protocol_type"], value["protocol"] or "")
             group.members[member.member_id] = member
             self._schedule_expiry(group, member)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
@@ -296,7 +327,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, self.partition_of(group_id))
         if group.state == GroupState.DEAD:
             return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
         if not protocols or not group.supports(protocol_type, protocols):
@@ -321,7 +352,7 @@ class GroupCoordinator:
             member = group.members[member_id]
             changed = member.protocols != protocols
             if group.state == GroupState.PREPARING_REBALANCE:
-                member.protocols = protocols
+                member.rejoin(protocols, session_timeout_ms, rebalance_timeout_ms)
                 self._set_join_waiter(member, future)
             elif group.state == GroupState.AWAITING_SYNC and not changed:
                 # the member missed the join response: the same answer again
@@ -329,7 +360,7 @@ class GroupCoordinator:
             elif group.state == GroupState.STABLE and not changed and member_id != group.leader_id:
                 future.set_result(self._join_result(group, member))
             else:
-                member.protocols = protocols
+                member.rejoin(protocols, session_timeout_ms, rebalance_timeout_ms)
                 self._set_join_waiter(member, future)
                 self._prepare_rebalance(group, f"member {member_id} rejoined")
         if group.state == GroupState.PREPARING_REBALANCE:
@@ -489,8 +520,10 @@ class GroupCoordinator:
                 member.expiry.cancel()
 
     def _member_of(self, group_id: str, member_id: str, generation: int) -> tuple[Group, Member]:
-        """The group and member a request names, after the checks Kafka makes of both."""
-        self._check_coordinator(group_id)
+        """The group and member a request names, after the checks Kafka makes of both. While
+        the group's partition loads, the group is not known yet: UNKNOWN_MEMBER_ID, as Kafka's
+        handleSyncGroup answers (GROUP_LOAD_IN_PROGRESS would be fatal to a 0.10 Java client)."""
+        self._check_coordinator(group_id, while_loading=True)
         group = self.groups.get(group_id)
         if group is None or group.state in (GroupState.DEAD, GroupState.EMPTY):
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id!r} has no members")
@@ -558,7 +591,9 @@ class GroupCoordinator:
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
         try:
-            self._check_coordinator(group_id)
+            self._check_coordinator(group_id, while_loading=True)
+            if self.partition_of(group_id) in self.loading:
+                return ErrorCode.NONE  # Kafka answers blindly while the group loads
             group = self.groups.get(group_id)
             if group is not None and group.state == GroupState.AWAITING_SYNC:
                 if member_id not in group.members:
@@ -609,7 +644,7 @@ class GroupCoordinator:
         if group is None:
             if generation >= 0:
                 return every(ErrorCode.UNKNOWN_MEMBER_ID)
-            group = self.groups[group_id] = Group(group_id)
+            group = self.groups[group_id] = Group(group_id, self.partition_of(group_id))
         elif group.state == GroupState.DEAD:
             return every(ErrorCode.UNKNOWN_MEMBER_ID)
         elif not (generation < 0 and group.state == GroupState.EMPTY):
@@ -637,13 +672,18 @@ class GroupCoordinator:
                 for (t, p), c in accepted.items()
             ]
             code = ErrorCode.NONE
+            pending = list(accepted)
+            group.pending_commits.update(pending)
             try:
-                await self.store.append(self.partition_of(group_id), entries)
+                position = await self.store.append(group.partition, entries)
             except Exception as error:
                 code = _store_error(error, ErrorCode.INVALID_COMMIT_OFFSET_SIZE)
                 log.warning("group %s: offset commit not stored: %s", group_id, error)
+            finally:
+                group.commits_ended(pending)
             if code == ErrorCode.NONE and self.groups.get(group_id) is group:
-                group.offsets.update(accepted)
+                for tp, committed in accepted.items():
+                    group.apply_commit(tp, committed, position)
             results.update(dict.fromkeys(accepted, code))
         return results
 
@@ -670,9 +710,15 @@ class GroupCoordinator:
         now = self.clock.milliseconds()
         expired_total = 0
         for group_id, group in list(self.groups.items()):
-            if self.partition_of(group_id) not in self.owned:
+            if group.partition not in self.owned:
                 continue
-            expired = [tp for tp, c in group.offsets.items() if 0 <= c.expire_timestamp <= now]
+            # a partition with a commit waiting for its acknowledgement is left alone: its
+            # tombstone would land after that commit and erase it (as Kafka 0.11 does)
+            expired = {
+                tp: c
+                for tp, c in group.offsets.items()
+                if 0 <= c.expire_timestamp <= now and tp not in group.pending_commits
+            }
             entries: list[tuple[bytes, bytes | None]] = [
                 (records.offset_key(group_id, t, p), None) for t, p in expired
             ]
@@ -682,16 +728,25 @@ class GroupCoordinator:
             if not entries:
                 continue
             try:
-                await self.store.append(self.partition_of(group_id), entries)
+                position = await self.store.append(group.partition, entries)
             except KafkaError as error:
                 log.warning("group %s: expired offsets not removed yet: %s", group_id, error)
                 continue
-            for tp in expired:
-                group.offsets.pop(tp, None)
-            expired_total += len(expired)
-            if dead and group.state == GroupState.EMPTY and not group.offsets:
+            if self.groups.get(group_id) is not group:
+                continue  # unloaded while the tombstones went out
+            for tp, committed in expired.items():
+                if group.offsets.get(tp) is committed:  # not replaced by a commit meanwhile
+                    del group.offsets[tp]
+                    group.offset_positions[tp] = position
+                    expired_total += 1
+            if (
+                dead
+                and group.state == GroupState.EMPTY
+                and not group.offsets
+                and not group.pending_commits
+            ):
                 group.transition(GroupState.DEAD)
-                self.groups.pop(group_id, None)
+                del self.groups[group_id]
                 log.info("group %s: removed (empty, no committed offsets)", group_id)
         return expired_total
 
@@ -728,7 +783,7 @@ class GroupCoordinator:
             **blank,
             "state": group.state.value,
             "protocol_type": group.protocol_type or "",
-            "protocol": group.protocol or "",
+            "protocol": (group.protocol or "") if stable else "",  # Kafka's NoProtocol otherwise
             "members": [
                 {
                     "member_id": m.member_id,
@@ -747,7 +802,7 @@ class GroupCoordinator:
         return ErrorCode.NONE, [
             (g.group_id, g.protocol_type or "")
             for g in self.groups.values()
-            if self.partition_of(g.group_id) in self.owned and g.state != GroupState.DEAD
+            if g.partition in self.owned and g.state != GroupState.DEAD
         ]
 
     # -- storage -------------------------------------------------------------------------------
@@ -759,20 +814,12 @@ class GroupCoordinator:
             "protocol": group.protocol,
             "leader": group.leader_id,
             "members": [
-                {
-                    "member_id": m.member_id,
-                    "client_id": m.client_id,
-                    "client_host": m.client_host,
-                    "session_timeout": m.session_timeout_ms,
-                    "rebalance_timeout": m.rebalance_timeout_ms,
-                    "subscription": m.metadata_for(group.protocol or ""),
-                    "assignment": assignments.get(m.member_id, b""),
-                }
+                m.to_record(group.protocol or "", assignments.get(m.member_id, b""))
                 for m in group.members.values()
             ],
         }
         await self.store.append(
-            self.partition_of(group.group_id),
+            group.partition,
             [(records.group_key(group.group_id), records.group_value(value))],
         )
 

@@ -6,8 +6,17 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
-from tidelog.coordinator.records import CommittedOffset
+from tidelog.coordinator.records import MEMBER_FIELDS, CommittedOffset
+
+# The Member attribute behind each field of a stored member whose name differs; the stored
+# "subscription" is the member's metadata for the group's protocol.
+_ATTRIBUTE_OF_FIELD = {
+    "session_timeout": "session_timeout_ms",
+    "rebalance_timeout": "rebalance_timeout_ms",
+}
+_STORED_AS_IS = [name for name in MEMBER_FIELDS if name != "subscription"]
 
 
 class GroupState(Enum):
@@ -65,6 +74,33 @@ class Member:
         """The member's most preferred protocol among ``candidates``."""
         return next(name for name, _ in self.protocols if name in candidates)
 
+    def rejoin(
+        self, protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int
+    ) -> None:
+        """What a rejoining member's JoinGroup says replaces what it joined with before."""
+        self.protocols = protocols
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+
+    def to_record(self, protocol: str, assignment: bytes) -> dict[str, Any]:
+        """The member as the group metadata record stores it (records.MEMBER_FIELDS)."""
+        stored = {
+            name: getattr(self, _ATTRIBUTE_OF_FIELD.get(name, name)) for name in _STORED_AS_IS
+        }
+        stored["subscription"] = self.metadata_for(protocol)
+        stored["assignment"] = assignment
+        return stored
+
+    @classmethod
+    def from_record(cls, stored: dict[str, Any], protocol_type: str, protocol: str) -> Member:
+        """A member read back from a group metadata record."""
+        fields = {_ATTRIBUTE_OF_FIELD.get(name, name): stored[name] for name in _STORED_AS_IS}
+        return cls(
+            **fields,
+            protocol_type=protocol_type,
+            protocols=[(protocol, stored["subscription"])],
+        )
+
     @property
     def kept_alive(self) -> bool:
         return self.join_waiter is not None or self.sync_waiter is not None
@@ -77,10 +113,14 @@ class Group:
     Invariants: the state only moves along TRANSITIONS (``transition`` raises otherwise);
     ``leader_id`` names a member or is None; in Empty and Dead there are no members; the
     generation grows by one each time a rebalance completes. ``offsets`` are the committed
-    offsets, kept whatever the membership.
+    offsets, kept whatever the membership; ``offset_positions`` the log offset of the record
+    behind each (a commit whose record is older than the one applied is not applied), and
+    ``pending_commits`` counts the commits of each partition written but not yet acknowledged
+    (offset expiry leaves those partitions alone).
     """
 
     group_id: str
+    partition: int  # of __consumer_offsets, where the group is stored
     state: GroupState = GroupState.EMPTY
     generation: int = 0
     protocol_type: str | None = None
@@ -89,6 +129,21 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     join_deadline: asyncio.TimerHandle | None = None
+    offset_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    pending_commits: Counter[tuple[str, int]] = field(default_factory=Counter)
+
+    def apply_commit(self, tp: tuple[str, int], committed: CommittedOffset, position: int) -> None:
+        """Takes a commit whose record is at log offset ``position``, unless a later record of
+        the same partition was applied already (acknowledgements may come out of order)."""
+        if position > self.offset_positions.get(tp, -1):
+            self.offsets[tp] = committed
+            self.offset_positions[tp] = position
+
+    def commits_ended(self, tps: list[tuple[str, int]]) -> None:
+        self.pending_commits.subtract(tps)
+        for tp in tps:
+            if self.pending_commits[tp] <= 0:
+                del self.pending_commits[tp]
 
     def transition(self, state: GroupState) -> None:
         if state not in TRANSITIONS[self.state]:

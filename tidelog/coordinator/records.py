@@ -56,6 +56,9 @@ _MEMBER_V1 = schema(
     ("assignment", BYTES),
 )
 
+# The fields of a stored member, as the latest group metadata value has them.
+MEMBER_FIELDS = tuple(name for name, _ in _MEMBER_V1)
+
 
 def _group_value(member: Any) -> Any:
     return schema(
