@@ -78,6 +78,8 @@ class MetadataCache:
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     controller_id: int = -1
     cluster_id: str | None = None
+    # topics marked for deletion (/admin/delete_topics): no replica is created for them again
+    deleting: set[str] = field(default_factory=set)
 
     def leader_of(self, topic: str, partition: int) -> int:
         metadata = self.topics.get(topic)

@@ -78,6 +78,10 @@ class ReplicaManager:
                 key = (name, number)
                 partition = self.partitions.get(key)
                 if partition is None:
+                    if name in self.metadata.deleting:
+                        # its replica was (or is about to be) deleted by StopReplica; a late
+                        # read of the topic must not bring its log back
+                        continue
                     partition_log = self.logs.get_or_create(name, number)
                     partition = Partition(name, number, self.broker_id, partition_log)
                     self.partitions[key] = partition

@@ -314,6 +314,7 @@ class BrokerNode:
         self.metadata.topics = fresh.topics
         self.metadata.controller_id = fresh.controller_id
         self.metadata.cluster_id = fresh.cluster_id
+        self.metadata.deleting = fresh.deleting
         self.replicas.apply_metadata()
 
     async def _act_as_controller(self) -> None:

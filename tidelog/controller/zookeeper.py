@@ -218,7 +218,7 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
     cache.controller_id = read_controller(zk, watch)
     _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # its creation wakes the controller
     with contextlib.suppress(NoNodeError):  # so does a deletion request
-        zk.get_children(DELETE_TOPICS, watch=watch)
+        cache.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
     data = _read(zk, CLUSTER_ID, None)
     cache.cluster_id = _json(data)["id"] if data else None
     return cache
