@@ -11,9 +11,6 @@ from kafka import KafkaProducer
 
 from tests.integration.test_kafka_python import consume_all
 from tidelog.cluster.local import wait_until
-
-pytest.importorskip("pyspark")
-
 from tidelog.pipeline.session import local_session
 from tidelog.pipeline.source import scan_stats
 

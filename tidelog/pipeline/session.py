@@ -31,6 +31,7 @@ def local_session(cores: int = 2, app_name: str = "tidelog") -> SparkSession:
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.python.filterPushdown.enabled", "true")
