@@ -3,6 +3,7 @@ so every image is PIXELS wide and high."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,22 @@ def _save(figure: Figure, path: Path) -> Path:
     return path
 
 
+def _with_gaps(
+    windows: list[dict[str, Any]], column: str, window_seconds: float
+) -> tuple[list[float], list[float]]:
+    """The series of ``column`` with a NaN where windows are missing, so the line breaks there
+    instead of bridging a time without acknowledgements."""
+    seconds: list[float] = []
+    values: list[float] = []
+    for window in windows:
+        if seconds and window["second"] - seconds[-1] > window_seconds * 1.5:
+            seconds.append(seconds[-1] + window_seconds)
+            values.append(math.nan)
+        seconds.append(window["second"])
+        values.append(window[column])
+    return seconds, values
+
+
 def latency_over_time(data: ReportData, out: Path) -> list[Path]:
     """One plot per run: p50, p95 and p99 of each window, the run's events marked."""
     paths = []
@@ -48,9 +65,9 @@ def latency_over_time(data: ReportData, out: Path) -> list[Path]:
         figure, axes = _figure()
         # each window's point sits at its middle; a window without acknowledgements has none
         middle = data.window_seconds / 2
-        seconds = [w["second"] + middle for w in windows]
         for column, style in [("p50_ms", ".-"), ("p95_ms", ".--"), ("p99_ms", ".-")]:
-            axes.plot(seconds, [w[column] for w in windows], style, label=column[:-3])
+            seconds, values = _with_gaps(windows, column, data.window_seconds)
+            axes.plot([s + middle for s in seconds], values, style, label=column[:-3])
         first_ack = data.run_starts[run.label]
         for event in (e for e in data.events if e["run"] == run.label):
             at = (event["at"] - first_ack).total_seconds()

@@ -180,29 +180,29 @@ def throughput_tables(acks: DataFrame, run_starts: dict[str, datetime]) -> tuple
         .groupBy("run", "epoch_second")
         .agg(F.count("*").alias("records"), F.sum("bytes").alias("bytes"))
     )
-    seconds = [
-        {
-            "run": row["run"],
-            "second": row["epoch_second"] - int(run_starts[row["run"]].timestamp()),
-            "records": row["records"],
-            "megabytes": row["bytes"] / 1_000_000,
-        }
-        for row in _rows(per_second, ["run", "epoch_second"])
-    ]
-    summary = []
-    for run in sorted({row["run"] for row in seconds}):
-        mine = [row for row in seconds if row["run"] == run]
-        # the mean counts seconds with nothing acknowledged too: records over the run's seconds
-        duration = mine[-1]["second"] + 1
-        records = sum(row["records"] for row in mine)
+    found: dict[str, dict[int, tuple[int, float]]] = {}
+    for row in _rows(per_second, ["run", "epoch_second"]):
+        second = row["epoch_second"] - int(run_starts[row["run"]].timestamp())
+        found.setdefault(row["run"], {})[second] = (row["records"], row["bytes"] / 1_000_000)
+    seconds: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
+    for run, counts in sorted(found.items()):
+        # a second in which nothing was acknowledged is a zero, not a gap
+        duration = max(counts) + 1
+        in_order = [counts.get(second, (0, 0.0)) for second in range(duration)]
+        seconds += [
+            {"run": run, "second": second, "records": records, "megabytes": megabytes}
+            for second, (records, megabytes) in enumerate(in_order)
+        ]
+        records = sum(count for count, _ in in_order)
         summary.append(
             {
                 "run": run,
                 "seconds": duration,
                 "records": records,
                 "mean_records_per_s": records / duration,
-                "peak_records_per_s": max(row["records"] for row in mine),
-                "mean_mb_per_s": sum(row["megabytes"] for row in mine) / duration,
+                "peak_records_per_s": max(count for count, _ in in_order),
+                "mean_mb_per_s": sum(megabytes for _, megabytes in in_order) / duration,
             }
         )
     return seconds, summary
