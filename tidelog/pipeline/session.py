@@ -22,7 +22,8 @@ def local_session(cores: int = 2, app_name: str = "tidelog") -> SparkSession:
     """A local-mode session on ``cores`` cores (or the one already running in this process).
 
     Spark binds 127.0.0.1 only; Python workers run this interpreter, so they import tidelog;
-    Python data sources get the filters pushed down; times are shown in UTC.
+    Python data sources get the filters pushed down; times are shown in UTC. The driver (which
+    is the executor in local mode) gets TIDELOG_SPARK_MEMORY, 2g by default.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -30,6 +31,7 @@ def local_session(cores: int = 2, app_name: str = "tidelog") -> SparkSession:
     spark = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
+        .config("spark.driver.memory", os.environ.get("TIDELOG_SPARK_MEMORY", "2g"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
