@@ -128,14 +128,18 @@ class SegmentReader(DataSourceReader):
             yield filter_  # Spark checks the rows too: bounds only skip what cannot match
 
     def _narrow(self, column: str, lowest: int | None, highest: int | None) -> None:
+        def tighter(current: int | None, new: int | None, pick) -> int | None:  # type: ignore[no-untyped-def]
+            return current if new is None else new if current is None else pick(current, new)
+
         bounds = self.bounds
         if column == "offset":
-            if lowest is not None:
-                bounds = replace(bounds, min_offset=max(lowest, bounds.min_offset or lowest))
-            if highest is not None:
-                bounds = replace(bounds, max_offset=min(highest, bounds.max_offset or highest))
-        elif column == "timestamp" and lowest is not None:
-            bounds = replace(bounds, min_timestamp=max(lowest, bounds.min_timestamp or lowest))
+            bounds = replace(
+                bounds,
+                min_offset=tighter(bounds.min_offset, lowest, max),
+                max_offset=tighter(bounds.max_offset, highest, min),
+            )
+        elif column == "timestamp":
+            bounds = replace(bounds, min_timestamp=tighter(bounds.min_timestamp, lowest, max))
         self.bounds = bounds
 
     def partitions(self) -> Sequence[InputPartition]:
