@@ -126,26 +126,47 @@ def test_a_timestamp_filter_reads_fewer_bytes_than_a_full_scan(cluster, new_topi
     assert scan_stats(tmp_path / "offsets").bytes_read < full.bytes_read / 4
 
 
+def start_stream(spark, cluster, topic: str, name: str):
+    """The streaming query, into a memory table ``name``. Spark starts the Python source in a
+    worker that must connect back within a fixed 10 s; on a machine loaded enough to miss that,
+    the query dies before its first batch, and is started again (three tries in all)."""
+    for attempt in (1, 2, 3):
+        stream = (
+            spark.readStream.format("tidelog")
+            .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
+            .option("topic", topic)
+            .option("startingOffsets", "earliest")
+            .load()
+        )
+        query = (
+            stream.writeStream.format("memory")
+            .queryName(name)
+            .trigger(processingTime="500 milliseconds")
+            .start()
+        )
+        wait_until(
+            lambda query=query: query.lastProgress is not None or not query.isActive,
+            120,
+            "the streaming query's first batch",
+        )
+        failure = query.exception()
+        if failure is None:
+            return query
+        if attempt == 3 or "failed to connect back" not in str(failure):
+            raise AssertionError(f"the streaming query failed: {failure}")
+    raise AssertionError("unreachable")
+
+
 def test_the_stream_picks_up_records_produced_after_it_started(cluster, new_topic, spark):
     topic = new_topic(partitions=2)
     produce(cluster, topic, (0, 10, 1), 50)
-    stream = (
-        spark.readStream.format("tidelog")
-        .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-        .load()
-    )
     name = f"stream_{topic.replace('-', '_')}"
-    query = (
-        stream.writeStream.format("memory")
-        .queryName(name)
-        .trigger(processingTime="500 milliseconds")
-        .start()
-    )
+    query = start_stream(spark, cluster, topic, name)
     try:
 
         def count() -> int:
+            if not query.isActive:
+                raise AssertionError(f"the streaming query stopped: {query.exception()}")
             return spark.sql(f"select count(*) from {name}").collect()[0][0]
 
         wait_until(lambda: count() == 50, 90, "the stream to read the 50 records produced first")
