@@ -275,8 +275,12 @@ def _perf(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 linger_ms=args.linger_ms,
             )
-            summary, errors = runtime.run(run_producer(bootstrap, settings))
+            run_dir = Path(args.out) if args.out else None
+            started_at = _run_started()
+            summary, errors = runtime.run(run_producer(bootstrap, settings, run_dir=run_dir))
             print(summary.line("records sent"))
+            if run_dir is not None:
+                _write_perf_run(args, run_dir, settings, started_at, bootstrap, summary, errors)
             for name, count in sorted(errors.items()):
                 print(f"{count} records failed: {name}")
             result = {"summary": summary.as_dict(), "errors": errors}
@@ -308,6 +312,33 @@ def _perf(args: argparse.Namespace) -> int:
         return _fail(f"perf {args.action}", error)
 
 
+def _run_started() -> str:
+    from tidelog import rundata
+
+    return rundata.now()
+
+
+def _write_perf_run(args, run_dir, settings, started_at, bootstrap, summary, errors) -> None:
+    """metadata.json of a ``perf produce --out`` run (the producer wrote acks.parquet)."""
+    from dataclasses import asdict
+
+    from tidelog import rundata
+
+    metadata = rundata.RunMetadata(
+        kind="perf-produce",
+        case=args.case,
+        workload=rundata.WORKLOADS[settings.acks],
+        tiered=args.tiered,
+        started_at=started_at,
+        ended_at=rundata.now(),
+        settings=asdict(settings) | {"codec": settings.codec.name.lower()},
+        profile={"bootstrap_servers": bootstrap, "cluster_dir": args.dir},
+        verdict={"summary": summary.as_dict(), "errors": errors},
+    )
+    rundata.write_metadata(run_dir, metadata)
+    print(f"run data written to {run_dir}")
+
+
 def _scenario(args: argparse.Namespace) -> int:
     import json
     import shutil
@@ -336,7 +367,8 @@ def _scenario(args: argparse.Namespace) -> int:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
             cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
-        topic, report = runtime.run(run_scenario(cluster, settings))
+        run_dir = Path(args.out) if args.out else None
+        topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
     except (ClusterError, ZooKeeperError) as error:
         return _fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
@@ -348,6 +380,8 @@ def _scenario(args: argparse.Namespace) -> int:
         f"{args.cycles} cycle(s), topic {topic}"
     )
     print(report.table())
+    if args.out:
+        print(f"run data written to {args.out}")
     if args.report:
         document = {"settings": vars(settings), "topic": topic, "report": report.as_dict()}
         with open(args.report, "w") as file:
@@ -380,6 +414,30 @@ class _SubcommandParser(argparse.ArgumentParser):
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
+
+
+def _report(args: argparse.Namespace) -> int:
+    try:
+        from tidelog.pipeline.render import write_report
+        from tidelog.pipeline.report import compute, load_runs
+        from tidelog.pipeline.session import local_session
+    except ImportError as error:
+        return _fail(
+            "report", f"{error}; install the pipeline extra: pip install 'tidelog[pipeline]'"
+        )
+    try:
+        runs = load_runs(args.run_dirs)
+    except (OSError, ValueError, TypeError) as error:
+        return _fail("report", error)
+    spark = local_session(cores=args.cores, app_name="tidelog-report")
+    try:
+        data = compute(spark, runs, window_seconds=args.window_seconds)
+    finally:
+        spark.stop()
+    written = write_report(data, args.out)
+    print(f"report of {len(runs)} run(s) written to {args.out}: {len(written)} files")
+    print(f"open {Path(args.out) / 'report.html'}")
+    return 0
 
 
 def _command(actions, name: str, text: str) -> argparse.ArgumentParser:
@@ -530,6 +588,17 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4"])
     produce.add_argument("--batch-size", type=int, default=16384, help="bytes per batch")
     produce.add_argument("--linger-ms", type=float, default=0)
+    produce.add_argument(
+        "--out", metavar="RUN_DIR", help="write a run directory (acks.parquet, metadata.json)"
+    )
+    produce.add_argument(
+        "--case",
+        default="normal",
+        help="the test case the run stands for, in its metadata (normal, consumers, rebuild)",
+    )
+    produce.add_argument(
+        "--tiered", action="store_true", help="record that the topic keeps a remote tier"
+    )
     consume = _command(perf_actions, "consume", "consume records and report throughput")
     consume.add_argument("--topic", required=True)
     consume.add_argument("--messages", type=int, required=True, help="how many records to read")
@@ -614,12 +683,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    replication.add_argument(
+        "--out",
+        metavar="RUN_DIR",
+        help="write a run directory: acknowledgements, faults, what was consumed, the verdict",
+    )
     scenario.set_defaults(run=_scenario)
     from tidelog.upgrade.command import add_commands as add_upgrade_commands
     from tidelog.upgrade.command import add_scenario as add_upgrade_scenario
 
     add_upgrade_commands(commands)
     add_upgrade_scenario(kinds)
+
+    report = commands.add_parser(
+        "report",
+        help="tables, plots and an HTML page from run directories (Spark)",
+        description=(
+            "Reads the run directories that perf, scenario and load runs write (--out), "
+            "computes exact latency percentiles, average and max windowed p99, throughput, "
+            "delivery per partition and consumer lag with Spark in local mode, and writes CSV "
+            "and Markdown tables, PNG plots and one self-contained report.html. Two runs or more "
+            "are compared side by side."
+        ),
+    )
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    report.add_argument("--out", required=True, metavar="REPORT_DIR", help="where to write")
+    report.add_argument(
+        "--window-seconds",
+        type=float,
+        default=1.0,
+        help="the window of 'average p99' (p99 per window, averaged); default 1",
+    )
+    report.add_argument("--cores", type=int, default=2, help="Spark local cores (default 2)")
+    report.set_defaults(run=_report)
     return parser
 
 

@@ -30,9 +30,14 @@ from tidelog.records.format import Codec, Record, TimestampType, build_message_s
 
 @dataclass(frozen=True)
 class Acked:
+    """An acknowledged message; ``acked_at`` in seconds since the epoch, ``latency_ms`` from
+    its request to the answer."""
+
     partition: int
     offset: int
     value: bytes
+    acked_at: float = 0.0
+    latency_ms: float = -1.0
 
 
 @dataclass
@@ -102,8 +107,10 @@ class DeliveryProducer:
         }
         try:
             connection = await client.connection(leader)
+            sent = time.perf_counter()
             async with asyncio.timeout(12):
                 response = await connection.request(ApiKey.PRODUCE, version, body)
+            latency_ms = (time.perf_counter() - sent) * 1000
         except (OSError, ConnectionError, TimeoutError, KeyError):
             stale = client.connections.pop(leader, None)
             if stale is not None:
@@ -112,7 +119,9 @@ class DeliveryProducer:
             return False
         answer = response["responses"][0]["partition_responses"][0]
         if answer["error_code"] == ErrorCode.NONE:
-            self.acked.append(Acked(partition, answer["base_offset"], value))
+            self.acked.append(
+                Acked(partition, answer["base_offset"], value, time.time(), latency_ms)
+            )
             return True
         self.failed += 1
         return False
@@ -132,6 +141,10 @@ class DeliveryReport:
     diverged: list[str] = field(default_factory=list)
     time_index: list[str] = field(default_factory=list)
     timestamps_backwards: list[str] = field(default_factory=list)
+    # (offset, value) of each message consumed, per partition: a run directory's consumed table
+    received: dict[int, list[tuple[int, bytes | None]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     CHECKS = (
         "lost",
@@ -224,6 +237,9 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
     finally:
         await client.close()
     report.consumed = sum(len(messages) for messages in consumed.values())
+    report.received = {
+        number: [(m.offset, m.value) for m in messages] for number, messages in consumed.items()
+    }
     values = Counter(m.value for messages in consumed.values() for m in messages)
     report.duplicates = [f"{v.decode()} x{n}" for v, n in values.items() if n > 1]
     for number, messages in consumed.items():

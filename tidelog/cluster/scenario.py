@@ -15,10 +15,12 @@ import asyncio
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
+from tidelog import rundata
 from tidelog.cluster import faults
-from tidelog.cluster.delivery import DeliveryProducer, DeliveryReport, verify
+from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
 from tidelog.controller import topics, zookeeper
 
 _topics = itertools.count()
@@ -62,11 +64,65 @@ def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     return name
 
 
+def write_run(
+    run_dir: Path,
+    settings: ScenarioSettings,
+    topic: str,
+    report: DeliveryReport,
+    acked: list[Acked],
+    events: list[rundata.Event],
+    started_at: str,
+    profile: dict,
+) -> None:
+    """The scenario's run directory (tidelog/rundata.py): its acknowledgements, the faults
+    injected, what the check consumed, and the verdict in metadata.json."""
+    rundata.write_table(
+        run_dir,
+        "acks",
+        {
+            "acked_at": [rundata.epoch_microseconds(a.acked_at) for a in acked],
+            "latency_ms": [a.latency_ms for a in acked],
+            "partition": [a.partition for a in acked],
+            "offset": [a.offset for a in acked],
+            "bytes": [len(a.value) for a in acked],
+            "message": [a.value.decode() for a in acked],
+        },
+    )
+    rundata.write_events(run_dir, events)
+    received = [(p, o, v) for p, messages in sorted(report.received.items()) for o, v in messages]
+    rundata.write_table(
+        run_dir,
+        "consumed",
+        {
+            "partition": [p for p, _, _ in received],
+            "offset": [o for _, o, _ in received],
+            "message": [
+                None if v is None else v.decode("utf-8", "replace") for _, _, v in received
+            ],
+        },
+    )
+    metadata = rundata.RunMetadata(
+        kind="scenario-replication",
+        case=settings.failure,
+        workload=rundata.WORKLOADS[settings.acks],
+        started_at=started_at,
+        ended_at=rundata.now(),
+        settings=asdict(settings) | {"topic": topic},
+        profile=profile,
+        verdict=report.as_dict(),
+    )
+    rundata.write_metadata(run_dir, metadata)
+
+
 async def run_scenario(
     cluster: faults.Cluster,
     settings: ScenarioSettings,
     progress: Callable[[str], None] = print,
+    run_dir: Path | None = None,
 ) -> tuple[str, DeliveryReport]:
+    """Runs the scenario; with ``run_dir``, also leaves its run directory there."""
+    started_at = rundata.now()
+    events: list[rundata.Event] = []
     topic = await asyncio.to_thread(create_topic, cluster, settings)
     progress(f"topic {topic}: {settings.partitions} partitions, format {settings.message_format}")
     producer = DeliveryProducer(cluster.bootstrap_servers, topic, settings.acks, settings.rate)
@@ -77,6 +133,8 @@ async def run_scenario(
     try:
         await asyncio.sleep(settings.settle_seconds)
         for cycle in range(1, settings.cycles + 1):
+            injected_at = time.time()
+            target = "leader, follower, paused follower"
             if settings.failure == "truncation_failover":
                 roles = await asyncio.to_thread(faults.truncation_roles, cluster, topic)
                 await producer.hold()  # right after an acknowledgement, nothing more in flight
@@ -94,6 +152,7 @@ async def run_scenario(
                 broker = await asyncio.to_thread(
                     faults.pick_target, cluster, topic, settings.target
                 )
+                target = f"broker {broker}"
                 done = await asyncio.to_thread(
                     faults.inject,
                     cluster,
@@ -103,6 +162,8 @@ async def run_scenario(
                     lag_s=lag,
                 )
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
+            duration_ms = (time.time() - injected_at) * 1000
+            events.append(rundata.Event(injected_at, settings.failure, target, duration_ms, done))
             progress(
                 f"cycle {cycle}/{settings.cycles}: {done}; recovered "
                 f"({len(producer.acked)} acknowledged, {producer.failed} failed so far)"
@@ -115,4 +176,10 @@ async def run_scenario(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
     report = await verify(cluster, topic, producer.acked)
+    if run_dir is not None:
+        profile = {
+            "brokers": len(cluster.state.brokers),  # type: ignore[union-attr]
+            "broker_overrides": SCENARIO_OVERRIDES,
+        }
+        write_run(run_dir, settings, topic, report, producer.acked, events, started_at, profile)
     return topic, report

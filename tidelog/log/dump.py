@@ -97,7 +97,9 @@ def dump_log_file(path: Path, *, deep_iteration: bool = False, print_data: bool 
     }
 
 
-def _read_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+def read_index_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+    """The written entries of an index file, read without mapping or resizing it (so a live
+    broker's preallocated index is left alone)."""
     data = path.read_bytes()
     entries = []
     for position in range(0, len(data) - len(data) % entry.size, entry.size):
@@ -116,13 +118,13 @@ def dump_index_file(path: Path, *, verify: bool = False) -> dict:
         result["kind"] = "offset_index"
         result["entries"] = [
             {"offset": base + relative, "position": position}
-            for relative, position in _read_entries(path, OFFSET_ENTRY)
+            for relative, position in read_index_entries(path, OFFSET_ENTRY)
         ]
     elif path.suffix == TIME_INDEX_SUFFIX:
         result["kind"] = "time_index"
         result["entries"] = [
             {"timestamp": timestamp, "offset": base + relative}
-            for timestamp, relative in _read_entries(path, TIME_ENTRY)
+            for timestamp, relative in read_index_entries(path, TIME_ENTRY)
         ]
     else:
         raise ValueError(f"{path}: not a .log, .index or .timeindex file")

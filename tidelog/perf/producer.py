@@ -16,7 +16,9 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from tidelog import rundata
 from tidelog.errors import ErrorCode
 from tidelog.perf.client import Client
 from tidelog.perf.stats import Summary
@@ -63,6 +65,8 @@ class _Batch:
     first_due: float
     spacing: float
     count: int
+    partition: int = -1
+    base_offset: int = -1
 
     def latencies_ms(self) -> array:
         oldest = self.acknowledged_at - self.first_due
@@ -89,10 +93,43 @@ class _Window:
         )
 
 
+def write_acks(
+    run_dir: Path, batches: list[_Batch], perf_to_epoch: float, record_size: int
+) -> None:
+    """acks.parquet of a run directory: one row per acknowledged record (tidelog/rundata.py)."""
+    acked_at: list[int] = []
+    partitions: list[int] = []
+    offsets: list[int] = []
+    latencies = array("d")
+    for batch in batches:
+        moment = rundata.epoch_microseconds(batch.acknowledged_at + perf_to_epoch)
+        acked_at += [moment] * batch.count
+        partitions += [batch.partition] * batch.count
+        first = batch.base_offset
+        offsets += range(first, first + batch.count) if first >= 0 else [-1] * batch.count
+        latencies.extend(batch.latencies_ms())
+    rundata.write_table(
+        run_dir,
+        "acks",
+        {
+            "acked_at": acked_at,
+            "latency_ms": latencies,
+            "partition": partitions,
+            "offset": offsets,
+            "bytes": [record_size] * len(acked_at),
+            "message": [None] * len(acked_at),
+        },
+    )
+
+
 async def run_producer(
-    bootstrap_servers: str, settings: ProducerSettings, progress: Callable[[str], None] = print
+    bootstrap_servers: str,
+    settings: ProducerSettings,
+    progress: Callable[[str], None] = print,
+    run_dir: Path | None = None,
 ) -> tuple[Summary, dict[str, int]]:
-    """Runs the test; returns the summary and the count of each error code seen."""
+    """Runs the test; returns the summary and the count of each error code seen. With
+    ``run_dir``, also writes every acknowledgement to its acks table."""
     client = Client(bootstrap_servers)
     partitions = await client.partitions(settings.topic)
     payload = random.Random(0).randbytes(settings.record_size)
@@ -104,11 +141,14 @@ async def run_producer(
     window = _Window()
     pending: set[asyncio.Task] = set()
     start = time.perf_counter()
+    perf_to_epoch = time.time() - start  # acknowledgement times in acks.parquet are wall times
     last_progress = start
     sent = 0
     batch_number = 0
 
-    async def complete(future, count: int, first_due: float, spacing: float) -> None:
+    async def complete(
+        future, count: int, first_due: float, spacing: float, partition: int
+    ) -> None:
         try:
             response = await future if future is not None else None
         except ConnectionError as error:
@@ -117,12 +157,15 @@ async def run_producer(
         finally:
             slots.release()
         now = time.perf_counter()
+        base_offset = -1
         if response is not None:
-            code = response["responses"][0]["partition_responses"][0]["error_code"]
+            answer = response["responses"][0]["partition_responses"][0]
+            code = answer["error_code"]
             if code:
                 errors[ErrorCode(code).name] = errors.get(ErrorCode(code).name, 0) + count
                 return
-        acknowledged.append(_Batch(now, first_due, spacing, count))
+            base_offset = answer["base_offset"]
+        acknowledged.append(_Batch(now, first_due, spacing, count, partition, base_offset))
         oldest = (now - first_due) * 1000
         window.records += count
         window.latency_sum += count * (oldest - spacing * 1000 * (count - 1) / 2)
@@ -168,7 +211,7 @@ async def run_producer(
         }
         future = connection.send(ApiKey.PRODUCE, 2, body, expect_response=settings.acks != 0)
         await connection.writer.drain()
-        task = asyncio.create_task(complete(future, count, first_due, spacing))
+        task = asyncio.create_task(complete(future, count, first_due, spacing, partition.partition))
         pending.add(task)
         task.add_done_callback(pending.discard)
         sent += count
@@ -184,4 +227,6 @@ async def run_producer(
         latencies.extend(batch.latencies_ms())
     sent = len(latencies)
     summary = Summary(sent, sent * settings.record_size, elapsed, latencies)
+    if run_dir is not None:
+        write_acks(run_dir, acknowledged, perf_to_epoch, settings.record_size)
     return summary, errors

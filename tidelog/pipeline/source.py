@@ -1,0 +1,190 @@
+"""``spark.read.format("tidelog")``: a PySpark Python data source over tidelog's segment files.
+
+    spark.read.format("tidelog").option("topic", "events").load("my-cluster")
+        .where("timestamp >= 1700000000000")
+
+The path is a cluster directory, a broker's log directory or one partition directory; every
+segment is one input partition (tidelog/pipeline/segments.py reads it). Filters on ``offset``
+and ``timestamp`` (>, >=, =, <, <=) and on ``topic`` and ``partition`` (=, IN) are pushed down:
+they skip segments and seek inside them with the indexes. Spark still applies every filter to
+the rows, so a query's result never depends on how much was skipped.
+
+Option ``scanStatsDir``: a directory (one per query) where each segment's ScanStats is written
+as JSON; ``scan_stats(directory)`` adds them up, so a person can see the bytes a filter skipped.
+
+Rows carry ``tier = 'local'``: the remote tier (KIP-405 segments through their remoteLogIndex)
+is not read yet. ``spark.readStream.format("tidelog")`` is tidelog/pipeline/stream.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.types import StructType
+
+from tidelog.pipeline.segments import (
+    SPARK_SCHEMA,
+    Bounds,
+    ScanStats,
+    SegmentScan,
+    find_segments,
+    plan_segment,
+    read_segment,
+)
+
+log = logging.getLogger(__name__)
+
+
+class TidelogDataSource(DataSource):
+    """Options: ``path`` (what ``load`` is given), ``topic``, ``scanStatsDir``; for streaming,
+    tidelog/pipeline/stream.py lists its own."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tidelog"
+
+    def schema(self) -> str:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if "path" not in self.options:
+            raise ValueError('spark.read.format("tidelog") needs a path: .load(DIRECTORY)')
+        return SegmentReader(
+            self.options["path"], self.options.get("topic"), self.options.get("scanStatsDir")
+        )
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from tidelog.pipeline.stream import FetchStreamReader
+
+        return FetchStreamReader(dict(self.options))
+
+
+class SegmentInput(InputPartition):
+    """One segment's planned scan."""
+
+    def __init__(self, scan: SegmentScan) -> None:
+        super().__init__(scan.segment.name)
+        self.scan = scan
+
+
+def _integer_bound(filter_: Filter) -> tuple[str, int | None, int | None] | None:
+    """(column, lowest, highest) a comparison on an integer column allows, or None."""
+    value = getattr(filter_, "value", None)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    column = ".".join(getattr(filter_, "attribute", ()))
+    if isinstance(filter_, GreaterThan):
+        return column, value + 1, None
+    if isinstance(filter_, GreaterThanOrEqual):
+        return column, value, None
+    if isinstance(filter_, LessThan):
+        return column, None, value - 1
+    if isinstance(filter_, LessThanOrEqual):
+        return column, None, value
+    if isinstance(filter_, EqualTo):
+        return column, value, value
+    return None
+
+
+class SegmentReader(DataSourceReader):
+    """Plans one input partition per segment that the pushed filters do not rule out."""
+
+    def __init__(self, path: str, topic: str | None, stats_dir: str | None) -> None:
+        self.path, self.topic, self.stats_dir = path, topic, stats_dir
+        self.bounds = Bounds()
+        self.partitions_wanted: set[int] | None = None
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for filter_ in filters:
+            column = ".".join(getattr(filter_, "attribute", ()))
+            if column == "topic" and isinstance(filter_, EqualTo):
+                if self.topic not in (None, filter_.value):
+                    self.partitions_wanted = set()  # two different topics: nothing matches
+                self.topic = filter_.value
+            elif column == "partition" and isinstance(filter_, EqualTo | In):
+                values = {filter_.value} if isinstance(filter_, EqualTo) else set(filter_.value)
+                wanted = self.partitions_wanted
+                self.partitions_wanted = values if wanted is None else wanted & values
+            elif (bound := _integer_bound(filter_)) is not None:
+                self._narrow(*bound)
+            yield filter_  # Spark checks the rows too: bounds only skip what cannot match
+
+    def _narrow(self, column: str, lowest: int | None, highest: int | None) -> None:
+        def tighter(current: int | None, new: int | None, pick) -> int | None:
+            return current if new is None else new if current is None else pick(current, new)
+
+        bounds = self.bounds
+        if column == "offset":
+            bounds = replace(
+                bounds,
+                min_offset=tighter(bounds.min_offset, lowest, max),
+                max_offset=tighter(bounds.max_offset, highest, min),
+            )
+        elif column == "timestamp":
+            bounds = replace(bounds, min_timestamp=tighter(bounds.min_timestamp, lowest, max))
+        self.bounds = bounds
+
+    def partitions(self) -> Sequence[InputPartition]:
+        planned = []
+        for segment in find_segments(self.path, self.topic):
+            if (
+                self.partitions_wanted is not None
+                and segment.partition not in self.partitions_wanted
+            ):
+                continue
+            scan = plan_segment(segment, self.bounds)
+            if scan.skipped:
+                _write_stats(self.stats_dir, scan, ScanStats(segment.size, 0, 0))
+            else:
+                planned.append(SegmentInput(scan))
+        return planned
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        scan = partition.scan  # type: ignore[attr-defined]
+        stats: list[ScanStats] = []
+        yield from read_segment(scan, stats=stats)
+        log.info(
+            "%s: read %d of %d bytes (%d skipped), %d rows",
+            scan.segment.name,
+            stats[0].bytes_read,
+            stats[0].segment_bytes,
+            stats[0].bytes_skipped,
+            stats[0].rows,
+        )
+        _write_stats(self.stats_dir, scan, stats[0])
+
+
+def _write_stats(directory: str | None, scan: SegmentScan, stats: ScanStats) -> None:
+    if directory is None:
+        return
+    segment = scan.segment
+    path = Path(directory) / f"{segment.topic}-{segment.partition}-{segment.base_offset:020d}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(stats) | {"segment": segment.name}))
+
+
+def scan_stats(directory: str | Path) -> ScanStats:
+    """The ScanStats of every segment a query with ``scanStatsDir=directory`` covered."""
+    total = ScanStats()
+    for path in sorted(Path(directory).glob("*.json")):
+        fields = json.loads(path.read_text())
+        total += ScanStats(fields["segment_bytes"], fields["bytes_read"], fields["rows"])
+    return total
