@@ -56,6 +56,7 @@ class BrokerNode:
             persist_isr=self.persist_isr,
             fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+            fetch_session_slots=config["max.incremental.fetch.session.cache.slots"],
         )
         self.handler = RequestHandler(
             self.broker_id,
@@ -121,6 +122,7 @@ class BrokerNode:
             is_registered=lambda: self.registered,
             clock=self.clock,
             control=self.control,
+            replicas=self.replicas,
         )
         self.zk: KazooClient | None = None
         self.registered = False
