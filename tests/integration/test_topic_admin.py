@@ -58,7 +58,9 @@ def test_kafka_python_admin_client_creates_and_deletes_topics(cluster):
             ],
             timeout_ms=30000,
         )
-        assert topic_on_every_broker(cluster, topic, 3)
+        # CreateTopics answers once the controller serves the topic (as Kafka's does); the
+        # other brokers learn of it from ZooKeeper a moment later
+        wait_until(lambda: topic_on_every_broker(cluster, topic, 3), 30, f"{topic} everywhere")
         described = admin(cluster, 1, f"/topics/{topic}")
         assert all(len(p["replicas"]) == 2 for p in described["partitions"])
         assert admin(cluster, 1, f"/topics/{compacted}")["config"] == {"cleanup.policy": "compact"}
@@ -82,7 +84,7 @@ def test_confluent_admin_client_creates_and_deletes_topics(cluster):
         [ConfluentNewTopic(topic, num_partitions=2, replication_factor=3)], request_timeout=30
     )
     futures[topic].result(timeout=60)
-    assert topic_on_every_broker(cluster, topic, 2)
+    wait_until(lambda: topic_on_every_broker(cluster, topic, 2), 30, f"{topic} everywhere")
     assert set(client.list_topics(timeout=10).topics) >= {topic}
 
     existing = client.create_topics([ConfluentNewTopic(topic, 1, 1)], request_timeout=10)
