@@ -55,6 +55,9 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.scheduler = Scheduler(self.clock)
+        # what each checkpoint file last received: an idle broker does not rewrite (and fsync)
+        # a thousand unchanged offsets every few seconds
+        self._written: dict[Path, dict[TopicPartition, int]] = {}
         # Flushes of rolled segments and deletions of segment files run here, off the append
         # path and the event loop, as Kafka's do; one thread keeps them in order.
         self.background_pool = WorkerPool("log-background", threads=1)
@@ -222,7 +225,10 @@ class LogManager:
                 for key, owner in self._dir_of.items()
                 if owner == directory and key in self.logs
             }
-            write_checkpoint(directory / name, offsets)
+            path = directory / name
+            if self._written.get(path) != offsets:
+                write_checkpoint(path, offsets)
+                self._written[path] = offsets
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(
