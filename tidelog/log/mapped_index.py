@@ -40,7 +40,8 @@ class MappedIndex:
         self.max_index_size = max_index_size
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         length = os.fstat(self._fd).st_size
-        if length == 0:
+        created = length == 0
+        if created:
             length = self._rounded(max_index_size)
             os.ftruncate(self._fd, length)
         elif length % self.entry.size:
@@ -50,7 +51,8 @@ class MappedIndex:
             )
         self._map: mmap.mmap | None = None
         self._map_file(length)
-        self.entries = self._count_entries()
+        # a file just made is all zeros: no entries, and no need to fault in its pages to see it
+        self.entries = 0 if created else self._count_entries()
         self._keys: array | None = None
         self._values: array = array("i")
 
@@ -104,6 +106,8 @@ class MappedIndex:
         self._set_length(max(self._rounded(max_index_size), self.size_in_bytes))
 
     def _set_length(self, length: int) -> None:
+        if self._map is not None and length == len(self._map):
+            return  # already so: no flush of a mapping that has not changed size
         if self._map is not None:
             self._map.flush()
         self._unmap()
