@@ -331,7 +331,6 @@ class ReplicaFetcher:
         for topic, number in self._to_forget:
             forgotten.setdefault(topic, []).append(number)
         self._to_forget.clear()
-        asked = dict(self._session_positions)
         response = await self._request(
             connection,
             ApiKey.REPLICA_FETCH,
@@ -367,8 +366,8 @@ class ReplicaFetcher:
                 partition = self.partitions.get(key)
                 if (
                     partition is None
-                    or asked.get(key) != partition.log.log_end_offset
-                    or self._session_positions.get(key) != asked[key]
+                    # only this task sets positions; a truncation or a new epoch drops them
+                    or self._session_positions.get(key) != partition.log.log_end_offset
                 ):
                     continue  # removed, truncated or re-added while the fetch was out
                 before = partition.log.log_end_offset
