@@ -214,3 +214,18 @@ def test_an_unchanged_checkpoint_is_not_written_again(dirs, clock):
     manager.checkpoint_high_watermarks()
     assert path.stat().st_ino != written
     assert read_checkpoint(path) == {("orders", 0): 3}
+
+
+def test_logs_opened_off_the_loop_are_spread_and_a_second_opening_gives_way(dirs, clock):
+    manager = start(dirs, clock)
+    placed = manager.place([("t", 0), ("t", 1), ("t", 2)])
+    assert [directory for _, directory in placed] == [dirs[0], dirs[1], dirs[0]]
+    for key, directory in placed:
+        manager.add_new(key, directory, manager.open_new(key, directory))
+
+    kept = manager.get("t", 0)
+    late = manager.open_new(("t", 0), dirs[0])  # opened twice: the registered one stays
+    assert manager.add_new(("t", 0), dirs[0], late) is kept
+    kept.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    assert kept.log_end_offset == 3
+    assert kept.read(0, 10_000).slice.length > 0

@@ -85,6 +85,8 @@ class ReplicaManager:
                 key = (name, number)
                 partition = self.partitions.get(key)
                 if partition is None:
+                    if key in self.logs.opening:
+                        continue  # being opened off the event loop; applied once it is
                     partition_log = self.logs.get_or_create(name, number)
                     partition = Partition(name, number, self.broker_id, partition_log)
                     self.partitions[key] = partition
