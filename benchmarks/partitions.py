@@ -4,7 +4,7 @@
                                               [--pause 30] [--profile DIR] [--idle-only]
 
 For each count, on a fresh cluster: the time to create the topic (ZooKeeper written, then every
-leader serving with a full ISR); idle CPU (share of one core), open files and resident memory
+replica's log open with a full ISR); idle CPU (share of one core), open files and resident memory
 per broker; records/s of 100 B records with acks=all and acks=1 from librdkafka
 (confluent-kafka, an independent client) and from tidelog's own producer; MB/s of 1 KiB snappy
 records with acks=all; p99 produce latency at the design's 30 MB/s acks=all; and how long a
@@ -209,14 +209,14 @@ def measure(count: int, args: argparse.Namespace, directory: Path) -> dict[str, 
         for acks, name in ((-1, "all"), (1, "1")):
             summary, _ = tidelog_run(
                 cluster,
-                ProducerSettings(TOPIC, int(200_000 * args.seconds), SMALL, acks=acks, linger_ms=3),
+                ProducerSettings(TOPIC, int(50_000 * args.seconds), SMALL, acks=acks, linger_ms=3),
             )
             figures[f"tidelog 100 B acks={name} records/s"] = summary.records_per_second
         summary, _ = tidelog_run(
             cluster,
             ProducerSettings(
                 TOPIC,
-                int(60 * MB / LARGE * args.seconds),
+                int(30 * MB / LARGE * args.seconds),
                 LARGE,
                 acks=-1,
                 codec=Codec.SNAPPY,
