@@ -81,15 +81,6 @@ def test_no_acknowledged_message_is_lost_and_no_replica_diverges(
     scenario(replicated, failure=failure, target=target, message_format=message_format, cycles=1)
 
 
-def test_a_thousand_partitions_survive_a_hard_bounce_of_a_leader(replicated):
-    """At scale: the killed broker comes back to a thousand partitions to truncate and catch up
-    in fetch sessions, and nothing acknowledged is lost."""
-    settings = ScenarioSettings(failure="hard_bounce", target="leader", partitions=1000, rate=300)
-    topic, report = asyncio.run(run_scenario(replicated, settings, progress=lambda _: None))
-    assert report.ok, f"{topic}:\n{report.table()}"
-    assert report.acked > 1000, report.table()
-
-
 def test_log_append_time_stays_monotonic_when_a_slower_clock_takes_over(replicated):
     report = scenario(replicated, failure="clock_skew", target="leader", cycles=1)
 
