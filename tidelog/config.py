@@ -309,6 +309,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.max.bytes", _int, 1048576, _at_least(0, INT_MAX)),
         _key("replica.fetch.backoff.ms", _int, 1000, _at_least(0, INT_MAX)),
         _key("replica.socket.timeout.ms", _int, 30000, _at_least(1, INT_MAX)),
+        # incremental fetch sessions between brokers (KIP-227); tidelog has no session-less
+        # REPLICA_FETCH, so at least one slot (inter.broker.protocol.version 0.9.0 fetches plainly)
+        _key("max.incremental.fetch.session.cache.slots", _int, 1000, _at_least(1, INT_MAX)),
         # Kafka's default is 30 s; tidelog's controller waits for each round of requests before
         # the next, so one unresponsive (paused) broker would hold elections up that long.
         _key("controller.socket.timeout.ms", _int, 10000, _at_least(1, INT_MAX)),

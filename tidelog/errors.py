@@ -55,6 +55,9 @@ class ErrorCode(IntEnum):
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    # incremental fetch sessions between brokers (KIP-227's codes)
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
 
 
 class KafkaError(Exception):

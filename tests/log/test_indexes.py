@@ -161,3 +161,20 @@ def test_lookups_agree_with_a_plain_bisect_however_the_keys_are_spread(tmp_path,
     finally:
         offsets.delete()
         times.delete()
+
+
+@pytest.mark.parametrize("entries", [0, 1, 511, 512, 513, 1500])
+def test_a_reopen_of_a_large_sparse_index_counts_every_entry(tmp_path, entries):
+    """The count searches only the written part of the file (before its first hole): entries
+    that end on, before and past a page boundary are all found."""
+    index = OffsetIndex(tmp_path / "big.index", 0, 10 * 1024 * 1024)
+    for number in range(entries):
+        index.append(number + 1, number * 100)
+    index.flush()
+    index.close()
+
+    reopened = OffsetIndex(tmp_path / "big.index", 0, 10 * 1024 * 1024)
+    assert reopened.entries == entries
+    if entries:
+        assert reopened.lookup(10**9) == (entries, (entries - 1) * 100)
+    reopened.close()

@@ -196,3 +196,36 @@ def test_a_checkpointed_log_start_below_the_local_one_holds_only_with_remote_sto
         again.get("tiered", 0).log_start_offset,
         again.get("tiered", 0).local_log_start_offset,
     ) == (0, 50)
+
+
+def test_an_unchanged_checkpoint_is_not_written_again(dirs, clock):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("orders", 0)
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    log.high_watermark = 2
+    path = dirs[0] / "replication-offset-checkpoint"
+    manager.checkpoint_high_watermarks()
+    written = path.stat().st_ino  # each write replaces the file: a new inode
+
+    manager.checkpoint_high_watermarks()  # nothing moved: the file stays as it is
+    assert path.stat().st_ino == written
+
+    log.high_watermark = 3
+    manager.checkpoint_high_watermarks()
+    assert path.stat().st_ino != written
+    assert read_checkpoint(path) == {("orders", 0): 3}
+
+
+def test_logs_opened_off_the_loop_are_spread_and_a_second_opening_gives_way(dirs, clock):
+    manager = start(dirs, clock)
+    placed = manager.place([("t", 0), ("t", 1), ("t", 2)])
+    assert [directory for _, directory in placed] == [dirs[0], dirs[1], dirs[0]]
+    for key, directory in placed:
+        manager.add_new(key, directory, manager.open_new(key, directory))
+
+    kept = manager.get("t", 0)
+    late = manager.open_new(("t", 0), dirs[0])  # opened twice: the registered one stays
+    assert manager.add_new(("t", 0), dirs[0], late) is kept
+    kept.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    assert kept.log_end_offset == 3
+    assert kept.read(0, 10_000).slice.length > 0

@@ -50,3 +50,26 @@ def test_a_follower_rejoins_once_it_reaches_the_high_watermark(make_log, clock):
     assert partition.isr_to_expand(3) == {1, 2, 3}
     assert partition.isr_to_expand(2) is None  # already in
     assert partition.isr_to_expand(7) is None  # not a replica
+
+
+def test_a_caught_up_follower_that_a_fetch_session_does_not_name_stays_in_sync(make_log, clock):
+    """In a fetch session an idle partition is not named: the follower's last fetch counts."""
+    partition = leader_with(make_log, clock)
+    partition.update_follower(2, 10, clock.milliseconds())
+    partition.update_follower(3, 10, clock.milliseconds())
+    clock.advance(20_000)
+    last_fetch = {2: clock.milliseconds(), 3: clock.milliseconds() - 15_000}
+    assert partition.isr_to_shrink(clock.milliseconds(), 10_000, last_fetch) == {1, 2}
+
+
+def test_an_append_after_an_idle_while_does_not_push_caught_up_followers_out(make_log, clock):
+    partition = leader_with(make_log, clock)
+    partition.update_follower(2, 10, clock.milliseconds())
+    partition.update_follower(3, 10, clock.milliseconds())
+    clock.advance(20_000)
+    last_fetch = {2: clock.milliseconds(), 3: clock.milliseconds()}
+    partition.credit_caught_up(last_fetch)  # the append comes: both were at the log end
+    partition.log.append_as_leader(message_set(5))
+    assert partition.isr_to_shrink(clock.milliseconds(), 10_000, last_fetch) is None
+    clock.advance(11_000)  # and then neither fetches the new messages
+    assert partition.isr_to_shrink(clock.milliseconds(), 10_000, last_fetch) == {1}

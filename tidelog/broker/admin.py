@@ -10,13 +10,15 @@ from aiohttp import web
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
+from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.log.manager import LogManager
 
 log = logging.getLogger(__name__)
 
 
 class AdminServer:
-    """GET /health, /metrics, /topics and /topics/{topic}, bound to 127.0.0.1 by default."""
+    """GET /health, /metrics, /topics, /topics/{topic} and /fetch-sessions, bound to
+    127.0.0.1 by default."""
 
     def __init__(
         self,
@@ -30,7 +32,9 @@ class AdminServer:
         is_registered: Callable[[], bool],
         clock: object | None = None,
         control: ControlRequests | None = None,
+        replicas: ReplicaManager | None = None,
     ) -> None:
+        self.replicas = replicas
         self.clock = clock
         self.control = control
         self.broker_id = broker_id
@@ -49,6 +53,7 @@ class AdminServer:
                 web.get("/metrics", self.prometheus),
                 web.get("/topics", self.topics),
                 web.get("/topics/{topic}", self.topic),
+                web.get("/fetch-sessions", self.fetch_sessions),
                 web.put("/clock", self.set_clock),
                 web.post("/control/{kind}", self.control_request),
             ]
@@ -106,6 +111,21 @@ class AdminServer:
 
     async def prometheus(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def fetch_sessions(self, request: web.Request) -> web.Response:
+        """GET /fetch-sessions: the incremental fetch sessions followers hold here ("leader")
+        and those this broker holds with each leader it follows ("follower")."""
+        if self.replicas is None:
+            return web.json_response({"error": "no replica manager"}, status=404)
+        return web.json_response(
+            {
+                "leader": self.replicas.fetch_sessions.describe(),
+                "follower": {
+                    str(leader): fetcher.describe_session()
+                    for leader, fetcher in sorted(self.replicas.fetchers.items())
+                },
+            }
+        )
 
     async def topics(self, request: web.Request) -> web.Response:
         return web.json_response(

@@ -10,6 +10,7 @@ from typing import Any
 
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
+from tidelog.broker.replica_fetch import answer_replica_fetch
 from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, ReplicaManager
 from tidelog.clock import Clock
 from tidelog.coordinator.records import OFFSETS_TOPIC
@@ -67,6 +68,7 @@ class RequestHandler:
             ApiKey.FETCH: self.fetch,
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
+            ApiKey.REPLICA_FETCH: self.replica_fetch,
         }
 
     def register(self, handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]) -> None:
@@ -117,7 +119,8 @@ class RequestHandler:
             "api_versions": [
                 {"api_key": int(key), "min_version": 0, "max_version": top}
                 for key, top in tops.items()
-                if top is not None
+                # REPLICA_FETCH is between brokers only: clients never see it
+                if top is not None and key != ApiKey.REPLICA_FETCH
             ],
         }
 
@@ -270,6 +273,10 @@ class RequestHandler:
             if total >= body["min_bytes"] or failed or remaining <= 0:
                 return {"throttle_time_ms": 0, "responses": responses}
             await self.replicas.wait_for_change(keys, remaining)
+
+    async def replica_fetch(self, request: Request) -> dict:
+        """A follower's fetch in an incremental fetch session (broker.replica_fetch)."""
+        return await answer_replica_fetch(self.replicas, request.body, self._error)
 
     def _read_partitions(self, request: Request) -> tuple[list[dict], int]:
         """One pass over the fetched partitions; returns the responses and the bytes in them.

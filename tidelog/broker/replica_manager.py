@@ -13,6 +13,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log, LogAppendInfo, ReadResult
 from tidelog.log.manager import LogManager
+from tidelog.replication.fetch_session import FetchSessionCache
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
 
@@ -44,6 +45,7 @@ class ReplicaManager:
         persist_isr: PersistIsr | None = None,
         fetcher_settings: FetcherSettings | None = None,
         replica_lag_time_max_ms: int = 10000,
+        fetch_session_slots: int = 1000,
     ) -> None:
         self.broker_id = broker_id
         self.logs = logs
@@ -56,6 +58,10 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         self._isr_updates: set[TopicPartition] = set()
+        # incremental fetch sessions of the followers fetching from here (REPLICA_FETCH), and
+        # when each follower last fetched (a caught-up partition it does not name stays in sync)
+        self.fetch_sessions = FetchSessionCache(fetch_session_slots)
+        self.last_fetch_ms: dict[int, int] = {}
         # called after every apply_metadata (the group coordinator loads or unloads groups)
         self.leadership_listeners: list[Callable[[], None]] = []
 
@@ -67,6 +73,7 @@ class ReplicaManager:
         for key in [k for k in self.partitions if k[0] not in self.metadata.topics]:
             self._remove_from_fetchers(key)  # a deleted topic: no more fetching for it
             del self.partitions[key]
+            self._wake(key)
         for name, topic in self.metadata.topics.items():
             config = LogConfig.from_topic_config(topic.config, self.logs.broker_config)
             if self.logs.topic_configs.get(name) != config:
@@ -82,6 +89,8 @@ class ReplicaManager:
                         # its replica was (or is about to be) deleted by StopReplica; a late
                         # read of the topic must not bring its log back
                         continue
+                    if key in self.logs.opening:
+                        continue  # being opened off the event loop; applied once it is
                     partition_log = self.logs.get_or_create(name, number)
                     partition = Partition(name, number, self.broker_id, partition_log)
                     self.partitions[key] = partition
@@ -97,6 +106,7 @@ class ReplicaManager:
                     self._wake(key)
                 elif leader_alive:
                     partition.make_follower(state.leader, state.leader_epoch, replicas, isr)
+                    self._wake(key)  # fetches waiting on it learn it is no longer led here
                     self._fetcher_for(state.leader).add(partition)
                     log.info(
                         "%s-%d: following broker %d in epoch %d from offset %d",
@@ -137,6 +147,7 @@ class ReplicaManager:
         key = (topic, number)
         self._remove_from_fetchers(key)
         if self.partitions.pop(key, None) is not None:
+            self._wake(key)
             for listener in self.leadership_listeners:
                 listener()
             log.info(
@@ -176,6 +187,7 @@ class ReplicaManager:
                 f"{topic}-{number} has {len(partition.isr)} in-sync replicas "
                 f"{sorted(partition.isr)}, min.insync.replicas is {minimum}",
             )
+        partition.credit_caught_up(self.last_fetch_ms)
         info = partition.log.append_as_leader(records, leader_epoch=partition.leader_epoch)
         partition.maybe_advance_high_watermark()
         self._wake((topic, number))
@@ -262,6 +274,7 @@ class ReplicaManager:
                 self._waiters[key].discard(future)
 
     def _wake(self, key: TopicPartition) -> None:
+        self.fetch_sessions.mark_changed(key)
         for future in self._waiters.pop(key, ()):
             if not future.done():
                 future.set_result(None)
@@ -274,7 +287,8 @@ class ReplicaManager:
         for partition in list(self.partitions.values()):
             if partition.is_leader:
                 self._maybe_update_isr(
-                    partition, partition.isr_to_shrink(now, self.replica_lag_time_max_ms)
+                    partition,
+                    partition.isr_to_shrink(now, self.replica_lag_time_max_ms, self.last_fetch_ms),
                 )
 
     def _maybe_update_isr(self, partition: Partition, isr: frozenset[int] | None) -> None:

@@ -28,6 +28,7 @@ from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
 from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
 
@@ -56,6 +57,7 @@ class BrokerNode:
             persist_isr=self.persist_isr,
             fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
+            fetch_session_slots=config["max.incremental.fetch.session.cache.slots"],
         )
         self.handler = RequestHandler(
             self.broker_id,
@@ -122,6 +124,7 @@ class BrokerNode:
             is_registered=lambda: self.registered,
             clock=self.clock,
             control=self.control,
+            replicas=self.replicas,
         )
         self.zk: KazooClient | None = None
         self.registered = False
@@ -310,12 +313,43 @@ class BrokerNode:
 
     async def refresh_metadata_only(self) -> None:
         fresh = await asyncio.to_thread(zookeeper.read_cluster, self.zk, self._on_watch)
+        await self._open_new_logs(fresh)
         self.metadata.brokers = fresh.brokers
         self.metadata.topics = fresh.topics
         self.metadata.controller_id = fresh.controller_id
         self.metadata.cluster_id = fresh.cluster_id
         self.metadata.deleting = fresh.deleting
         self.replicas.apply_metadata()
+
+    async def _open_new_logs(self, fresh: MetadataCache) -> None:
+        """Opens the logs of partitions newly assigned here in a worker thread: a new topic of
+        a thousand partitions takes seconds to lay out on disk, which the event loop (fetches,
+        ISR checks, heartbeats) cannot wait for."""
+        wanted = [
+            (name, number)
+            for name, topic in fresh.topics.items()
+            for number, replicas in topic.assignment.items()
+            if self.broker_id in replicas
+            and number in topic.states
+            and self.logs.get(name, number) is None
+            and (name, number) not in self.logs.opening
+        ]
+        if not wanted:
+            return
+        for name in {name for name, _ in wanted}:
+            config = LogConfig.from_topic_config(fresh.topics[name].config, self.logs.broker_config)
+            if self.logs.topic_configs.get(name) != config:
+                self.logs.update_topic_config(name, config)
+        placed = self.logs.place(wanted)
+        self.logs.opening.update(wanted)
+        try:
+            opened = await asyncio.to_thread(
+                lambda: [(key, where, self.logs.open_new(key, where)) for key, where in placed]
+            )
+        finally:
+            self.logs.opening.difference_update(wanted)
+        for key, where, new_log in opened:
+            self.logs.add_new(key, where, new_log)
 
     async def _act_as_controller(self) -> None:
         """Stands for controller when there is none; as controller, reconciles the cluster."""

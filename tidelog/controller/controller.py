@@ -90,8 +90,9 @@ def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[Cha
         metadata = zookeeper.read_topic(zk, topic)
         if metadata is None:
             continue
+        current_states = zookeeper.read_states_and_versions(zk, topic, list(metadata.assignment))
         for partition, replicas in sorted(metadata.assignment.items()):
-            current = zookeeper.read_state_and_version(zk, topic, partition)
+            current = current_states.get(partition)
             if current is None:
                 continue
             state, version = current

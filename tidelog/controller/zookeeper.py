@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
 
@@ -37,6 +37,9 @@ DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 
 Watcher = Callable[..., object]
+# partitions created per ZooKeeper transaction: about 250 bytes each, well inside the 1 MB a
+# request may hold (jute.maxbuffer)
+CREATE_BATCH = 1000
 log = logging.getLogger(__name__)
 
 
@@ -176,11 +179,26 @@ def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> Top
     document = _json(data)
     assignment = {int(p): tuple(replicas) for p, replicas in document["partitions"].items()}
     states = {}
-    for partition in assignment:
-        state = read_partition_state(zk, topic, partition, watch)
-        if state is not None:
-            states[partition] = state
+    # all reads sent at once and then awaited: one round trip for the topic, not one per
+    # partition (a thousand partitions took seconds per broker read one by one)
+    pending = [(p, zk.get_async(state_path(topic, p), watch=watch)) for p in assignment]
+    for partition, result in pending:
+        try:
+            data = result.get()[0]
+        except NoNodeError:
+            data = _read(zk, state_path(topic, partition), watch)  # sets the watch, or reads
+        if data is not None:
+            states[partition] = _state_from(_json(data))
     return TopicMetadata(topic, assignment, states, read_topic_config(zk, topic, watch))
+
+
+def _state_from(document: dict) -> PartitionState:
+    return PartitionState(
+        document["leader"],
+        document["leader_epoch"],
+        tuple(document["isr"]),
+        document.get("controller_epoch", 0),
+    )
 
 
 def read_partition_state(
@@ -189,13 +207,7 @@ def read_partition_state(
     data = _read(zk, state_path(topic, partition), watch)
     if data is None:
         return None
-    document = _json(data)
-    return PartitionState(
-        document["leader"],
-        document["leader_epoch"],
-        tuple(document["isr"]),
-        document.get("controller_epoch", 0),
-    )
+    return _state_from(_json(data))
 
 
 def read_topic_config(zk: KazooClient, topic: str, watch: Watcher | None = None) -> dict[str, str]:
@@ -242,17 +254,30 @@ def create_topic_nodes(
     """Writes a new topic: its config, its assignment, and each partition's first state
     (leader: the first replica, every replica in sync). Raises NodeExistsError if it exists."""
     write_topic_config(zk, topic, config)
+    # One transaction per CREATE_BATCH partitions instead of a round trip per node; the first
+    # holds the topic itself, so that brokers and the controller, which watch the topics, see
+    # it with its first partitions' states (and all of them below CREATE_BATCH partitions).
     document = {"version": 1, "partitions": {str(p): r for p, r in sorted(assignment.items())}}
-    zk.create(topic_path(topic), _dump(document), makepath=True)
-    for partition, replicas in sorted(assignment.items()):
-        state = {
-            "controller_epoch": 0,
-            "leader": replicas[0],
-            "version": 1,
-            "leader_epoch": 0,
-            "isr": list(replicas),
-        }
-        zk.create(state_path(topic, partition), _dump(state), makepath=True)
+    partitions = sorted(assignment.items())
+    for start in range(0, max(len(partitions), 1), CREATE_BATCH):
+        transaction = zk.transaction()
+        if start == 0:
+            transaction.create(topic_path(topic), _dump(document))
+            transaction.create(f"{topic_path(topic)}/partitions", b"")
+        for partition, replicas in partitions[start : start + CREATE_BATCH]:
+            state = {
+                "controller_epoch": 0,
+                "leader": replicas[0],
+                "version": 1,
+                "leader_epoch": 0,
+                "isr": list(replicas),
+            }
+            transaction.create(f"{topic_path(topic)}/partitions/{partition}", b"")
+            transaction.create(state_path(topic, partition), _dump(state))
+        failures = [r for r in transaction.commit() if isinstance(r, Exception)]
+        if failures:
+            cause = next((f for f in failures if not isinstance(f, RolledBackError)), failures[0])
+            raise cause
 
 
 def read_state_and_version(
@@ -262,14 +287,23 @@ def read_state_and_version(
         data, stat = zk.get(state_path(topic, partition))
     except NoNodeError:
         return None
-    document = _json(data)
-    state = PartitionState(
-        document["leader"],
-        document["leader_epoch"],
-        tuple(document["isr"]),
-        document.get("controller_epoch", 0),
-    )
-    return state, stat.version
+    return _state_from(_json(data)), stat.version
+
+
+def read_states_and_versions(
+    zk: KazooClient, topic: str, partitions: list[int]
+) -> dict[int, tuple[PartitionState, int]]:
+    """read_state_and_version of many partitions, the reads sent at once; a partition without
+    a state is left out."""
+    pending = [(p, zk.get_async(state_path(topic, p))) for p in partitions]
+    states = {}
+    for partition, result in pending:
+        try:
+            data, stat = result.get()
+        except NoNodeError:
+            continue
+        states[partition] = (_state_from(_json(data)), stat.version)
+    return states
 
 
 def write_state(

@@ -54,7 +54,12 @@ class LogManager:
         self.topic_configs = dict(topic_configs or {})
         self.logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        # partitions whose logs a worker thread is opening (open_new): not to be opened twice
+        self.opening: set[TopicPartition] = set()
         self.scheduler = Scheduler(self.clock)
+        # what each checkpoint file last received: an idle broker does not rewrite (and fsync)
+        # a thousand unchanged offsets every few seconds
+        self._written: dict[Path, dict[TopicPartition, int]] = {}
         # Flushes of rolled segments and deletions of segment files run here, off the append
         # path and the event loop, as Kafka's do; one thread keeps them in order.
         self.background_pool = WorkerPool("log-background", threads=1)
@@ -165,21 +170,43 @@ class LogManager:
         existing = self.logs.get(key)
         if existing is not None:
             return existing
-        directory = min(
-            self.log_dirs,
-            key=lambda d: sum(1 for owner in self._dir_of.values() if owner == d),
-        )
-        created = Log(
-            directory / partition_directory(topic, partition),
-            self.config_for(topic),
+        ((_, directory),) = self.place([key])
+        return self.add_new(key, directory, self.open_new(key, directory))
+
+    def place(self, keys: list[TopicPartition]) -> list[tuple[TopicPartition, Path]]:
+        """The log dir each new partition goes to: the one holding the fewest partitions."""
+        counts = {d: 0 for d in self.log_dirs}
+        for owner in self._dir_of.values():
+            counts[owner] = counts.get(owner, 0) + 1
+        placed = []
+        for key in keys:
+            directory = min(self.log_dirs, key=lambda d: counts[d])
+            counts[directory] += 1
+            placed.append((key, directory))
+        return placed
+
+    def open_new(self, key: TopicPartition, directory: Path) -> Log:
+        """Opens (creating its files) the log of a partition not held yet. It reads only the
+        topic's config, so many can be opened in a worker thread; add_new then registers it."""
+        return Log(
+            directory / partition_directory(*key),
+            self.config_for(key[0]),
             clock=self.clock,
             needs_recovery=False,
             background=self._in_background,
         )
-        self.logs[key] = created
+
+    def add_new(self, key: TopicPartition, directory: Path, opened: Log) -> Log:
+        """Registers a log from open_new; if the partition got one meanwhile, that one stays."""
+        existing = self.logs.get(key)
+        if existing is not None:
+            for segment in opened.segments:  # not Log.close: its files are the other's too
+                segment.close()
+            return existing
+        self.logs[key] = opened
         self._dir_of[key] = directory
-        log.info("created log for %s-%d in %s", topic, partition, directory)
-        return created
+        log.info("created log for %s-%d in %s", key[0], key[1], directory)
+        return opened
 
     def dir_of(self, key: TopicPartition) -> Path:
         """The log dir holding ``key``'s log."""
@@ -222,7 +249,10 @@ class LogManager:
                 for key, owner in self._dir_of.items()
                 if owner == directory and key in self.logs
             }
-            write_checkpoint(directory / name, offsets)
+            path = directory / name
+            if self._written.get(path) != offsets:
+                write_checkpoint(path, offsets)
+                self._written[path] = offsets
 
     def checkpoint_recovery_points(self) -> None:
         self._checkpoint(

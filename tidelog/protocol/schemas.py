@@ -41,6 +41,9 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     OFFSETS_FOR_LEADER_EPOCH = 23
+    # tidelog's own, between brokers only (never advertised to clients): incremental fetch
+    # sessions in the spirit of KIP-227
+    REPLICA_FETCH = 10001
 
 
 REQUEST_HEADER = schema(
@@ -183,6 +186,21 @@ _FETCH_RESPONSES = (
 )
 FETCH_RESPONSE_V0 = schema(_FETCH_RESPONSES)
 FETCH_RESPONSE_V1 = schema(("throttle_time_ms", INT32), _FETCH_RESPONSES)
+# REPLICA_FETCH: a Fetch v3 between brokers with a session (KIP-227's fields); "topics" names
+# only the partitions whose fetch offset changed, "forgotten_topics" those no longer followed.
+REPLICA_FETCH_REQUEST_V0 = schema(
+    ("replica_id", INT32),
+    ("max_wait_time", INT32),
+    ("min_bytes", INT32),
+    ("max_bytes", INT32),
+    ("session_id", INT32),
+    ("session_epoch", INT32),
+    _FETCH_TOPICS,
+    ("forgotten_topics", Array(schema(("topic", STRING), ("partitions", Array(INT32))))),
+)
+REPLICA_FETCH_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32), ("error_code", INT16), ("session_id", INT32), _FETCH_RESPONSES
+)
 
 # -- ListOffsets ---------------------------------------------------------------------------------
 
@@ -518,6 +536,7 @@ APIS: dict[int, Api] = {
             (CREATE_TOPICS_RESPONSE_V0, CREATE_TOPICS_RESPONSE_V1),
         ),
         Api(ApiKey.DELETE_TOPICS, (DELETE_TOPICS_REQUEST_V0,), (DELETE_TOPICS_RESPONSE_V0,)),
+        Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
     ]
 }
 

@@ -12,6 +12,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET
 from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
+from tidelog.replication.fetch_session import FIRST_EPOCH, NEW_SESSION_ID
 from tidelog.replication.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,16 @@ class ReplicaFetcher:
         self.partitions: dict[Key, Partition] = {}
         self.needs_truncation: set[Key] = set()
         self.out_of_range: set[Key] = set()
+        # The incremental fetch session with the leader (REPLICA_FETCH, Fetch v2 and up):
+        # ``_session_positions`` is the fetch offset the leader holds for each partition,
+        # ``_to_name`` the partitions whose offset the next fetch must tell it (appended to,
+        # truncated, newly followed), ``_to_forget`` those it must drop.
+        self.sessions = settings.fetch_version >= 2
+        self._session_id = NEW_SESSION_ID
+        self._session_epoch = FIRST_EPOCH
+        self._session_positions: dict[Key, int] = {}
+        self._to_name: set[Key] = set()
+        self._to_forget: set[Key] = set()
         self._changed = asyncio.Event()
         self._stopping = False
         self._task = asyncio.create_task(self._run())
@@ -88,6 +99,7 @@ class ReplicaFetcher:
         leader; by leader epoch it is truncated once the leader answers."""
         key = (partition.topic, partition.partition)
         self.partitions[key] = partition
+        self._renamed(key)
         if self.settings.truncation_mode == "high-watermark":
             self._cut(partition, partition.log.high_watermark, "its high watermark")
         else:
@@ -97,6 +109,32 @@ class ReplicaFetcher:
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
         self.needs_truncation.discard(key)
+        self._to_name.discard(key)
+        if self._session_positions.pop(key, None) is not None:
+            self._to_forget.add(key)
+
+    def describe_session(self) -> dict:
+        """For the admin API: the session this follower holds with the leader (id 0: none)."""
+        return {
+            "session_id": self._session_id,
+            "epoch": self._session_epoch,
+            "partitions": len(self._session_positions),
+            "following": len(self.partitions),
+        }
+
+    def _renamed(self, key: Key) -> None:
+        """The partition's offset changed outside a fetch (truncation, a new epoch): the
+        leader forgets its old position and is told the new one when the partition is ready."""
+        if self._session_positions.pop(key, None) is not None:
+            self._to_forget.add(key)
+        self._to_name.add(key)
+
+    def _reset_session(self) -> None:
+        """The next fetch opens a new session naming every partition."""
+        self._session_id, self._session_epoch = NEW_SESSION_ID, FIRST_EPOCH
+        self._session_positions.clear()
+        self._to_forget.clear()
+        self._to_name = set(self.partitions)
 
     async def stop(self) -> None:
         self._stopping = True  # in case a cancellation is lost on the way, the loop ends too
@@ -125,7 +163,10 @@ class ReplicaFetcher:
                         await self._truncate(connection)
                     if self.out_of_range:
                         await self._reset_out_of_range(connection)
-                    await self._fetch(connection)
+                    if self.sessions:
+                        await self._fetch_in_session(connection)
+                    else:
+                        await self._fetch(connection)
                 except Exception as error:
                     if isinstance(error, OSError | KafkaError):  # timeouts and lost connections
                         log.info("fetching from broker %d: %s; retrying", self.leader_id, error)
@@ -134,6 +175,7 @@ class ReplicaFetcher:
                     if connection is not None:
                         await connection.close()
                         connection = None
+                    self._reset_session()  # the last fetch may or may not have been answered
                     await asyncio.sleep(self.settings.backoff_ms / 1000)
         finally:
             if connection is not None:
@@ -186,6 +228,7 @@ class ReplicaFetcher:
                 self._cut(partition, end, "the leader's log end")
             elif partition.log.log_end_offset < start:
                 partition.log.truncate_fully_and_start_at(start)
+            self._renamed(key)
 
     async def _leader_offset(self, connection: Connection, key: Key, timestamp: int) -> int:
         response = await self._request(
@@ -222,6 +265,7 @@ class ReplicaFetcher:
         before = partition.log.log_end_offset
         if offset < before:
             partition.log.truncate_to(offset)
+            self._renamed((partition.topic, partition.partition))
             log.info(
                 "%s-%d: truncated from %d to %d, %s (leader %d, epoch %d)",
                 partition.topic,
@@ -264,6 +308,72 @@ class ReplicaFetcher:
                 if fetched is None or self.partitions.get(key) is not fetched:
                     continue  # removed while the fetch was out
                 self._apply(fetched, answer)
+
+    async def _fetch_in_session(self, connection: Connection) -> None:
+        """One REPLICA_FETCH: names only the partitions whose fetch offset the leader does not
+        know yet (all of them when opening a session) and applies what the leader answers, only
+        for partitions still where the leader thinks they are."""
+        named: dict[Key, int] = {}
+        for key in list(self._to_name):
+            partition = self.partitions.get(key)
+            if partition is None:
+                self._to_name.discard(key)
+            elif key not in self.needs_truncation:
+                named[key] = partition.log.log_end_offset
+                self._to_name.discard(key)
+        self._session_positions.update(named)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, number), offset in named.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition": number, "fetch_offset": offset, "max_bytes": self.settings.max_bytes}
+            )
+        forgotten: dict[str, list[int]] = {}
+        for topic, number in self._to_forget:
+            forgotten.setdefault(topic, []).append(number)
+        self._to_forget.clear()
+        response = await self._request(
+            connection,
+            ApiKey.REPLICA_FETCH,
+            0,
+            {
+                "replica_id": self.broker_id,
+                "max_wait_time": self.settings.wait_max_ms,
+                "min_bytes": self.settings.min_bytes,
+                "max_bytes": self.settings.max_bytes,
+                "session_id": self._session_id,
+                "session_epoch": self._session_epoch,
+                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+                "forgotten_topics": [{"topic": t, "partitions": p} for t, p in forgotten.items()],
+            },
+        )
+        code = response["error_code"]
+        if code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info(
+                "fetch session %d with broker %d: %s; opening a new one",
+                self._session_id,
+                self.leader_id,
+                ErrorCode(code).name,
+            )
+            self._reset_session()
+            return
+        if code:
+            raise KafkaError(ErrorCode(code), f"replica fetch from broker {self.leader_id}")
+        self._session_id = response["session_id"]
+        self._session_epoch += 1
+        for topic_answer in response["responses"]:
+            for answer in topic_answer["partition_responses"]:
+                key = (topic_answer["topic"], answer["partition"])
+                partition = self.partitions.get(key)
+                if (
+                    partition is None
+                    # only this task sets positions; a truncation or a new epoch drops them
+                    or self._session_positions.get(key) != partition.log.log_end_offset
+                ):
+                    continue  # removed, truncated or re-added while the fetch was out
+                before = partition.log.log_end_offset
+                self._apply(partition, answer)
+                if partition.log.log_end_offset != before:
+                    self._to_name.add(key)
 
     def _apply(self, partition: Partition, answer: dict) -> None:
         code = answer["error_code"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tidelog.log.log import Log
@@ -83,6 +84,15 @@ class Partition:
             state.caught_up_ms = now
         return self.maybe_advance_high_watermark()
 
+    def credit_caught_up(self, last_fetch_ms: Mapping[int, int]) -> None:
+        """Called before an append moves the log end: a follower at the log end was caught up
+        as of its last fetch, even if no fetch named this partition since (a fetch session
+        names only what changed)."""
+        end = self.log.log_end_offset
+        for replica, state in self.followers.items():
+            if state.log_end_offset >= end:
+                state.caught_up_ms = max(state.caught_up_ms, last_fetch_ms.get(replica, 0))
+
     def maybe_advance_high_watermark(self) -> bool:
         ends = [self.log.log_end_offset]
         ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
@@ -105,12 +115,23 @@ class Partition:
             return None
         return self.isr | {replica_id}
 
-    def isr_to_shrink(self, now: int, max_lag_ms: int) -> frozenset[int] | None:
-        """The ISR without the followers not caught up for max_lag_ms, if any is out."""
-        lagging = {
-            r
-            for r in self.isr
-            if r != self.broker_id
-            and now - self.followers.get(r, FollowerState()).caught_up_ms > max_lag_ms
-        }
+    def isr_to_shrink(
+        self, now: int, max_lag_ms: int, last_fetch_ms: Mapping[int, int] | None = None
+    ) -> frozenset[int] | None:
+        """The ISR without the followers not caught up for max_lag_ms, if any is out.
+
+        ``last_fetch_ms`` is when each follower last fetched from this broker: in a fetch
+        session a caught-up partition with no appends is not named, and a follower still at the
+        log end counts as caught up as of its last fetch."""
+        fetched = last_fetch_ms or {}
+        lagging = set()
+        for replica in self.isr:
+            if replica == self.broker_id:
+                continue
+            state = self.followers.get(replica, FollowerState())
+            caught_up_ms = state.caught_up_ms
+            if state.log_end_offset >= self.log.log_end_offset:
+                caught_up_ms = max(caught_up_ms, fetched.get(replica, 0))
+            if now - caught_up_ms > max_lag_ms:
+                lagging.add(replica)
         return self.isr - lagging if lagging else None

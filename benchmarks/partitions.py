@@ -1,0 +1,268 @@
+"""Many partitions: 3 brokers, replication factor 3, min.insync.replicas 2, per partition count.
+
+    .venv/bin/python benchmarks/partitions.py [--counts 6,100,1000,3000] [--seconds 10]
+                                              [--pause 30] [--profile DIR] [--idle-only]
+
+For each count, on a fresh cluster: the time to create the topic (ZooKeeper written, then every
+replica's log open with a full ISR); idle CPU (share of one core), open files and resident memory
+per broker; records/s of 100 B records with acks=all and acks=1 from librdkafka
+(confluent-kafka, an independent client) and from tidelog's own producer; MB/s of 1 KiB snappy
+records with acks=all; p99 produce latency at the design's 30 MB/s acks=all; and how long a
+follower paused for ``--pause`` seconds under load takes to be back in every ISR. Figures are
+printed with their ratio to the first (baseline) count of the same run. ``--profile DIR`` writes
+py-spy's collapsed stacks (raw) of one leader under acks=all load. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from common import MB, quiet
+
+from tidelog import runtime
+from tidelog.cluster.faults import wait_for_full_isr
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.controller import topics, zookeeper
+from tidelog.perf.producer import ProducerSettings, run_producer
+from tidelog.records.compression import Codec
+
+TOPIC = "many"
+SMALL = 100
+LARGE = 1024
+CONFIG = {"min.insync.replicas": "2"}
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def brokers(cluster: LocalCluster) -> dict[int, int]:
+    """broker id -> process id"""
+    return {b.broker_id: b.pid for b in cluster.state.brokers.values() if b.pid}  # type: ignore[union-attr,misc]
+
+
+def resident_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def create(cluster: LocalCluster, partitions: int) -> tuple[float, float]:
+    """Seconds until ZooKeeper holds the topic, and until every leader serves it in full ISR."""
+    start = time.monotonic()
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, TOPIC, partitions, 3, CONFIG)
+    written = time.monotonic() - start
+    wait_for_full_isr(cluster, TOPIC, timeout=600)
+    wait_until(lambda: every_replica_has_its_log(cluster), 600, "every replica's log", 0.5)
+    return written, time.monotonic() - start
+
+
+def every_replica_has_its_log(cluster: LocalCluster) -> bool:
+    """Each broker has opened the log of every partition assigned to it (admin API)."""
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        url = f"http://127.0.0.1:{port}/topics/{TOPIC}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                described = json.loads(response.read())
+        except OSError:
+            return False
+        if any(
+            broker_id in p["replicas"] and "log_end_offset" not in p
+            for p in described["partitions"]
+        ):
+            return False
+    return True
+
+
+def idle(cluster: LocalCluster, seconds: float) -> dict[int, tuple[float, int, float]]:
+    """Per broker: share of one core used while nothing is produced, open files, MB resident."""
+    pids = brokers(cluster)
+    before = {b: process_cpu_seconds(p) for b, p in pids.items()}
+    time.sleep(seconds)  # the measurement itself: CPU used over this window
+    return {
+        b: (
+            (process_cpu_seconds(p) - before[b]) / seconds,
+            len(os.listdir(f"/proc/{p}/fd")),
+            resident_mb(p),
+        )
+        for b, p in pids.items()
+    }
+
+
+def librdkafka_rate(cluster: LocalCluster, acks: str, seconds: float) -> float:
+    """Records/s of 100 B records delivered by confluent-kafka, keyless over every partition."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": acks,
+            "linger.ms": 5,
+            "queue.buffering.max.messages": 1_000_000,
+            "api.version.request": True,
+            "broker.version.fallback": "0.10.0",
+        }
+    )
+    delivered = 0
+
+    def count(error, _message) -> None:  # type: ignore[no-untyped-def]
+        nonlocal delivered
+        if error is None:
+            delivered += 1
+
+    payload = b"x" * SMALL
+    deadline = time.monotonic() + seconds
+    start = time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            producer.produce(TOPIC, payload, on_delivery=count)
+        except BufferError:
+            producer.poll(0.01)
+        producer.poll(0)
+    producer.flush(60)
+    return delivered / (time.monotonic() - start)
+
+
+def tidelog_run(cluster: LocalCluster, settings: ProducerSettings):  # type: ignore[no-untyped-def]
+    summary, errors = runtime.run(run_producer(cluster.bootstrap_servers, settings, progress=quiet))
+    return summary, errors
+
+
+def catch_up(cluster: LocalCluster, pause_s: float) -> float:
+    """Pauses a broker (SIGSTOP) for ``pause_s`` under a 5 MB/s acks=1 load, resumes it, and
+    returns the seconds until it is back in every ISR."""
+    victim = max(cluster.broker_ids)
+    load = ProducerSettings(
+        TOPIC, int(5 * MB / LARGE * (pause_s + 5)), LARGE, throughput=5 * MB / LARGE, acks=1
+    )
+    thread = threading.Thread(target=tidelog_run, args=(cluster, load), daemon=True)
+    thread.start()
+    cluster.signal_broker(victim, signal.SIGSTOP)
+    time.sleep(pause_s)  # the pause being measured
+    cluster.signal_broker(victim, signal.SIGCONT)
+    resumed = time.monotonic()
+    thread.join()
+    wait_for_full_isr(cluster, TOPIC, timeout=600)
+    return time.monotonic() - resumed
+
+
+def profile(cluster: LocalCluster, directory: Path, seconds: float) -> None:
+    """py-spy's collapsed stacks of broker 1 while acks=all 100 B records are produced."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pid = brokers(cluster)[min(cluster.broker_ids)]
+    out = directory / f"leader-{len(cluster_partitions(cluster))}.txt"
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    command = [py_spy, "record", "-p", str(pid), "-o", str(out), "-f", "raw"]
+    command += ["-d", str(int(seconds)), "-r", "50", "--nonblocking"]
+    spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rate = 20_000  # records/s: the run lasts as long as the profile
+    load = ProducerSettings(TOPIC, int(rate * seconds), SMALL, throughput=rate, acks=-1)
+    tidelog_run(cluster, load)
+    spy.wait()
+    print(f"  profile of broker 1 under acks=all load: {out}")
+
+
+def cluster_partitions(cluster: LocalCluster) -> dict:
+    with zookeeper.session(cluster.zookeeper) as client:
+        metadata = zookeeper.read_topic(client, TOPIC)
+    return metadata.assignment if metadata else {}
+
+
+def measure(count: int, args: argparse.Namespace, directory: Path) -> dict[str, float]:
+    cluster = LocalCluster(directory / f"cluster-{count}")
+    cluster.up(3, progress=quiet)
+    figures: dict[str, float] = {}
+    try:
+        written, served = create(cluster, count)
+        figures["creation: ZooKeeper written, s"] = written
+        figures["creation: every replica serving, s"] = served
+        wait_until(lambda: all(cluster.state.brokers), 10, "brokers", interval=0.5)  # type: ignore[union-attr]
+        time.sleep(args.settle_seconds)  # the creation's aftermath is not idle time
+        per_broker = idle(cluster, args.idle_seconds)
+        figures["idle CPU per broker, max % of a core"] = 100 * max(
+            c for c, _, _ in per_broker.values()
+        )
+        figures["open files per broker, max"] = max(f for _, f, _ in per_broker.values())
+        figures["resident MB per broker, max"] = max(m for _, _, m in per_broker.values())
+        if args.profile:
+            profile(cluster, Path(args.profile), args.seconds)
+        if args.idle_only:
+            return figures
+        for acks in ("all", "1"):
+            figures[f"librdkafka 100 B acks={acks} records/s"] = librdkafka_rate(
+                cluster, acks, args.seconds
+            )
+        for acks, name in ((-1, "all"), (1, "1")):
+            summary, _ = tidelog_run(
+                cluster,
+                ProducerSettings(TOPIC, int(50_000 * args.seconds), SMALL, acks=acks, linger_ms=3),
+            )
+            figures[f"tidelog 100 B acks={name} records/s"] = summary.records_per_second
+        summary, _ = tidelog_run(
+            cluster,
+            ProducerSettings(
+                TOPIC,
+                int(30 * MB / LARGE * args.seconds),
+                LARGE,
+                acks=-1,
+                codec=Codec.SNAPPY,
+                batch_size=64 * 1024,
+                linger_ms=3,
+            ),
+        )
+        figures["tidelog 1 KiB snappy acks=all MB/s"] = summary.megabytes_per_second
+        rate = 30 * MB / LARGE
+        summary, _ = tidelog_run(
+            cluster,
+            ProducerSettings(TOPIC, int(rate * args.seconds), LARGE, throughput=rate, acks=-1),
+        )
+        figures["p99 at 30 MB/s acks=all, ms"] = summary.latency()["p99"]
+        if args.pause > 0:
+            figures[f"catch-up after a {args.pause:.0f} s pause, s"] = catch_up(cluster, args.pause)
+    finally:
+        cluster.down(progress=quiet)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--counts", default="6,100,1000,3000", help="partition counts")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each run")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="idle CPU window")
+    parser.add_argument(
+        "--settle-seconds", type=float, default=20.0, help="wait after creation before idle"
+    )
+    parser.add_argument("--pause", type=float, default=30.0, help="follower pause; 0: skip")
+    parser.add_argument("--profile", help="directory for py-spy profiles of a leader")
+    parser.add_argument(
+        "--idle-only", action="store_true", help="creation, idle CPU, files and memory only"
+    )
+    args = parser.parse_args()
+    counts = [int(c) for c in args.counts.split(",")]
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="tidelog-partitions-") as directory:
+        for count in counts:
+            print(f"{count} partitions:", flush=True)
+            results[count] = measure(count, args, Path(directory))
+            baseline = results[counts[0]]
+            for name, value in results[count].items():
+                ratio = value / baseline[name] if baseline.get(name) else float("nan")
+                print(f"  {name:42} {value:12.1f}   ({ratio:.2f} of {counts[0]} partitions)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The leader's side of REPLICA_FETCH: a follower's fetch within an incremental fetch session.
+
+Work per fetch grows with the partitions that changed (named in the fetch, appended to, or
+whose high watermark moved), not with all the partitions the session holds: only those are read,
+update follower state (high watermark, ISR) and go into the answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.errors import ErrorCode, KafkaError
+from tidelog.replication.fetch_session import NEW_SESSION_ID, FetchSession, TopicPartition
+
+# how an error is logged and turned into its code: RequestHandler._error
+ErrorReporter = Callable[[ErrorCode, str, KafkaError], int]
+
+
+async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: ErrorReporter) -> dict:
+    """Opens or continues the follower's session, then answers as a Fetch v3 would: once
+    min_bytes are there, a partition fails, or max_wait_time has passed."""
+    replica_id = body["replica_id"]
+    named = {
+        (t["topic"], p["partition"]): (p["fetch_offset"], p["max_bytes"])
+        for t in body["topics"]
+        for p in t["partitions"]
+    }
+    forgotten = [(t["topic"], p) for t in body["forgotten_topics"] for p in t["partitions"]]
+    sessions = replicas.fetch_sessions
+    try:
+        if replica_id < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "REPLICA_FETCH is for brokers only")
+        if body["session_id"] == NEW_SESSION_ID:
+            session = sessions.open(replica_id, named)
+        else:
+            session = sessions.get(body["session_id"], body["session_epoch"], replica_id)
+            sessions.update(session, named, forgotten)
+    except KafkaError as error:
+        code = report(error.code, f"replica fetch by broker {replica_id}", error)
+        return {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": []}
+    session.epoch += 1
+    replicas.last_fetch_ms[replica_id] = replicas.clock.milliseconds()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
+    while True:
+        session.event.clear()
+        answers, whole, total, failed = _read_changed(replicas, session, body["max_bytes"], report)
+        remaining = deadline - loop.time()
+        if total >= body["min_bytes"] or failed or remaining <= 0:
+            break
+        try:
+            async with asyncio.timeout(remaining):
+                await session.event.wait()
+        except TimeoutError:
+            pass
+    by_topic: dict[str, list[dict]] = {}
+    for (topic, _), answer in answers.items():
+        by_topic.setdefault(topic, []).append(answer)
+    # answered whole (nothing more to read, this high watermark sent): not changed any more
+    for key in whole:
+        session.changed.discard(key)
+        session.sent_high_watermarks[key] = answers[key]["high_watermark"]
+    return {
+        "throttle_time_ms": 0,
+        "error_code": 0,
+        "session_id": session.session_id,
+        "responses": [{"topic": t, "partition_responses": p} for t, p in by_topic.items()],
+    }
+
+
+def _read_changed(
+    replicas: ReplicaManager, session: FetchSession, max_bytes: int, report: ErrorReporter
+) -> tuple[dict[TopicPartition, dict], list[TopicPartition], int, bool]:
+    """Reads the session's changed partitions; returns the answers worth sending (data, a new
+    high watermark or an error), those of them answered whole (no data left to read), the bytes
+    in them and whether one failed."""
+    answers: dict[TopicPartition, dict] = {}
+    whole: list[TopicPartition] = []
+    total = 0
+    failed = False
+    for key in list(session.changed):
+        topic, number = key
+        fetch_offset, partition_max_bytes = session.partitions[key]
+        answer = {"partition": number, "error_code": 0, "high_watermark": -1, "record_set": b""}
+        try:
+            result = replicas.read(
+                topic,
+                number,
+                fetch_offset,
+                min(partition_max_bytes, max(max_bytes - total, 0)),
+                replica_id=session.replica_id,
+                min_one_message=total == 0,
+            )
+        except KafkaError as error:
+            answer["error_code"] = report(
+                error.code,
+                f"replica fetch by broker {session.replica_id} from {topic}-{number}",
+                error,
+            )
+            answers[key] = answer
+            whole.append(key)
+            failed = True
+            continue
+        answer["high_watermark"] = result.high_watermark
+        answer["record_set"] = result.data
+        total += result.size
+        if result.size:
+            answers[key] = answer
+        elif session.sent_high_watermarks.get(key) != result.high_watermark:
+            answers[key] = answer
+            whole.append(key)
+        else:
+            session.changed.discard(key)  # nothing new: it waits for the next append
+    return answers, whole, total, failed
