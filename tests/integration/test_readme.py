@@ -12,6 +12,7 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Examples that need what this test does not start: make targets (the suite itself runs under
 # one), a Docker engine, locust and Spark; their own tests run them.
+PYTHON = ("from ", "import ")  # a block of Python, not shell commands
 NOT_HERE = ("make ", "docker ", "locust ", "spark-submit ")
 # The compose cluster's (README "Containers"): tests/containers runs what they do.
 NOT_HERE += (
@@ -42,6 +43,7 @@ def examples() -> list[str]:
     return [
         command
         for block in code_blocks(README.read_text())
+        if not block[0].startswith(PYTHON)
         for command in block
         if command.strip() and not command.startswith(NOT_HERE)
     ]
@@ -74,13 +76,13 @@ def test_every_readme_example_runs_as_written(tmp_path):
             timeout=900,
             check=False,
         )
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "tidelog.cli", "cluster", "down", "--dir", "./my-cluster"],
-            cwd=tmp_path,
-            capture_output=True,
-            check=False,
-        )
+    finally:  # whatever the examples left running, if one of them failed
+        for state in tmp_path.glob("*/cluster.json"):
+            subprocess.run(
+                [sys.executable, "-m", "tidelog.cli", "cluster", "down", "--dir", state.parent],
+                capture_output=True,
+                check=False,
+            )
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     assert "verdict: PASS" in result.stdout
     assert "hello, tidelog" in result.stdout
