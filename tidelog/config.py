@@ -88,6 +88,10 @@ def _listener(value: str) -> bool:
     return scheme == "PLAINTEXT" and _host_port(address)
 
 
+def _remote_uri(value: str) -> bool:
+    return value == "" or value.startswith(("file://", "s3://"))
+
+
 def _policies(value: tuple[str, ...]) -> bool:
     return bool(value) and all(policy in CLEANUP_POLICIES for policy in value)
 
@@ -131,13 +135,23 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
     ("min.insync.replicas", "min.insync.replicas", _int, 1, _at_least(1, INT_MAX)),
     ("max.message.bytes", "message.max.bytes", _int, 1000012, _at_least(0, INT_MAX)),
     ("remote.storage.enable", None, _bool, False, (lambda _: True, "true or false")),
-    ("local.retention.ms", None, _int, -2, _at_least(-2)),
-    ("local.retention.bytes", None, _int, -2, _at_least(-2)),
+    ("local.retention.ms", "log.local.retention.ms", _int, -2, _at_least(-2)),
+    ("local.retention.bytes", "log.local.retention.bytes", _int, -2, _at_least(-2)),
+    # tidelog's: one remoteLogIndex entry per this many bytes of remote data
+    (
+        "remote.log.index.interval.bytes",
+        "remote.log.index.interval.bytes",
+        _int,
+        1048576,
+        _at_least(1, INT_MAX),
+    ),
 ]
 
 TOPIC_KEYS: dict[str, ConfigKey] = {
     name: _key(name, parse, default, rule) for name, _, parse, default, rule in _TOPIC_KEYS
 }
+# Settings passed as they are to the remote storage back end (tidelog/tiered/storage.py).
+RSM_CONFIG_PREFIX = "rsm.config."
 TOPIC_TO_BROKER_KEY = {name: broker for name, broker, *_ in _TOPIC_KEYS if broker}
 
 BROKER_KEYS: dict[str, ConfigKey] = {
@@ -180,6 +194,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.flush.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("log.flush.start.offset.checkpoint.interval.ms", _int, 60000, _at_least(1)),
         _key("replica.high.watermark.checkpoint.interval.ms", _int, 5000, _at_least(1)),
+        # Tiered storage (KIP-405): Kafka's names, plus tidelog's remote.log.storage.uri (where
+        # the tier lives, an fsspec URI: file:// or s3://) and rsm.config.* (back-end options).
+        _key("remote.log.storage.system.enable", _bool, False, (lambda _: True, "true or false")),
+        _key("remote.log.manager.task.interval.ms", _int, 30000, _at_least(1)),
+        _key("remote.log.reader.threads", _int, 10, _at_least(1, 1000)),
+        _key("remote.fetch.max.wait.ms", _int, 500, _at_least(1, INT_MAX)),
+        _key(
+            "remote.log.storage.uri",
+            _str,
+            "",
+            (_remote_uri, "an fsspec URI starting with file:// or s3://"),
+        ),
     ]
 }
 for _topic_name, _broker_name in TOPIC_TO_BROKER_KEY.items():
@@ -202,7 +228,14 @@ def parse_value(key: ConfigKey, text: str) -> Any:
 
 def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
     """A broker's settings from server.properties (plus overrides); broker.id is required."""
-    values = parse_config(raw, BROKER_KEYS)
+    rsm_config = {key: value for key, value in raw.items() if key.startswith(RSM_CONFIG_PREFIX)}
+    values = parse_config({k: v for k, v in raw.items() if k not in rsm_config}, BROKER_KEYS)
+    values.update(rsm_config)
+    if values["remote.log.storage.system.enable"] and not values["remote.log.storage.uri"]:
+        raise ConfigError(
+            "remote.log.storage.uri: missing; allowed: an fsspec URI starting with file:// or "
+            "s3:// (remote.log.storage.system.enable is true)"
+        )
     if values["broker.id"] is None:
         raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
     if values["replica.socket.timeout.ms"] < values["replica.fetch.wait.max.ms"]:

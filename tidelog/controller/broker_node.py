@@ -24,6 +24,8 @@ from tidelog.controller.control_plane import ControlPlane
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
+from tidelog.tiered.manager import RemoteLogManager
+from tidelog.tiered.storage import RemoteStorageManager, split_rsm_config
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,17 @@ class BrokerNode:
             fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
         )
+        self.remote: RemoteLogManager | None = None
+        if config["remote.log.storage.system.enable"]:
+            self.remote = RemoteLogManager(
+                self.logs,
+                RemoteStorageManager(config["remote.log.storage.uri"], split_rsm_config(config)),
+                self.clock,
+                leader_epoch_of=self.replicas.leader_epoch_if_leader,
+                task_interval_ms=config["remote.log.manager.task.interval.ms"],
+                reader_threads=config["remote.log.reader.threads"],
+            )
+            self.replicas.remote = self.remote
         self.handler = RequestHandler(
             self.broker_id,
             self.replicas,
@@ -59,6 +72,7 @@ class BrokerNode:
             self.clock,
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
+            remote_fetch_max_wait_ms=config["remote.fetch.max.wait.ms"],
         )
         host, port = host_and_port(config["listeners"])
         self.server = KafkaServer(
@@ -83,6 +97,7 @@ class BrokerNode:
             is_registered=lambda: self.registered,
             clock=self.clock,
             control=self.control,
+            remote=self.remote,
         )
         self.zk = None
         self.registered = False
@@ -103,6 +118,8 @@ class BrokerNode:
             ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
             for (t, p), partition_log in self.logs
         ]
+        if self.remote is not None:
+            self.remote.register_metrics(self.metrics.gauges)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -112,6 +129,8 @@ class BrokerNode:
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
         await asyncio.to_thread(self.logs.startup)
+        if self.remote is not None:
+            self.remote.startup()
         self.zk = await asyncio.to_thread(
             zookeeper.connect,
             self.config["zookeeper.connect"],
@@ -150,6 +169,7 @@ class BrokerNode:
             self.server.host,
             self.server.port,
             f"{self.admin.host}:{self.admin.port}",
+            remote_log_storage=self.remote is not None,
         )
         self.registered = True
         log.info("broker %d registered in ZooKeeper", self.broker_id)
@@ -167,6 +187,8 @@ class BrokerNode:
         if self.zk is not None:
             self.registered = False
             await asyncio.to_thread(self._close_zookeeper)
+        if self.remote is not None:
+            await asyncio.to_thread(self.remote.shutdown)
         await asyncio.to_thread(self.logs.shutdown)
         log.info("broker %d stopped", self.broker_id)
 

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
 from tidelog.broker.handlers import valid_topic_name
-from tidelog.config import TOPIC_KEYS, parse_config
+from tidelog.config import TOPIC_KEYS, ConfigError, parse_config
 from tidelog.controller import zookeeper
 from tidelog.errors import ErrorCode, KafkaError
 
@@ -51,6 +51,24 @@ def assign_replicas(
     return assignment
 
 
+def check_remote_storage(zk: KazooClient, values: dict) -> None:
+    """Kafka's refusals of remote.storage.enable=true: on a compacted topic, and on a cluster
+    whose brokers do not have the tier (remote.log.storage.system.enable)."""
+    if not values["remote.storage.enable"]:
+        return
+    if "compact" in values["cleanup.policy"]:
+        raise ConfigError(
+            "remote.storage.enable: Remote log storage is unsupported for the compacted topics"
+        )
+    without = zookeeper.brokers_without_remote_storage(zk)
+    if without:
+        raise ConfigError(
+            "remote.storage.enable: Tiered Storage functionality is disabled in the broker. "
+            f"Topic cannot be configured with remote log storage. (brokers {without} run "
+            "without remote.log.storage.system.enable=true)"
+        )
+
+
 def create_topic(
     zk: KazooClient,
     topic: str,
@@ -65,7 +83,7 @@ def create_topic(
             f"{topic!r}: a topic name is 1 to 249 of the characters a-z A-Z 0-9 . _ -",
         )
     config = dict(config or {})
-    parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
+    check_remote_storage(zk, parse_config(config, TOPIC_KEYS))  # a bad key or value fails here
     brokers = list(zookeeper.read_brokers(zk))
     assignment = assign_replicas(brokers, partitions, replication_factor)
     try:
@@ -87,6 +105,6 @@ def alter_topic_config(
             config.pop(key, None)
         else:
             config[key] = value
-    parse_config(config, TOPIC_KEYS)
+    check_remote_storage(zk, parse_config(config, TOPIC_KEYS))
     zookeeper.write_topic_config(zk, topic, config)
     return config

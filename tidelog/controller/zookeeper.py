@@ -98,7 +98,14 @@ def ensure_layout(zk: KazooClient) -> str:
 
 
 def register_broker(
-    zk: KazooClient, broker_id: int, host: str, port: int, admin: str, wait: float = 30.0
+    zk: KazooClient,
+    broker_id: int,
+    host: str,
+    port: int,
+    admin: str,
+    wait: float = 30.0,
+    *,
+    remote_log_storage: bool = False,
 ) -> None:
     """Creates the broker's ephemeral znode. If a previous session of this broker (one that was
     killed) still holds it, waits up to ``wait`` seconds for ZooKeeper to expire that session,
@@ -110,6 +117,9 @@ def register_broker(
         "host": host,
         "port": port,
         "tidelog_admin": admin,
+        # remote.log.storage.system.enable, so that topic creation can refuse remote storage
+        # on a cluster without the tier
+        "tidelog_remote_log_storage": remote_log_storage,
         "timestamp": str(int(time.time() * 1000)),
         "version": 4,
     }
@@ -151,6 +161,19 @@ def read_brokers(zk: KazooClient, watch: Watcher | None = None) -> dict[int, Bro
             document.get("tidelog_admin"),
         )
     return brokers
+
+
+def brokers_without_remote_storage(zk: KazooClient) -> list[int]:
+    """The live brokers registered without remote.log.storage.system.enable."""
+    without = []
+    for child in zk.get_children(BROKER_IDS) if zk.exists(BROKER_IDS) else []:
+        try:
+            document = _json(zk.get(f"{BROKER_IDS}/{child}")[0])
+        except NoNodeError:
+            continue
+        if not document.get("tidelog_remote_log_storage", False):
+            without.append(int(child))
+    return sorted(without)
 
 
 def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> TopicMetadata | None:

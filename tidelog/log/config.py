@@ -36,6 +36,7 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    remote_log_index_interval_bytes: int = 1048576
 
     @classmethod
     def from_topic_config(

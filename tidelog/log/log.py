@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4  # Kafka's sentinel for the local log start (KIP-405)
 LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap", ".tmp")
 
 
