@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 import urllib.request
 from dataclasses import dataclass
 
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
 FAILURES = (
@@ -20,6 +22,7 @@ FAILURES = (
     "clock_skew",
     "zk_session_expiry",
     "truncation_failover",
+    "wipe_and_rebuild",
 )
 TARGETS = ("leader", "follower", "controller")
 CLOCK_SKEW_MS = -120_000
@@ -101,6 +104,16 @@ def inject(
         return (
             f"set the clocks of brokers {others} {-CLOCK_SKEW_MS // 1000} s behind, killed "
             f"broker {broker_id} so that one of them took over, restarted it"
+        )
+    if failure == "wipe_and_rebuild":
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+        for directory in log_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        cluster.start_broker(broker_id)
+        return (
+            f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
+            "from its leaders (with tiered storage: the local part only)"
         )
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
