@@ -4,6 +4,7 @@ deleted and rebuilt, in the spirit of Kafka's TieredStorageTestBuilder."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
@@ -25,6 +26,7 @@ from tests.integration.test_kcat import consume as kcat_consume
 from tests.tiered.remote_format import parse_remote_log_index
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.scenario import ScenarioSettings, run_scenario
 from tidelog.controller import topics, zookeeper
 
 TIERED_BROKER = {
@@ -85,6 +87,8 @@ def wait_offloaded(cluster, topic: str, end: int, partition: int = 0) -> dict:
             and view.get("log_start_offset") == 0
             and view.get("local_log_start_offset", 0) > 0
             and view.get("remote_segments", 0) > 0
+            # all but the active segment and local.retention.bytes moved: copying caught up
+            and view["local_size_bytes"] <= 2 * int(TIERED_TOPIC["local.retention.bytes"])
         )
 
     wait_until(offloaded, 60, f"{topic}-{partition} to move its older segments to the tier")
@@ -166,6 +170,21 @@ def test_list_offsets_earliest_and_by_timestamp_cover_the_remote_part(tiered):
     finally:
         consumer.close()
     assert view["local_log_start_offset"] > 333  # so the searches above went to the tier
+
+    described = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "topic", "describe", "--dir", str(tiered.directory),
+         "--topic", topic],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "LogStartOffset: 0\t" in described
+    assert f"LocalLogStartOffset: {view['local_log_start_offset']}\t" in described
+    assert "RemoteLogStartOffset: 0\t" in described
+    remote_size = int(described.split("RemoteSize: ")[1].split()[0])
+    assert remote_size == view["remote_size_bytes"] > 0
+    fetched = metrics_of(tiered, view["leader"])
+    assert metric(fetched, "tidelog_remote_fetch_bytes_total") > 0
+    assert metric(fetched, "tidelog_remote_fetch_seconds_total") > 0
+    assert metric(fetched, "tidelog_remote_copy_bytes_total") > 0
 
 
 def test_total_retention_removes_remote_data(tiered):
@@ -300,6 +319,11 @@ def metrics_of(cluster, broker_id: int) -> str:
         return response.read().decode()
 
 
+def metric(text: str, name: str) -> float:
+    [line] = [line for line in text.splitlines() if line.startswith(f"{name} ")]
+    return float(line.split()[1])
+
+
 def _lag(text: str, topic: str) -> int:
     for line in text.splitlines():
         if line.startswith("tidelog_remote_copy_lag_segments{") and f'topic="{topic}"' in line:
@@ -378,3 +402,18 @@ def test_a_wiped_broker_replicates_only_the_local_part_and_serves_the_remote_par
     finally:
         tiered.start_broker(view["leader"])
         faults.wait_for_full_isr(tiered, topic)
+
+
+@pytest.mark.parametrize("message_format", ["0.9.0", "0.10.0"])
+def test_the_wipe_and_rebuild_chaos_scenario_loses_nothing(tiered, message_format):
+    settings = ScenarioSettings(
+        failure="wipe_and_rebuild", target="follower", message_format=message_format, rate=300
+    )
+    topic, report = asyncio.run(run_scenario(tiered, settings, progress=lambda _: None))
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 300, report.table()
+    wait_until(
+        lambda: any(remote_dir(tiered, topic, p).exists() for p in range(settings.partitions)),
+        30,
+        f"segments of {topic} in the tier",
+    )

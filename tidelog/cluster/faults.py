@@ -49,6 +49,17 @@ def pick_target(cluster: LocalCluster, topic: str, target: str) -> int:
     return broker
 
 
+def _holds_anything(zk, broker_id: int) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``broker_id`` is registered or leads any partition."""
+    if broker_id in zookeeper.read_brokers(zk):
+        return True
+    for topic in zk.get_children(zookeeper.TOPICS):
+        metadata = zookeeper.read_topic(zk, topic)
+        if metadata and any(s.leader == broker_id for s in metadata.states.values()):
+            return True
+    return False
+
+
 def set_clock_skew(cluster: LocalCluster, broker_id: int, skew_ms: int) -> None:
     port = cluster.broker(broker_id).admin_port
     request = urllib.request.Request(
@@ -106,7 +117,15 @@ def inject(
             f"broker {broker_id} so that one of them took over, restarted it"
         )
     if failure == "wipe_and_rebuild":
+        # A broker is rebuilt once the cluster has seen it die: were it to come back empty
+        # while still leader, it would lead with an empty log.
         cluster.signal_broker(broker_id, signal.SIGKILL)
+        wait_until(
+            lambda: not _zookeeper_read(cluster, lambda zk: _holds_anything(zk, broker_id)),
+            session_timeout_s * 3 + 10,
+            f"the cluster to see broker {broker_id} gone (no registration, no leadership)",
+            interval=0.2,
+        )
         log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
         for directory in log_dirs:
             shutil.rmtree(directory, ignore_errors=True)

@@ -97,6 +97,7 @@ class RemoteStorageManager:
         self.protocol = self.uri.split("://", 1)[0] if "://" in self.uri else "file"
         if self.protocol == "file":
             self.fs.makedirs(self.root, exist_ok=True)
+        # an object store's bucket is there already or made when the first object is written
 
     # -- names ---------------------------------------------------------------------------------
 
@@ -135,13 +136,17 @@ class RemoteStorageManager:
     def fetch_log_segment(self, segment: RemoteSegmentId, start: int, end: int) -> bytes:
         """The bytes [start, end) of the segment's data (fewer if the object is shorter)."""
         return self.call(
-            "fetch", segment, self.fs.cat_file, self.object_path(segment, ".log"), start, end
+            "fetch", segment, self._range, self.object_path(segment, ".log"), start, end
         )
 
     def fetch_range(self, object_uri: str, start: int, end: int) -> bytes:
         """The bytes [start, end) of an object named by its URI (from a remote log index)."""
         path = object_uri.split("://", 1)[1] if "://" in object_uri else object_uri
-        return self.call("fetch", object_uri, self.fs.cat_file, path, start, end)
+        return self.call("fetch", object_uri, self._range, path, start, end)
+
+    def _range(self, path: str, start: int, end: int) -> bytes:
+        # by keyword: s3fs's cat_file takes a version id before start and end
+        return self.fs.cat_file(path, start=start, end=end)
 
     def fetch_index(self, segment: RemoteSegmentId, index: IndexType) -> bytes:
         return self.call(
