@@ -259,3 +259,23 @@ def test_a_follower_builds_its_remote_indexes_from_the_tier(leader, tmp_path, ti
         assert follower.remote.metadata.list_segments(*KEY) != []
     finally:
         follower.close()
+
+
+def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):
+    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+    broker = Broker(tmp_path / "leader", tier, clock, config)
+    broker.fill(clock, 40)
+    broker.remote.run_task_now(KEY)
+    broker.log.delete_old_segments()
+    local_start = broker.log.local_log_start_offset
+    broker.close()
+    (tmp_path / "leader" / "log-start-offset-checkpoint").unlink()  # as after a crash
+
+    again = Broker(tmp_path / "leader", tier, clock, config)
+    try:
+        assert again.log.log_start_offset == local_start > 0
+        again.remote.run_task_now(KEY)
+        assert again.log.log_start_offset == 0
+        assert list(remote_messages(again, local_start)) == list(range(local_start))
+    finally:
+        again.close()

@@ -273,6 +273,20 @@ class Log:
             segment.index_interval_bytes = config.index_interval_bytes
             segment.max_index_size = config.segment_index_bytes
 
+    def restore_log_start_offset_from_remote(self, offset: int) -> bool:
+        """Lowers the log start offset to ``offset``, the start of the remote data that reaches
+        the local log start without a gap (a restart that lost the checkpoint). Only for a
+        remote-enabled log; True if it moved."""
+        with self.lock:
+            if not self.config.remote_storage_enable or offset >= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+            self.high_watermark = max(self.high_watermark, offset)
+        log.info(
+            "%s: log start offset back to %d: the remote tier holds it", self.directory, offset
+        )
+        return True
+
     # -- appends -------------------------------------------------------------------------------
 
     def append_as_leader(
@@ -550,6 +564,11 @@ class Log:
         else:
             retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
             names = ("retention.ms", "retention.bytes")
+        if self.config.remote_storage_enable:  # below a log start that retention moved up
+            deleted += self._delete_while(
+                lambda segment: segment.next_offset <= self.log_start_offset,
+                f"the log start offset {self.log_start_offset}",
+            )
         if retention_ms >= 0:
             deleted += self._delete_while(
                 lambda segment: now - segment.retention_timestamp > retention_ms,

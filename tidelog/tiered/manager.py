@@ -4,6 +4,7 @@ applies total retention to remote data, and serves reads and timestamp searches 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 import uuid
@@ -161,6 +162,7 @@ class RemoteLogManager:
                 listing = self._clean_orphans(listing, leader_epoch)
             finished = [m for m in listing if m.state is SegmentState.COPY_SEGMENT_FINISHED]
             self._sync_index(key, partition_log, finished)
+            self._follow_log_start(key, partition_log, finished)  # before retention looks at it
             if leader_epoch is not None:
                 finished += self._copy_segments(key, partition_log, leader_epoch, finished)
                 finished = self._apply_retention(key, partition_log, finished)
@@ -382,9 +384,15 @@ class RemoteLogManager:
     ) -> None:
         """The log start follows the first remote segment left (or the local log start), and
         remote index files wholly below it go."""
-        target = partition_log.local_log_start_offset
-        if finished:
-            target = min(target, finished[0].start_offset)
+        local_start = partition_log.local_log_start_offset
+        contiguous = all(
+            after.start_offset == before.end_offset + 1
+            for before, after in itertools.pairwise(finished)
+        )
+        reaches_local = bool(finished) and finished[-1].end_offset + 1 >= local_start
+        if contiguous and reaches_local and finished[0].start_offset < local_start:
+            partition_log.restore_log_start_offset_from_remote(finished[0].start_offset)
+        target = min(local_start, finished[0].start_offset) if finished else local_start
         partition_log.maybe_increment_log_start_offset(target, "the remote tier starts there")
         self.index_for(key, partition_log).delete_below(partition_log.log_start_offset)
 
