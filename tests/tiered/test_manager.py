@@ -279,3 +279,36 @@ def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, c
         assert list(remote_messages(again, local_start)) == list(range(local_start))
     finally:
         again.close()
+
+
+def test_a_tier_that_is_away_is_not_taken_for_an_empty_one(leader, tier, clock):
+    leader.fill(clock, 40)
+    leader.remote.run_task_now(KEY)
+    leader.log.delete_old_segments()
+    start, local_start = leader.log.log_start_offset, leader.log.local_log_start_offset
+    hidden = tier.with_name("remote-away")
+    tier.rename(hidden)
+    try:
+        leader.remote.run_task_now(KEY)  # fails to reach the tier; changes nothing
+        assert (leader.log.log_start_offset, leader.log.local_log_start_offset) == (
+            start,
+            local_start,
+        )
+        assert leader.remote.stats.copy_errors == 1
+    finally:
+        hidden.rename(tier)
+
+
+def test_retention_of_every_remote_segment_empties_the_remote_indexes(tmp_path, tier, clock):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(retention_ms=60_000))
+    try:
+        broker.fill(clock, 40)
+        broker.remote.run_task_now(KEY)
+        clock.advance(120_000)
+        broker.log.delete_old_segments()
+        broker.remote.run_task_now(KEY)
+        assert broker.remote.metadata.finished(*KEY) == []
+        assert list(broker.log.directory.glob("*.remoteLogIndex")) == []
+        assert broker.log.log_start_offset == broker.log.local_log_start_offset
+    finally:
+        broker.close()

@@ -55,8 +55,8 @@ FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
 FAILURE_TOPIC_CONFIG: dict[str, dict[str, str]] = {
     "wipe_and_rebuild": {
         "remote.storage.enable": "true",
-        "segment.bytes": "16384",
-        "local.retention.bytes": "16384",
+        "segment.bytes": "8192",
+        "local.retention.bytes": "8192",
     },
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -105,6 +106,7 @@ class RemoteLogManager:
         self.remote_segments: dict[TopicPartition, list[RemoteSegmentMetadata]] = {}
         self.crash_at: Callable[[str, RemoteSegmentId], None] | None = None
         self._indexes: dict[TopicPartition, RemoteLogIndex] = {}
+        self._indexes_lock = threading.Lock()
         self._running: set[TopicPartition] = set()
 
     def startup(self) -> None:
@@ -144,6 +146,11 @@ class RemoteLogManager:
             self._task(key, partition_log, self.leader_epoch_of(*key))
 
     def index_for(self, key: TopicPartition, partition_log: Log) -> RemoteLogIndex:
+        """The partition's remote indexes, opened once (tasks and readers share them)."""
+        with self._indexes_lock:
+            return self._open_index(key, partition_log)
+
+    def _open_index(self, key: TopicPartition, partition_log: Log) -> RemoteLogIndex:
         index = self._indexes.get(key)
         if index is None or index.directory != partition_log.directory:
             index = RemoteLogIndex(
@@ -377,6 +384,7 @@ class RemoteLogManager:
             partition_log.maybe_increment_log_start_offset(
                 doomed[-1].end_offset + 1, "remote segments deleted by retention"
             )
+            self.index_for(key, partition_log).delete_below(partition_log.log_start_offset)
         return finished[len(doomed) :]
 
     def _follow_log_start(
@@ -385,6 +393,18 @@ class RemoteLogManager:
         """The log start follows the first remote segment left (or the local log start), and
         remote index files wholly below it go."""
         local_start = partition_log.local_log_start_offset
+        index = self.index_for(key, partition_log)
+        if not finished and index.highest_offset >= 0:
+            # Remote data is indexed here but the tier lists none: do not let the log start
+            # jump over it on that word alone (retention deletes the index entries it deletes).
+            log.warning(
+                "%s-%d: the tier lists no segments but offsets up to %d are indexed here; the "
+                "log start stays at %d",
+                *key,
+                index.highest_offset,
+                partition_log.log_start_offset,
+            )
+            return
         contiguous = all(
             after.start_offset == before.end_offset + 1
             for before, after in itertools.pairwise(finished)
@@ -394,7 +414,7 @@ class RemoteLogManager:
             partition_log.restore_log_start_offset_from_remote(finished[0].start_offset)
         target = min(local_start, finished[0].start_offset) if finished else local_start
         partition_log.maybe_increment_log_start_offset(target, "the remote tier starts there")
-        self.index_for(key, partition_log).delete_below(partition_log.log_start_offset)
+        index.delete_below(partition_log.log_start_offset)
 
     def _record_lag(self, key: TopicPartition, partition_log: Log) -> None:
         highest = partition_log.highest_offset_in_remote_storage

@@ -99,6 +99,7 @@ class RemoteLogMetadataStore:
         )
 
     def _list(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
+        self.storage.check_available()
         fs = self.storage.fs
         directory = self._directory(topic, partition)
         fs.invalidate_cache(directory)  # other brokers write here: never trust a cached listing

@@ -111,6 +111,21 @@ class RemoteStorageManager:
         """The URI of one of a segment's objects, as the remote log index records it."""
         return f"{self.protocol}://{self.object_path(segment, suffix)}"
 
+    def check_available(self) -> None:
+        """Raises RemoteStorageError unless the tier's root (a directory, or a bucket) is
+        there: a tier that is away must not look like a tier without segments."""
+
+        def check() -> None:
+            if self.protocol == "file":
+                there = self.fs.isdir(self.root)
+            else:
+                self.fs.invalidate_cache(self.root.split("/", 1)[0])
+                there = self.fs.exists(self.root.split("/", 1)[0])
+            if not there:
+                raise RemoteStorageError(f"the tier {self.uri} is not there")
+
+        self.call("reach", self.uri, check)
+
     # -- RemoteStorageManager ------------------------------------------------------------------
 
     def copy_log_segment_data(self, segment: RemoteSegmentId, data: LogSegmentData) -> None:
