@@ -113,6 +113,8 @@ def run(tiered: bool, directory: Path, megabytes: float, seconds: float, rate_mb
     try:
         create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, megabytes))
         loaded = runtime.run(produce(cluster, megabytes, -1, 1))  # as fast as it goes
+        wait_for_full_isr(cluster, TOPIC, timeout=600)
+        os.sync()  # the paced run starts without the load's writeback
         paced = runtime.run(produce(cluster, rate_mb * seconds, rate_mb * MB / RECORD, -1))
         if tiered:
             wait_offloaded(cluster, megabytes)
