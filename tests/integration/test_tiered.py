@@ -20,7 +20,7 @@ from kafka import KafkaConsumer, TopicPartition
 from tests.integration.conftest import admin, wait_for_leaders
 from tests.integration.test_kafka_python import consume as python_consume
 from tests.integration.test_kafka_python import produce
-from tests.integration.test_kcat import CLIENTS
+from tests.integration.test_kcat import CLIENTS, kcat
 from tests.integration.test_kcat import consume as kcat_consume
 from tests.tiered.remote_format import parse_remote_log_index
 from tidelog.cluster import faults
@@ -173,6 +173,9 @@ def test_list_offsets_earliest_and_by_timestamp_cover_the_remote_part(tiered):
     finally:
         consumer.close()
     assert view["local_log_start_offset"] > 333  # so the searches above went to the tier
+    for client in ("0.9", "negotiated"):  # ListOffsets v0 and v1: the start includes the tier
+        answer = kcat(tiered, "-Q", "-t", f"{topic}:0:-2", *CLIENTS[client])
+        assert f"{topic} [0] offset 0" in answer, (client, answer)
 
     described = subprocess.run(
         [sys.executable, "-m", "tidelog.cli", "topic", "describe", "--dir", str(tiered.directory),

@@ -15,7 +15,7 @@ from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.records.format import Codec, iter_deep
-from tidelog.tiered.manager import COPY_STEPS, CopyInterrupted, RemoteLogManager
+from tidelog.tiered.manager import COPY_STEPS, DELETE_STEPS, CopyInterrupted, RemoteLogManager
 from tidelog.tiered.metadata import SegmentState
 from tidelog.tiered.storage import RemoteStorageManager
 
@@ -312,3 +312,37 @@ def test_retention_of_every_remote_segment_empties_the_remote_indexes(tmp_path, 
         assert broker.log.log_start_offset == broker.log.local_log_start_offset
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize("step", DELETE_STEPS)
+def test_a_crash_at_any_step_of_a_remote_deletion_leaves_a_consistent_tier(
+    tmp_path, tier, clock, step
+):
+    config = remote_config(retention_bytes=20_000, local_retention_ms=-1, local_retention_bytes=0)
+    broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
+    broker.fill(clock, 40)
+
+    def crash(at: str, _segment) -> None:
+        if at == step:
+            raise CopyInterrupted(at)
+
+    broker.remote.crash_at = crash
+    with pytest.raises(CopyInterrupted):  # copies, then retention.bytes deletes the oldest
+        broker.remote.run_task_now(KEY)
+    broker.close()
+
+    again = Broker(tmp_path / "leader", tier, clock, config, epoch=2)
+    try:
+        again.remote.run_task_now(KEY)
+        again.log.delete_old_segments()
+        listed = again.remote.metadata.list_segments(*KEY)
+        assert listed and all(m.state is SegmentState.COPY_SEGMENT_FINISHED for m in listed)
+        assert len(remote_files(tier, ".log")) == len(listed)
+        assert again.log.log_start_offset == listed[0].start_offset > 0
+        local_start = again.log.local_log_start_offset
+        assert local_start > again.log.log_start_offset
+        assert list(remote_messages(again, local_start)) == list(
+            range(again.log.log_start_offset, local_start)
+        )
+    finally:
+        again.close()

@@ -55,8 +55,8 @@ FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
 FAILURE_TOPIC_CONFIG: dict[str, dict[str, str]] = {
     "wipe_and_rebuild": {
         "remote.storage.enable": "true",
-        "segment.bytes": "8192",
-        "local.retention.bytes": "8192",
+        "segment.bytes": "4096",  # small: the scenario's messages are a few dozen bytes
+        "local.retention.bytes": "4096",
     },
 }
 

@@ -43,6 +43,7 @@ Gauge = tuple[dict[str, str], float]
 # Steps of a copy, in order; ``RemoteLogManager.crash_at`` can stop a copy right after one (a
 # test's stand-in for the process dying there).
 COPY_STEPS = ("started", "copied", "finished", "indexed")
+DELETE_STEPS = ("delete_started", "data_deleted", "metadata_removed")
 
 
 class CopyInterrupted(Exception):
@@ -370,8 +371,11 @@ class RemoteLogManager:
                 excess -= metadata.size
         for metadata in doomed:
             self.metadata.put(metadata.with_state(SegmentState.DELETE_SEGMENT_STARTED))
+            self._step("delete_started", metadata.segment_id)
             self.storage.delete_log_segment_data(metadata.segment_id)
+            self._step("data_deleted", metadata.segment_id)
             self.metadata.remove(metadata.segment_id)
+            self._step("metadata_removed", metadata.segment_id)
             self.stats.deleted_segments += 1
             log.info(
                 "%s-%d: deleted remote segment %s (offsets %d-%d) by retention",
