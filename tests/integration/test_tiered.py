@@ -182,11 +182,13 @@ def test_list_offsets_earliest_and_by_timestamp_cover_the_remote_part(tiered):
          "--topic", topic],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "LogStartOffset: 0\t" in described
-    assert f"LocalLogStartOffset: {view['local_log_start_offset']}\t" in described
+    assert "\tLogStartOffset: 0\t" in described
     assert "RemoteLogStartOffset: 0\t" in described
+    # (local retention may have gone on since the view was taken: never backwards)
+    local_start = int(described.split("LocalLogStartOffset: ")[1].split()[0])
+    assert local_start >= view["local_log_start_offset"] > 0
     remote_size = int(described.split("RemoteSize: ")[1].split()[0])
-    assert remote_size == view["remote_size_bytes"] > 0
+    assert remote_size >= view["remote_size_bytes"] > 0
     fetched = metrics_of(tiered, view["leader"])
     assert metric(fetched, "tidelog_remote_fetch_bytes_total") > 0
     assert metric(fetched, "tidelog_remote_fetch_seconds_total") > 0
@@ -453,6 +455,7 @@ def test_the_wipe_and_rebuild_chaos_scenario_loses_nothing(tiered, message_forma
     topic, report = asyncio.run(run_scenario(tiered, settings, progress=lambda _: None))
     assert report.ok, f"{topic}:\n{report.table()}"
     assert report.acked > 300, report.table()
+    fill(tiered, topic, 600)  # however slow the machine made the run, the topic reaches the tier
     wait_until(
         lambda: any(remote_dir(tiered, topic, p).exists() for p in range(settings.partitions)),
         30,

@@ -109,6 +109,7 @@ class RemoteLogManager:
         self._indexes: dict[TopicPartition, RemoteLogIndex] = {}
         self._indexes_lock = threading.Lock()
         self._running: set[TopicPartition] = set()
+        self._deleted: set[TopicPartition] = set()
 
     def startup(self) -> None:
         self.logs.scheduler.schedule("remote log manager", self.task_interval_ms, self.run_tasks)
@@ -128,7 +129,7 @@ class RemoteLogManager:
         """Hands one task per remote-enabled partition not already in one to the copy pool."""
         started = 0
         for key, partition_log in self._remote_logs():
-            if key in self._running:
+            if key in self._running or key in self._deleted:
                 continue
             self._running.add(key)
             epoch = self.leader_epoch_of(*key)
@@ -262,7 +263,7 @@ class RemoteLogManager:
         highest = max((m.end_offset for m in finished), default=-1)
         copied = []
         for segment in self._copy_candidates(partition_log, highest):
-            if self.leader_epoch_of(*key) != leader_epoch:
+            if self.leader_epoch_of(*key) != leader_epoch or key in self._deleted:
                 break
             metadata = self._copy_segment(key, partition_log, leader_epoch, segment, highest)
             if metadata is None:
@@ -431,12 +432,19 @@ class RemoteLogManager:
     def delete_partition(self, topic: str, partition: int) -> None:
         """Topic deletion: every remote object and metadata of the partition goes (on the copy
         pool; idempotent, so every replica may ask)."""
-        self._indexes.pop((topic, partition), None)
-        self.remote_segments.pop((topic, partition), None)
-        self.copier.submit(
-            lambda: self.storage.delete_partition(topic, partition),
-            f"deleting the remote data of {topic}-{partition}",
-        )
+        key = (topic, partition)
+        self._deleted.add(key)  # a task under way stops before its next copy
+        self._indexes.pop(key, None)
+        self.remote_segments.pop(key, None)
+
+        def delete() -> None:
+            deadline = time.monotonic() + 60
+            while key in self._running and time.monotonic() < deadline:
+                time.sleep(0.05)  # a copy under way finishes first, or it would write after us
+            self.storage.delete_partition(topic, partition)
+            self._deleted.discard(key)
+
+        self.copier.submit(delete, f"deleting the remote data of {topic}-{partition}")
 
     # -- what the admin API and /metrics show ---------------------------------------------------
 

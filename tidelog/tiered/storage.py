@@ -183,8 +183,10 @@ class RemoteStorageManager:
         path = self.partition_path(topic, partition)
 
         def remove() -> None:
-            if self.fs.exists(path):
-                self.fs.rm(path, recursive=True)
+            # every replica asks; one may be removing the same objects at the same moment
+            with contextlib.suppress(FileNotFoundError):
+                if self.fs.exists(path):
+                    self.fs.rm(path, recursive=True)
 
         self.call("delete partition", f"{topic}-{partition}", remove)
 
