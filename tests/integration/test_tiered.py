@@ -458,6 +458,6 @@ def test_the_wipe_and_rebuild_chaos_scenario_loses_nothing(tiered, message_forma
     fill(tiered, topic, 600)  # however slow the machine made the run, the topic reaches the tier
     wait_until(
         lambda: any(remote_dir(tiered, topic, p).exists() for p in range(settings.partitions)),
-        30,
+        120,  # the copy pool serves every partition of the module's topics in turn
         f"segments of {topic} in the tier",
     )
