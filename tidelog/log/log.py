@@ -532,9 +532,9 @@ class Log:
         """Deletes every segment and starts an empty log at ``offset``; the log start offset
         goes there too, or to ``log_start_offset`` when the data below is in a remote tier."""
         with self.lock:
-            for segment in self.segments.clear():
+            for segment in self.segments:  # first: a new segment may take one's name
                 segment.delete()
-            self.segments.add(self._new_segment(offset))
+            self.segments.reset(self._new_segment(offset))  # never empty to another thread
             self.leader_epochs.clear()
             self.log_start_offset = offset if log_start_offset is None else log_start_offset
             self.recovery_point = offset
