@@ -41,6 +41,7 @@ bench: install
 	$(BIN)/python benchmarks/storage.py
 	$(BIN)/python benchmarks/broker.py
 	$(BIN)/python benchmarks/cluster.py
+	$(BIN)/python benchmarks/tiered.py
 
 demo: install
 	./scripts/demo.sh

@@ -18,17 +18,22 @@ if TYPE_CHECKING:
 
 def _dump_log(args: argparse.Namespace) -> int:
     from tidelog.log.dump import dump_file, format_dump
+    from tidelog.tiered import dump as remote_dump
 
     failed = False
     dumps = []
     for name in args.files:
+        remote = remote_dump.is_remote_index(Path(name))
         try:
-            dump = dump_file(
-                Path(name),
-                deep_iteration=args.deep_iteration,
-                print_data=args.print_data_log,
-                verify=args.verify_index,
-            )
+            if remote:
+                dump = remote_dump.dump_remote_index(Path(name), verify=args.verify_index)
+            else:
+                dump = dump_file(
+                    Path(name),
+                    deep_iteration=args.deep_iteration,
+                    print_data=args.print_data_log,
+                    verify=args.verify_index,
+                )
         except (OSError, ValueError) as error:
             print(f"tidelog dump-log: {error}", file=sys.stderr)
             failed = True
@@ -37,10 +42,38 @@ def _dump_log(args: argparse.Namespace) -> int:
         if args.json:
             dumps.append(dump)
         else:
-            print("\n".join(format_dump(dump)))
+            print("\n".join((remote_dump.format_dump if remote else format_dump)(dump)))
     if args.json:
         print(json.dumps(dumps if len(dumps) != 1 else dumps[0], indent=2))
     return 1 if failed else 0
+
+
+def _log_positions(brokers, leader: int, topic: str, partition: int, views: dict) -> str:
+    """The leader's log start, local log start, end and sizes (local and remote) of a
+    partition, from its admin API; empty if the leader does not answer."""
+    import urllib.request
+
+    endpoint = brokers.get(leader)
+    if endpoint is None or not endpoint.admin:
+        return ""
+    if leader not in views:
+        try:
+            url = f"http://{endpoint.admin}/topics/{topic}"
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                views[leader] = json.loads(reply.read())
+        except (OSError, ValueError):
+            views[leader] = {}
+    for entry in views[leader].get("partitions", []):
+        if entry["partition"] == partition and "log_end_offset" in entry:
+            return (
+                f"\tLogStartOffset: {entry['log_start_offset']}"
+                f"\tLocalLogStartOffset: {entry['local_log_start_offset']}"
+                f"\tLogEndOffset: {entry['log_end_offset']}"
+                f"\tLocalSize: {entry['local_size_bytes']}"
+                f"\tRemoteLogStartOffset: {entry['remote_log_start_offset']}"
+                f"\tRemoteSize: {entry['remote_size_bytes']}"
+            )
+    return ""
 
 
 def _fail(command: str, error: Exception | str) -> int:
@@ -200,6 +233,7 @@ def _topic(args: argparse.Namespace) -> int:
                     raise _no_topic(name)
                 configs = ",".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
                 print(f"Topic: {name}\tPartitionCount: {len(topic.assignment)}\tConfigs: {configs}")
+                leader_views: dict[int, dict] = {}
                 for partition, replicas in sorted(topic.assignment.items()):
                     state = topic.states.get(partition)
                     leader = state.leader if state and state.leader in brokers else -1
@@ -207,6 +241,7 @@ def _topic(args: argparse.Namespace) -> int:
                     print(
                         f"\tTopic: {name}\tPartition: {partition}\tLeader: {leader}\t"
                         f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}"
+                        + _log_positions(brokers, leader, name, partition, leader_views)
                     )
         elif args.action == "delete":
             try:
@@ -346,7 +381,12 @@ def _scenario(args: argparse.Namespace) -> int:
 
     from tidelog import runtime
     from tidelog.cluster.local import ClusterError, LocalCluster
-    from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
+    from tidelog.cluster.scenario import (
+        FAILURE_BROKER_OVERRIDES,
+        SCENARIO_OVERRIDES,
+        ScenarioSettings,
+        run_scenario,
+    )
     from tidelog.cluster.zookeeper import ZooKeeperError
 
     if args.failure == "truncation_failover" and args.target != "leader":
@@ -360,7 +400,11 @@ def _scenario(args: argparse.Namespace) -> int:
         rate=args.rate,
     )
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
-    overrides = {**SCENARIO_OVERRIDES, "replica.truncation.mode": args.truncation_mode}
+    overrides = {
+        **SCENARIO_OVERRIDES,
+        **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
+        "replica.truncation.mode": args.truncation_mode,
+    }
     cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
     started_here = not cluster.running
     try:
@@ -458,14 +502,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     dump = commands.add_parser(
         "dump-log",
-        help="print the messages of .log files or the entries of .index/.timeindex files",
+        help=(
+            "print the messages of .log files or the entries of .index/.timeindex files and "
+            "of the remote indexes (.remoteLogIndex/.remoteOffsetIndex/.remoteTimeIndex)"
+        ),
         description=(
             "Like Kafka's DumpLogSegments: prints each message of a .log segment (offset, "
             "position, magic, codec, timestamp, key and value sizes, CRC validity) or each "
             "entry of an index. Exits 1 if a log has invalid bytes or an index a mismatch."
         ),
     )
-    dump.add_argument("files", nargs="+", metavar="FILE", help=".log, .index or .timeindex files")
+    dump.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help=".log, .index, .timeindex, .remoteLogIndex, .remoteOffsetIndex or .remoteTimeIndex",
+    )
     dump.add_argument(
         "--deep-iteration", action="store_true", help="also print the messages inside wrappers"
     )
@@ -475,7 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument(
         "--verify-index",
         action="store_true",
-        help="check every index entry against the .log file beside it and report mismatches",
+        help=(
+            "check every index entry against the .log file beside it (a remote index: CRCs, "
+            "and the messages in the remote data) and report mismatches"
+        ),
     )
     dump.add_argument("--json", action="store_true", help="machine-readable output")
     dump.set_defaults(run=_dump_log)
@@ -640,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=(
             "truncation_failover stops a leader while its next-in-line follower is paused, so "
             "that the third replica truncates and then leads (KIP-101); it picks its own "
-            "brokers, so --target must be leader"
+            "brokers, so --target must be leader; wipe_and_rebuild kills a broker, deletes its "
+            "log dirs and starts it again, on a cluster with tiered storage"
         ),
     )
     replication.add_argument(

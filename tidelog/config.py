@@ -172,6 +172,10 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _remote_uri(value: str) -> bool:
+    return value == "" or value.startswith(("file://", "s3://"))
+
+
 def _policies(value: tuple[str, ...]) -> bool:
     return bool(value) and all(policy in CLEANUP_POLICIES for policy in value)
 
@@ -216,8 +220,8 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
     ("flush.messages", "log.flush.interval.messages", _int, LONG_MAX, _at_least(1)),
     ("max.message.bytes", "message.max.bytes", _int, 1000012, _at_least(0, INT_MAX)),
     ("remote.storage.enable", None, _bool, False, (lambda _: True, "true or false")),
-    ("local.retention.ms", None, _int, -2, _at_least(-2)),
-    ("local.retention.bytes", None, _int, -2, _at_least(-2)),
+    ("local.retention.ms", "log.local.retention.ms", _int, -2, _at_least(-2)),
+    ("local.retention.bytes", "log.local.retention.bytes", _int, -2, _at_least(-2)),
     # the log cleaner (Kafka 0.10's names and defaults)
     (
         "min.cleanable.dirty.ratio",
@@ -228,11 +232,21 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
     ),
     ("delete.retention.ms", "log.cleaner.delete.retention.ms", _int, 86400000, _at_least(0)),
     ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", _int, 0, _at_least(0)),
+    # tidelog's: one remoteLogIndex entry per this many bytes of remote data
+    (
+        "remote.log.index.interval.bytes",
+        "remote.log.index.interval.bytes",
+        _int,
+        1048576,
+        _at_least(1, INT_MAX),
+    ),
 ]
 
 TOPIC_KEYS: dict[str, ConfigKey] = {
     name: _key(name, parse, default, rule) for name, _, parse, default, rule in _TOPIC_KEYS
 }
+# Settings passed as they are to the remote storage back end (tidelog/tiered/storage.py).
+RSM_CONFIG_PREFIX = "rsm.config."
 TOPIC_TO_BROKER_KEY = {name: broker for name, broker, *_ in _TOPIC_KEYS if broker}
 
 _TRUE_OR_FALSE = (lambda _: True, "true or false")
@@ -393,6 +407,18 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("offset.metadata.max.bytes", _int, 4096, _at_least(0, INT_MAX)),
         _key("group.min.session.timeout.ms", _int, 6000, _at_least(0, INT_MAX)),
         _key("group.max.session.timeout.ms", _int, 300000, _at_least(0, INT_MAX)),
+        # Tiered storage (KIP-405): Kafka's names, plus tidelog's remote.log.storage.uri (where
+        # the tier lives, an fsspec URI: file:// or s3://) and rsm.config.* (back-end options).
+        _key("remote.log.storage.system.enable", _bool, False, (lambda _: True, "true or false")),
+        _key("remote.log.manager.task.interval.ms", _int, 30000, _at_least(1)),
+        _key("remote.log.reader.threads", _int, 10, _at_least(1, 1000)),
+        _key("remote.fetch.max.wait.ms", _int, 500, _at_least(1, INT_MAX)),
+        _key(
+            "remote.log.storage.uri",
+            _str,
+            "",
+            (_remote_uri, "an fsspec URI starting with file:// or s3://"),
+        ),
     ]
 }
 for _topic_name, _broker_name in TOPIC_TO_BROKER_KEY.items():
@@ -504,9 +530,20 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
     log.retention.ms over .minutes over .hours, log.roll.ms over log.roll.hours, log.dirs over
     log.dir, listeners over host.name/port, advertised.listeners over
     advertised.host.name/advertised.port over listeners. The keys of NOT_APPLICABLE_KEYS are
-    accepted and left out of the result."""
-    applicable = {name: text for name, text in raw.items() if name not in NOT_APPLICABLE_KEYS}
+    accepted and left out of the result; rsm.config.* keys go to the remote tier's back end."""
+    rsm_config = {key: value for key, value in raw.items() if key.startswith(RSM_CONFIG_PREFIX)}
+    applicable = {
+        name: text
+        for name, text in raw.items()
+        if name not in NOT_APPLICABLE_KEYS and name not in rsm_config
+    }
     values = parse_config(applicable, BROKER_KEYS)
+    values.update(rsm_config)
+    if values["remote.log.storage.system.enable"] and not values["remote.log.storage.uri"]:
+        raise ConfigError(
+            "remote.log.storage.uri: missing; allowed: an fsspec URI starting with file:// or "
+            "s3:// (remote.log.storage.system.enable is true)"
+        )
     if values["broker.id"] is None:
         raise ConfigError("broker.id: missing; allowed: an integer from 0 to 2147483647")
     if values["broker.id"] > values["reserved.broker.max.id"]:

@@ -12,6 +12,7 @@ from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.log.manager import LogManager
+from tidelog.tiered.manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +34,12 @@ class AdminServer:
         clock: object | None = None,
         control: ControlRequests | None = None,
         replicas: ReplicaManager | None = None,
+        remote: RemoteLogManager | None = None,
     ) -> None:
         self.replicas = replicas
         self.clock = clock
         self.control = control
+        self.remote = remote
         self.broker_id = broker_id
         self.metadata = metadata
         self.logs = logs
@@ -157,6 +160,13 @@ class AdminServer:
                     log_end_offset=partition_log.log_end_offset,
                     high_watermark=partition_log.high_watermark,
                     size_bytes=partition_log.size_in_bytes,
+                    local_log_start_offset=partition_log.local_log_start_offset,
+                    local_size_bytes=partition_log.size_in_bytes,
+                    **(
+                        self.remote.partition_summary((name, partition), partition_log)
+                        if self.remote is not None
+                        else {"remote_log_start_offset": -1, "remote_size_bytes": 0}
+                    ),
                     segments=[
                         {"base_offset": s.base_offset, "next_offset": s.next_offset, "size": s.size}
                         for s in partition_log.segments

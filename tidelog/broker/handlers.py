@@ -11,11 +11,18 @@ from typing import Any
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_fetch import answer_replica_fetch
-from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, ReplicaManager
+from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, RemoteReadNeeded, ReplicaManager
 from tidelog.clock import Clock
 from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Log, ReadResult
+from tidelog.log.log import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    Log,
+    ReadResult,
+    TimestampOffset,
+)
 from tidelog.log.segment import FileSlice
 from tidelog.protocol.frames import Request
 from tidelog.protocol.schemas import (
@@ -52,6 +59,7 @@ class RequestHandler:
         auto_create_topics: bool,
         create_topic: Callable[[str], Awaitable[None]] | None = None,
         release: str = "0.10.1",
+        remote_fetch_max_wait_ms: int = 500,
     ) -> None:
         self.broker_id = broker_id
         self.release_versions = RELEASE_API_VERSIONS[release]
@@ -61,6 +69,7 @@ class RequestHandler:
         self.clock = clock
         self.auto_create_topics = auto_create_topics
         self.create_topic = create_topic
+        self.remote_fetch_max_wait_ms = remote_fetch_max_wait_ms
         self.handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata_request,
@@ -267,7 +276,7 @@ class RequestHandler:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
         while True:
-            responses, total = self._read_partitions(request)
+            responses, total = await self._read_partitions(request)
             failed = any(r["error_code"] for t in responses for r in t["partition_responses"])
             remaining = deadline - loop.time()
             if total >= body["min_bytes"] or failed or remaining <= 0:
@@ -278,24 +287,33 @@ class RequestHandler:
         """A follower's fetch in an incremental fetch session (broker.replica_fetch)."""
         return await answer_replica_fetch(self.replicas, request.body, self._error)
 
-    def _read_partitions(self, request: Request) -> tuple[list[dict], int]:
+    async def _read_partitions(self, request: Request) -> tuple[list[dict], int]:
         """One pass over the fetched partitions; returns the responses and the bytes in them.
         Fetch v3's max_bytes bounds the whole response; its first partition with data returns
-        at least one whole message."""
+        at least one whole message. Partitions whose data is in the remote tier are read after
+        the local ones, all at once on the reader pool; each fails or times out on its own."""
         body, version = request.body, request.api_version
         budget = body.get("max_bytes", NO_LIMIT)
         total = 0
+        remote: list[tuple[str, int, dict, dict, int, bool]] = []
 
         def read(topic: str, partition: int, wanted: dict, response: dict) -> None:
             nonlocal total
-            result = self.replicas.read(
-                topic,
-                partition,
-                wanted["fetch_offset"],
-                min(wanted["max_bytes"], max(budget - total, 0)),
-                replica_id=body["replica_id"],
-                min_one_message=version >= 3 and total == 0,
-            )
+            max_bytes = min(wanted["max_bytes"], max(budget - total, 0))
+            try:
+                result = self.replicas.read(
+                    topic,
+                    partition,
+                    wanted["fetch_offset"],
+                    min(wanted["max_bytes"], max(budget - total, 0)),
+                    replica_id=body["replica_id"],
+                    min_one_message=version >= 3 and total == 0,
+                )
+            except RemoteReadNeeded:
+                remote.append(
+                    (topic, partition, wanted, response, max_bytes, version >= 3 and total == 0)
+                )
+                return
             response["high_watermark"] = result.high_watermark
             response["record_set"] = self._records_for(result, version)
             total += result.size
@@ -307,7 +325,47 @@ class RequestHandler:
             read,
             f"fetch by {request.client_id} from",
         )
+        if remote:
+            sizes = await asyncio.gather(
+                *(self._read_remote(request, *pending) for pending in remote)
+            )
+            total += sum(sizes)
         return responses, total
+
+    async def _read_remote(
+        self,
+        request: Request,
+        topic: str,
+        partition: int,
+        wanted: dict,
+        response: dict,
+        max_bytes: int,
+        min_one_message: bool,
+    ) -> int:
+        """One partition's read from the remote tier. A slow one answers no data this time (the
+        consumer asks again); a failed one answers its error; neither holds up the others for
+        longer than remote.fetch.max.wait.ms."""
+        try:
+            async with asyncio.timeout(self.remote_fetch_max_wait_ms / 1000):
+                result = await self.replicas.read_remote(
+                    topic,
+                    partition,
+                    wanted["fetch_offset"],
+                    max_bytes,
+                    min_one_message=min_one_message,
+                )
+        except TimeoutError:
+            log.info("remote read of %s-%d took over remote.fetch.max.wait.ms", topic, partition)
+            response["high_watermark"] = self.replicas.leader_log(topic, partition).high_watermark
+            return 0
+        except KafkaError as error:
+            response["error_code"] = self._error(
+                error.code, f"remote read by {request.client_id} of {topic}-{partition}", error
+            )
+            return 0
+        response["high_watermark"] = result.high_watermark
+        response["record_set"] = self._records_for(result, request.api_version)
+        return result.size
 
     def _records_for(self, result: ReadResult, version: int) -> FileSlice | bytes:
         """The data as read (a file slice goes with zero copy) when the fetcher reads its
@@ -349,11 +407,23 @@ class RequestHandler:
     async def list_offsets(self, request: Request) -> dict:
         body, version = request.body, request.api_version
 
+        remote_searches = []
+
         def offsets(topic: str, partition: int, wanted: dict, response: dict) -> None:
             partition_log = self.replicas.leader_log(topic, partition)
             if version == 0:
                 response["offsets"] = self._offsets_before(
-                    partition_log, wanted["timestamp"], wanted["max_num_offsets"], body
+                    partition_log,
+                    wanted["timestamp"],
+                    wanted["max_num_offsets"],
+                    body,
+                    self._remote_segments(topic, partition, partition_log),
+                )
+            elif wanted["timestamp"] >= 0 and self._has_remote_part(partition_log):
+                remote_searches.append(
+                    self._remote_offset_for_time(
+                        topic, partition, partition_log, wanted["timestamp"], body, response
+                    )
                 )
             else:
                 response["timestamp"], response["offset"] = self._offset_for_time(
@@ -367,7 +437,58 @@ class RequestHandler:
             offsets,
             "list offsets of",
         )
+        await asyncio.gather(*remote_searches)
         return {"responses": responses}
+
+    def _has_remote_part(self, partition_log: Log) -> bool:
+        return (
+            self.replicas.remote is not None
+            and partition_log.config.remote_storage_enable
+            and partition_log.log_start_offset < partition_log.local_log_start_offset
+        )
+
+    def _remote_segments(
+        self, topic: str, partition: int, partition_log: Log
+    ) -> list[tuple[int, int]]:
+        """(start offset, largest timestamp) of the remote segments below the local log start
+        and not below the log start."""
+        if not self._has_remote_part(partition_log):
+            return []
+        assert self.replicas.remote is not None
+        return [
+            (max(m.start_offset, partition_log.log_start_offset), m.max_timestamp)
+            for m in self.replicas.remote.remote_segments.get((topic, partition), [])
+            if partition_log.log_start_offset <= m.end_offset
+            and m.start_offset < partition_log.local_log_start_offset
+        ]
+
+    async def _remote_offset_for_time(
+        self,
+        topic: str,
+        partition: int,
+        partition_log: Log,
+        timestamp: int,
+        body: dict,
+        response: dict,
+    ) -> None:
+        """ListOffsets v1 by timestamp over a log part of which is in the remote tier: the
+        remote part is searched first (on the reader pool), then the local one."""
+        assert self.replicas.remote is not None
+        try:
+            found: TimestampOffset | None = await self.replicas.remote.offset_for_timestamp(
+                (topic, partition), partition_log, timestamp
+            )
+        except KafkaError as error:
+            response["error_code"] = self._error(
+                error.code, f"list offsets of {topic}-{partition}", error
+            )
+            return
+        if found is not None:
+            response["timestamp"], response["offset"] = found.timestamp, found.offset
+        else:
+            response["timestamp"], response["offset"] = self._offset_for_time(
+                partition_log, timestamp, body["replica_id"]
+            )
 
     def _latest(self, partition_log: Log, replica_id: int) -> int:
         if replica_id == CONSUMER_REPLICA_ID:
@@ -381,20 +502,29 @@ class RequestHandler:
             return -1, self._latest(partition_log, replica_id)
         if timestamp == EARLIEST_TIMESTAMP:
             return -1, partition_log.log_start_offset
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return -1, partition_log.local_log_start_offset
         found = partition_log.offset_for_timestamp(timestamp)
         if found is None or found.offset >= self._latest(partition_log, replica_id):
             return -1, -1
         return found.timestamp, found.offset
 
     def _offsets_before(
-        self, partition_log: Log, timestamp: int, count: int, body: dict
+        self,
+        partition_log: Log,
+        timestamp: int,
+        count: int,
+        body: dict,
+        remote_segments: list[tuple[int, int]],
     ) -> list[int]:
         """ListOffsets v0: Kafka's old answer, the base offsets of segments last modified
         before ``timestamp`` (newest first), with the log end standing for "now"."""
         latest = self._latest(partition_log, body["replica_id"])
         if timestamp == EARLIEST_TIMESTAMP:
             return [partition_log.log_start_offset][:count]
-        candidates = [(s.base_offset, s.last_modified_ms) for s in partition_log.segments]
+        candidates = remote_segments + [
+            (s.base_offset, s.last_modified_ms) for s in partition_log.segments
+        ]
         if partition_log.active_segment.size:
             candidates.append((latest, self.clock.milliseconds()))
         else:

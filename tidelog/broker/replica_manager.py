@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import MetadataCache
 from tidelog.clock import Clock
@@ -17,11 +18,19 @@ from tidelog.replication.fetch_session import FetchSessionCache
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
 
+if TYPE_CHECKING:
+    from tidelog.tiered.manager import RemoteLogManager
+
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 CONSUMER_REPLICA_ID = -1
 PersistIsr = Callable[[str, int, int, frozenset[int]], Awaitable[bool]]
+
+
+class RemoteReadNeeded(Exception):
+    """A consumer's offset is below the local log start but not below the log start: the data
+    is in the remote tier, read with ``ReplicaManager.read_remote`` (off the event loop)."""
 
 
 class ReplicaManager:
@@ -46,6 +55,7 @@ class ReplicaManager:
         fetcher_settings: FetcherSettings | None = None,
         replica_lag_time_max_ms: int = 10000,
         fetch_session_slots: int = 1000,
+        remote: RemoteLogManager | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.logs = logs
@@ -64,6 +74,7 @@ class ReplicaManager:
         self.last_fetch_ms: dict[int, int] = {}
         # called after every apply_metadata (the group coordinator loads or unloads groups)
         self.leadership_listeners: list[Callable[[], None]] = []
+        self.remote = remote
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -121,6 +132,11 @@ class ReplicaManager:
         for listener in self.leadership_listeners:
             listener()
 
+    def leader_epoch_if_leader(self, topic: str, number: int) -> int | None:
+        """This broker's leader epoch of a partition it leads; None if it does not lead it."""
+        partition = self.partitions.get((topic, number))
+        return partition.leader_epoch if partition is not None and partition.is_leader else None
+
     def _fetcher_for(self, leader: int) -> ReplicaFetcher:
         fetcher = self.fetchers.get(leader)
         if fetcher is None:
@@ -154,6 +170,13 @@ class ReplicaManager:
                 "%s-%d: no longer held here%s", topic, number, " (log deleted)" if delete else ""
             )
         if delete:
+            partition_log = self.logs.get(topic, number)
+            if (
+                self.remote is not None
+                and partition_log is not None
+                and partition_log.config.remote_storage_enable
+            ):
+                self.remote.delete_partition(topic, number)
             self.logs.delete(topic, number)
 
     async def stop(self) -> None:
@@ -245,11 +268,35 @@ class ReplicaManager:
         else:
             max_offset = partition.log.high_watermark
         partition_log = partition.log
+        if (
+            replica_id < 0
+            and self.remote is not None
+            and partition_log.config.remote_storage_enable
+            and partition_log.log_start_offset <= offset < partition_log.local_log_start_offset
+        ):
+            raise RemoteReadNeeded(f"{topic}-{number} offset {offset}")
         data = partition_log.read(
             offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
         )
         return ReadResult(
             data.slice,
+            partition_log.high_watermark,
+            partition_log.log_start_offset,
+            partition_log.config.magic,
+        )
+
+    async def read_remote(
+        self, topic: str, number: int, offset: int, max_bytes: int, *, min_one_message: bool
+    ) -> ReadResult:
+        """A consumer's read of data that is only in the remote tier (see RemoteReadNeeded)."""
+        partition_log = self.leader_log(topic, number)
+        if self.remote is None:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{topic}-{number}: no remote tier")
+        data = await self.remote.read(
+            (topic, number), partition_log, offset, max_bytes, min_one_message
+        )
+        return ReadResult(
+            data,
             partition_log.high_watermark,
             partition_log.log_start_offset,
             partition_log.config.magic,

@@ -4,6 +4,7 @@ recovery."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 import urllib.request
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
 FAILURES = (
@@ -23,6 +25,7 @@ FAILURES = (
     "zk_session_expiry",
     "truncation_failover",
     "network_partition",
+    "wipe_and_rebuild",
 )
 TARGETS = ("leader", "follower", "controller")
 CLOCK_SKEW_MS = -120_000
@@ -50,6 +53,17 @@ def pick_target(cluster: Cluster, topic: str, target: str) -> int:
     if broker < 0:
         raise ClusterError(f"no {target} to hit for {topic}")
     return broker
+
+
+def _holds_anything(zk, broker_id: int) -> bool:
+    """Whether ``broker_id`` is registered or leads any partition."""
+    if broker_id in zookeeper.read_brokers(zk):
+        return True
+    for topic in zk.get_children(zookeeper.TOPICS):
+        metadata = zookeeper.read_topic(zk, topic)
+        if metadata and any(s.leader == broker_id for s in metadata.states.values()):
+            return True
+    return False
 
 
 def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
@@ -115,6 +129,26 @@ def inject(
         time.sleep(session_timeout_s + 2)
         cluster.heal_broker(broker_id)
         return f"cut broker {broker_id} off the network past its session timeout, then healed it"
+    if failure == "wipe_and_rebuild":
+        # A broker is rebuilt once the cluster has seen it die: were it to come back empty
+        # while still leader, it would lead with an empty log.
+        if not isinstance(cluster, LocalCluster):
+            raise ClusterError("wipe_and_rebuild needs a local cluster (its log dirs on this disk)")
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+        wait_until(
+            lambda: not _zookeeper_read(cluster, lambda zk: _holds_anything(zk, broker_id)),
+            session_timeout_s * 3 + 10,
+            f"the cluster to see broker {broker_id} gone (no registration, no leadership)",
+            interval=0.2,
+        )
+        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+        for directory in log_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+        cluster.start_broker(broker_id)
+        return (
+            f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
+            "from its leaders (with tiered storage: the local part only)"
+        )
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")

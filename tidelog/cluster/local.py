@@ -253,6 +253,8 @@ class LocalCluster:
             "admin.listener": f"127.0.0.1:{admin_port}",
             "log.dirs": str(directory / "logs"),
             "zookeeper.connect": self.state.zookeeper,
+            # the tier every broker of the cluster shares, used once remote storage is enabled
+            "remote.log.storage.uri": f"file://{(self.directory / 'remote').resolve()}",
             **overrides,
         }
         config = directory / "server.properties"

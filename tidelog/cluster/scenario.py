@@ -47,6 +47,22 @@ SCENARIO_OVERRIDES = {
     # in step with the short session and lag times above
     "replica.fetch.backoff.ms": "500",
 }
+# Failures that need more of the cluster and the topic: wipe_and_rebuild runs with tiered
+# storage, so that the rebuilt broker replicates only the local part.
+FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
+    "wipe_and_rebuild": {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.manager.task.interval.ms": "500",
+        "log.retention.check.interval.ms": "500",
+    },
+}
+FAILURE_TOPIC_CONFIG: dict[str, dict[str, str]] = {
+    "wipe_and_rebuild": {
+        "remote.storage.enable": "true",
+        "segment.bytes": "4096",  # small: the scenario's messages are a few dozen bytes
+        "local.retention.bytes": "4096",
+    },
+}
 
 
 def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
@@ -58,6 +74,7 @@ def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     }
     if settings.failure == "clock_skew" and settings.message_format != "0.9.0":
         config["message.timestamp.type"] = "LogAppendTime"
+    config.update(FAILURE_TOPIC_CONFIG.get(settings.failure, {}))
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, settings.partitions, replication_factor, config)
     faults.wait_for_full_isr(cluster, name)

@@ -31,6 +31,8 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
+from tidelog.tiered.manager import RemoteLogManager
+from tidelog.tiered.storage import RemoteStorageManager, split_rsm_config
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,17 @@ class BrokerNode:
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             fetch_session_slots=config["max.incremental.fetch.session.cache.slots"],
         )
+        self.remote: RemoteLogManager | None = None
+        if config["remote.log.storage.system.enable"]:
+            self.remote = RemoteLogManager(
+                self.logs,
+                RemoteStorageManager(config["remote.log.storage.uri"], split_rsm_config(config)),
+                self.clock,
+                leader_epoch_of=self.replicas.leader_epoch_if_leader,
+                task_interval_ms=config["remote.log.manager.task.interval.ms"],
+                reader_threads=config["remote.log.reader.threads"],
+            )
+            self.replicas.remote = self.remote
         self.handler = RequestHandler(
             self.broker_id,
             self.replicas,
@@ -68,6 +81,7 @@ class BrokerNode:
             auto_create_topics=config["auto.create.topics.enable"],
             create_topic=self.auto_create_topic,
             release=config["broker.protocol.max.version"],
+            remote_fetch_max_wait_ms=config["remote.fetch.max.wait.ms"],
         )
         self.coordinator_settings = CoordinatorSettings.from_config(config)
         self.coordinator = GroupCoordinator(
@@ -125,6 +139,7 @@ class BrokerNode:
             clock=self.clock,
             control=self.control,
             replicas=self.replicas,
+            remote=self.remote,
         )
         self.zk: KazooClient | None = None
         self.registered = False
@@ -155,6 +170,8 @@ class BrokerNode:
             ({"topic": t, "partition": str(p)}, stats.size_reduction)
             for (t, p), stats in list(cleaner.last_clean.items())
         ]
+        if self.remote is not None:
+            self.remote.register_metrics(self.metrics.gauges)
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -164,6 +181,8 @@ class BrokerNode:
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
         await asyncio.to_thread(self.logs.startup)
+        if self.remote is not None:
+            self.remote.startup()
         self.zk = client = await asyncio.to_thread(
             zookeeper.connect,
             self.config["zookeeper.connect"],
@@ -228,7 +247,9 @@ class BrokerNode:
         )
 
     def _register(self) -> None:
-        zookeeper.register_broker(self.zk, self.advertised_endpoint())
+        zookeeper.register_broker(
+            self.zk, self.advertised_endpoint(), remote_log_storage=self.remote is not None
+        )
         self.registered = True
         log.info("broker %d registered in ZooKeeper", self.broker_id)
 
@@ -247,6 +268,8 @@ class BrokerNode:
         if self.zk is not None:
             self.registered = False
             await asyncio.to_thread(self._close_zookeeper)
+        if self.remote is not None:
+            await asyncio.to_thread(self.remote.shutdown)
         await asyncio.to_thread(self.logs.shutdown)
         log.info("broker %d stopped", self.broker_id)
 

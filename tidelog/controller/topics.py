@@ -80,6 +80,24 @@ def colliding_topics(topic: str, existing: list[str]) -> list[str]:
     return sorted(name for name in existing if name != topic and name.replace(".", "_") == folded)
 
 
+def check_remote_storage(zk: KazooClient, values: dict) -> None:
+    """Kafka's refusals of remote.storage.enable=true: on a compacted topic, and on a cluster
+    whose brokers do not have the tier (remote.log.storage.system.enable)."""
+    if not values["remote.storage.enable"]:
+        return
+    if "compact" in values["cleanup.policy"]:
+        raise ConfigError(
+            "remote.storage.enable: Remote log storage is unsupported for the compacted topics"
+        )
+    without = zookeeper.brokers_without_remote_storage(zk)
+    if without:
+        raise ConfigError(
+            "remote.storage.enable: Tiered Storage functionality is disabled in the broker. "
+            f"Topic cannot be configured with remote log storage. (brokers {without} run "
+            "without remote.log.storage.system.enable=true)"
+        )
+
+
 def create_topic(
     zk: KazooClient,
     topic: str,
@@ -100,7 +118,8 @@ def create_topic(
         )
     config = dict(config or {})
     try:
-        parse_config(config, TOPIC_KEYS)  # a bad key or value fails here, naming it
+        # a bad key or value fails here, naming it; so does remote storage where Kafka refuses it
+        check_remote_storage(zk, parse_config(config, TOPIC_KEYS))
     except ConfigError as error:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(error)) from None
     colliding = colliding_topics(topic, zk.get_children(zookeeper.TOPICS))
@@ -138,6 +157,6 @@ def alter_topic_config(
             config.pop(key, None)
         else:
             config[key] = value
-    parse_config(config, TOPIC_KEYS)
+    check_remote_storage(zk, parse_config(config, TOPIC_KEYS))
     zookeeper.write_topic_config(zk, topic, config)
     return config

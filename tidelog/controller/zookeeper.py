@@ -106,6 +106,8 @@ def register_broker(
     zk: KazooClient,
     broker: BrokerEndpoint,
     wait: float = 30.0,
+    *,
+    remote_log_storage: bool = False,
 ) -> None:
     """Creates the broker's ephemeral znode, as Kafka 0.10.2 writes it (version 4: every
     advertised listener in ``endpoints``, ``host``/``port`` the inter-broker one). If a previous
@@ -121,6 +123,9 @@ def register_broker(
         "port": broker.port,
         "rack": broker.rack,
         "tidelog_admin": broker.admin,
+        # remote.log.storage.system.enable, so that topic creation can refuse remote storage
+        # on a cluster without the tier
+        "tidelog_remote_log_storage": remote_log_storage,
         "timestamp": str(int(time.time() * 1000)),
         "version": 4,
     }
@@ -170,6 +175,19 @@ def _endpoint(text: str) -> tuple[str, str, int]:
     name, _, address = text.partition("://")
     host, _, port = address.rpartition(":")
     return name, host, int(port)
+
+
+def brokers_without_remote_storage(zk: KazooClient) -> list[int]:
+    """The live brokers registered without remote.log.storage.system.enable."""
+    without = []
+    for child in zk.get_children(BROKER_IDS) if zk.exists(BROKER_IDS) else []:
+        try:
+            document = _json(zk.get(f"{BROKER_IDS}/{child}")[0])
+        except NoNodeError:
+            continue
+        if not document.get("tidelog_remote_log_storage", False):
+            without.append(int(child))
+    return sorted(without)
 
 
 def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> TopicMetadata | None:

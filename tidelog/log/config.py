@@ -40,6 +40,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = 86400000
     min_compaction_lag_ms: int = 0
+    remote_log_index_interval_bytes: int = 1048576
 
     @classmethod
     def from_topic_config(

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4  # Kafka's sentinel for the local log start (KIP-405)
 LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 
 
@@ -279,6 +280,20 @@ class Log:
         for segment in self.segments:
             segment.index_interval_bytes = config.index_interval_bytes
             segment.max_index_size = config.segment_index_bytes
+
+    def restore_log_start_offset_from_remote(self, offset: int) -> bool:
+        """Lowers the log start offset to ``offset``, the start of the remote data that reaches
+        the local log start without a gap (a restart that lost the checkpoint). Only for a
+        remote-enabled log; True if it moved."""
+        with self.lock:
+            if not self.config.remote_storage_enable or offset >= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+            self.high_watermark = max(self.high_watermark, offset)
+        log.info(
+            "%s: log start offset back to %d: the remote tier holds it", self.directory, offset
+        )
+        return True
 
     # -- appends -------------------------------------------------------------------------------
 
@@ -529,9 +544,9 @@ class Log:
         goes there too, or to ``log_start_offset`` when the data below is in a remote tier."""
         with self.lock:
             self.truncations += 1
-            for segment in self.segments.clear():
+            for segment in self.segments:  # first: a new segment may take one's name
                 segment.delete()
-            self.segments.add(self._new_segment(offset))
+            self.segments.reset(self._new_segment(offset))  # never empty to another thread
             self.leader_epochs.clear()
             self.log_start_offset = offset if log_start_offset is None else log_start_offset
             self.recovery_point = offset
@@ -561,6 +576,11 @@ class Log:
         else:
             retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
             names = ("retention.ms", "retention.bytes")
+        if self.config.remote_storage_enable:  # below a log start that retention moved up
+            deleted += self._delete_while(
+                lambda segment: segment.next_offset <= self.log_start_offset,
+                f"the log start offset {self.log_start_offset}",
+            )
         if retention_ms >= 0:
             deleted += self._delete_while(
                 lambda segment: now - segment.retention_timestamp > retention_ms,

@@ -45,6 +45,14 @@ class LogSegments:
         self._bases, self._segments = [], []
         return removed
 
+    def reset(self, segment: LogSegment) -> list[LogSegment]:
+        """Replaces every segment by ``segment`` in one step (a reader on another thread never
+        sees the collection empty); returns the ones replaced."""
+        removed = self._segments
+        self._segments = [segment]
+        self._bases = [segment.base_offset]
+        return removed
+
     def floor(self, offset: int) -> LogSegment | None:
         position = bisect_right(self._bases, offset) - 1
         return self._segments[position] if position >= 0 else None

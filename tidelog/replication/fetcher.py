@@ -216,7 +216,10 @@ class ReplicaFetcher:
 
     async def _reset_out_of_range(self, connection: Connection) -> None:
         """Past the leader's log end: truncate to it. Behind its log start (retention): start
-        an empty log there."""
+        an empty log there. Behind its local log start on a remote-enabled topic (a wiped or
+        far-behind follower): start an empty log at the leader's local log start, keeping the
+        leader's log start, so only local data is replicated; the remote part stays in the
+        tier, and the remote log manager takes its indexes from there."""
         for key in list(self.out_of_range):
             partition = self.partitions.get(key)
             self.out_of_range.discard(key)
@@ -224,8 +227,20 @@ class ReplicaFetcher:
                 continue
             start = await self._leader_offset(connection, key, -2)
             end = await self._leader_offset(connection, key, -1)
+            local_start = start
+            if partition.log.config.remote_storage_enable:
+                local_start = await self._leader_offset(connection, key, -4)
             if partition.log.log_end_offset > end:
                 self._cut(partition, end, "the leader's log end")
+            elif partition.log.log_end_offset < local_start and local_start > start:
+                partition.log.truncate_fully_and_start_at(local_start, log_start_offset=start)
+                log.info(
+                    "%s-%d: starting at the leader's local log start %d (log start %d is in "
+                    "the remote tier)",
+                    *key,
+                    local_start,
+                    start,
+                )
             elif partition.log.log_end_offset < start:
                 partition.log.truncate_fully_and_start_at(start)
             self._renamed(key)

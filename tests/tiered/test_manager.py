@@ -1,0 +1,348 @@
+"""The remote log manager over a real file:// tier: copies, crashes between its steps,
+remote reads, timestamp search, retention, followers building their indexes from the tier."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import message_set
+from tests.tiered.remote_format import parse_pairs, parse_remote_log_index
+from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.config import LogConfig
+from tidelog.log.manager import LogManager
+from tidelog.records.format import Codec, iter_deep
+from tidelog.tiered.manager import COPY_STEPS, DELETE_STEPS, CopyInterrupted, RemoteLogManager
+from tidelog.tiered.metadata import SegmentState
+from tidelog.tiered.storage import RemoteStorageManager
+
+TOPIC = "t"
+KEY = (TOPIC, 0)
+
+
+def remote_config(**overrides) -> LogConfig:
+    values = dict(
+        remote_storage_enable=True,
+        segment_bytes=4000,
+        remote_log_index_interval_bytes=1000,
+        local_retention_ms=60_000,
+        retention_ms=10**9,
+    )
+    values.update(overrides)
+    return LogConfig(**values)
+
+
+class Broker:
+    """A LogManager and a RemoteLogManager over one log dir and a shared tier."""
+
+    def __init__(self, directory: Path, tier: Path, clock, config: LogConfig, epoch=0) -> None:
+        self.logs = LogManager(
+            [directory], parse_config({}, BROKER_KEYS), clock=clock, topic_configs={TOPIC: config}
+        )
+        self.logs.startup()
+        self.log = self.logs.get_or_create(*KEY)
+        self.epoch = epoch
+        self.remote = RemoteLogManager(
+            self.logs,
+            RemoteStorageManager(f"file://{tier}"),
+            clock,
+            leader_epoch_of=lambda *_: self.epoch,
+        )
+
+    def fill(self, clock, batches: int, codec: Codec = Codec.NONE, magic: int = 1) -> None:
+        for _ in range(batches):
+            clock.advance(10)
+            self.log.append_as_leader(
+                message_set(5, codec=codec, magic=magic, timestamp=clock.milliseconds()),
+                leader_epoch=max(self.epoch, 0),
+            )
+        self.log.high_watermark = self.log.log_end_offset
+
+    def close(self) -> None:
+        self.remote.shutdown()
+        self.logs.shutdown()
+
+
+@pytest.fixture
+def tier(tmp_path):
+    return tmp_path / "remote"
+
+
+@pytest.fixture
+def leader(tmp_path, tier, clock):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config())
+    yield broker
+    broker.close()
+
+
+def remote_files(tier: Path, suffix: str) -> list[Path]:
+    return sorted((tier / "t-0").glob(f"*{suffix}"))
+
+
+def test_rolled_segments_below_the_high_watermark_are_copied_with_indexes(leader, tier, clock):
+    leader.fill(clock, 40)
+    active = leader.log.active_segment
+    leader.log.high_watermark = leader.log.segments[-2].base_offset  # the last rolled one is above
+    leader.remote.run_task_now(KEY)
+
+    listed = leader.remote.metadata.list_segments(*KEY)
+    assert listed and all(m.state is SegmentState.COPY_SEGMENT_FINISHED for m in listed)
+    rolled = [s for s in leader.log.segments if s is not active]
+    assert [m.start_offset for m in listed] == [s.base_offset for s in rolled[:-1]]
+    assert len(remote_files(tier, ".log")) == len(listed)
+    for suffix in (".index", ".timeindex", ".leader-epoch-checkpoint", ".remoteLogIndex"):
+        assert len(remote_files(tier, suffix)) == len(listed)
+    assert leader.log.highest_offset_in_remote_storage == listed[-1].end_offset
+
+
+def test_remote_index_files_follow_the_issue_format_and_point_at_the_right_messages(
+    leader, tier, clock
+):
+    leader.fill(clock, 40)
+    leader.remote.run_task_now(KEY)
+
+    directory = leader.log.directory
+    [log_index] = sorted(directory.glob("*.remoteLogIndex"))
+    entries = parse_remote_log_index(log_index.read_bytes())
+    segments = leader.remote.metadata.finished(*KEY)
+    assert len(entries) > len(segments)  # several entries per remote segment
+    assert int(log_index.name.split(".")[0]) == entries[0].first_offset == 0
+    expected_next = 0
+    for entry in entries:
+        assert entry.first_offset == expected_next
+        expected_next = entry.last_offset + 1
+        data = Path(entry.uri.removeprefix("file://")).read_bytes()
+        messages = list(iter_deep(data[entry.position : entry.position + entry.data_length]))
+        assert messages[0].offset == entry.first_offset
+        assert messages[-1].offset == entry.last_offset
+        assert entry.last_timestamp == max(m.timestamp for m in messages)
+    assert expected_next == segments[-1].end_offset + 1
+
+    base = entries[0].first_offset
+    offsets = parse_pairs(log_index.with_suffix(".remoteOffsetIndex").read_bytes(), ">ii")
+    times = parse_pairs(log_index.with_suffix(".remoteTimeIndex").read_bytes(), ">qi")
+    position = 0
+    for entry, (relative, entry_position), (largest, time_relative) in zip(
+        entries, offsets, times, strict=True
+    ):
+        assert (base + relative, base + time_relative) == (entry.first_offset,) * 2
+        assert entry_position == position
+        assert largest == max(
+            e.last_timestamp for e in entries if e.first_offset <= entry.first_offset
+        )
+        position += 4 + int.from_bytes(log_index.read_bytes()[position + 2 : position + 4], "big")
+
+
+@pytest.mark.parametrize("step", COPY_STEPS)
+def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
+    tmp_path, tier, clock, step
+):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=1)
+    broker.fill(clock, 30)
+
+    def crash(at: str, _segment) -> None:
+        if at == step:
+            raise CopyInterrupted(at)
+
+    broker.remote.crash_at = crash
+    with pytest.raises(CopyInterrupted):
+        broker.remote.run_task_now(KEY)
+    visible = broker.remote.metadata.finished(*KEY)
+    assert len(visible) == (1 if step in ("finished", "indexed") else 0)
+    broker.close()  # the process dies; a new leader (a later epoch) takes over on the same disk
+
+    again = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=2)
+    try:
+        again.remote.run_task_now(KEY)
+        listed = again.remote.metadata.list_segments(*KEY)
+        assert all(m.state is SegmentState.COPY_SEGMENT_FINISHED for m in listed)
+        assert len(remote_files(tier, ".log")) == len(listed)  # the orphan's objects are gone
+        starts_and_ends = [(m.start_offset, m.end_offset) for m in listed]
+        for (_, end), (start, _) in itertools.pairwise(starts_and_ends):
+            assert start == end + 1  # contiguous: nothing twice, nothing missing
+        [index_file] = sorted(again.log.directory.glob("*.remoteLogIndex"))
+        entries = parse_remote_log_index(index_file.read_bytes())
+        assert [e.first_offset for e in entries] == sorted({e.first_offset for e in entries})
+        assert entries[-1].last_offset == listed[-1].end_offset
+    finally:
+        again.close()
+
+
+def remote_messages(broker: Broker, below: int) -> dict[int, int]:
+    """offset -> timestamp of every message below ``below``, read through the tier."""
+    found, offset = {}, broker.log.log_start_offset
+    while offset < below:
+        data = asyncio.run(broker.remote.read(KEY, broker.log, offset, 10**6, True))
+        batch = {m.offset: m.timestamp for m in iter_deep(data) if m.offset >= offset}
+        found.update(batch)
+        offset = max(batch) + 1
+    return found
+
+
+@pytest.mark.parametrize(
+    ("magic", "codec"), [(0, Codec.NONE), (1, Codec.NONE), (0, Codec.GZIP), (1, Codec.SNAPPY)]
+)
+def test_data_deleted_locally_is_read_back_from_the_tier(tmp_path, tier, clock, magic, codec):
+    config = remote_config(
+        message_format_version={0: "0.9.0", 1: "0.10.0"}[magic],
+        local_retention_ms=-1,
+        local_retention_bytes=0,  # by size: v0 segments carry no timestamps
+    )
+    broker = Broker(tmp_path / "leader", tier, clock, config)
+    try:
+        broker.fill(clock, 40, codec=codec, magic=magic)
+        broker.remote.run_task_now(KEY)
+        clock.advance(120_000)
+        assert broker.log.delete_old_segments() > 0
+        local_start = broker.log.local_log_start_offset
+        assert broker.log.log_start_offset == 0 < local_start
+
+        assert list(remote_messages(broker, local_start)) == list(range(local_start))
+        with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|outside"):
+            broker.log.read(0, 1000)
+    finally:
+        broker.close()
+
+
+def test_timestamp_search_covers_the_remote_part(leader, clock):
+    leader.fill(clock, 40)
+    leader.remote.run_task_now(KEY)
+    clock.advance(120_000)
+    leader.log.delete_old_segments()
+    local_start = leader.log.local_log_start_offset
+    timestamps = remote_messages(leader, local_start)
+    for target in sorted(set(timestamps.values()))[::3]:
+        expected = min(o for o, t in timestamps.items() if t >= target)  # brute force
+        found = asyncio.run(leader.remote.offset_for_timestamp(KEY, leader.log, target))
+        assert found is not None and found.offset == expected
+
+
+def test_total_retention_deletes_remote_segments_and_their_index_files(tmp_path, tier, clock):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(retention_ms=300_000))
+    try:
+        broker.fill(clock, 40)
+        broker.remote.run_task_now(KEY)
+        copied = len(broker.remote.metadata.finished(*KEY))
+        clock.advance(120_000)
+        broker.log.delete_old_segments()
+        broker.fill(clock, 20)
+        clock.advance(300_000 - 1000)
+        broker.remote.run_task_now(KEY)
+
+        left = broker.remote.metadata.finished(*KEY)
+        assert 0 < len(left) < copied + 2
+        assert len(remote_files(tier, ".log")) == len(left)
+        assert broker.log.log_start_offset == left[0].start_offset
+        for index_file in broker.log.directory.glob("*.remoteLogIndex"):
+            entries = parse_remote_log_index(index_file.read_bytes())
+            assert entries[-1].last_offset >= broker.log.log_start_offset
+    finally:
+        broker.close()
+
+
+def test_a_follower_builds_its_remote_indexes_from_the_tier(leader, tmp_path, tier, clock):
+    leader.fill(clock, 40)
+    leader.remote.run_task_now(KEY)
+    follower = Broker(tmp_path / "follower", tier, clock, remote_config(), epoch=None)
+    try:
+        follower.remote.run_task_now(KEY)
+        mine = sorted(follower.log.directory.glob("*.remoteLogIndex"))
+        theirs = sorted(leader.log.directory.glob("*.remoteLogIndex"))
+        assert [p.read_bytes() for p in mine] == [p.read_bytes() for p in theirs]
+        assert (
+            follower.log.highest_offset_in_remote_storage
+            == leader.log.highest_offset_in_remote_storage
+        )
+        assert follower.remote.metadata.list_segments(*KEY) != []
+    finally:
+        follower.close()
+
+
+def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):
+    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+    broker = Broker(tmp_path / "leader", tier, clock, config)
+    broker.fill(clock, 40)
+    broker.remote.run_task_now(KEY)
+    broker.log.delete_old_segments()
+    local_start = broker.log.local_log_start_offset
+    broker.close()
+    (tmp_path / "leader" / "log-start-offset-checkpoint").unlink()  # as after a crash
+
+    again = Broker(tmp_path / "leader", tier, clock, config)
+    try:
+        assert again.log.log_start_offset == local_start > 0
+        again.remote.run_task_now(KEY)
+        assert again.log.log_start_offset == 0
+        assert list(remote_messages(again, local_start)) == list(range(local_start))
+    finally:
+        again.close()
+
+
+def test_a_tier_that_is_away_is_not_taken_for_an_empty_one(leader, tier, clock):
+    leader.fill(clock, 40)
+    leader.remote.run_task_now(KEY)
+    leader.log.delete_old_segments()
+    start, local_start = leader.log.log_start_offset, leader.log.local_log_start_offset
+    hidden = tier.with_name("remote-away")
+    tier.rename(hidden)
+    try:
+        leader.remote.run_task_now(KEY)  # fails to reach the tier; changes nothing
+        assert (leader.log.log_start_offset, leader.log.local_log_start_offset) == (
+            start,
+            local_start,
+        )
+        assert leader.remote.stats.copy_errors == 1
+    finally:
+        hidden.rename(tier)
+
+
+def test_retention_of_every_remote_segment_empties_the_remote_indexes(tmp_path, tier, clock):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(retention_ms=60_000))
+    try:
+        broker.fill(clock, 40)
+        broker.remote.run_task_now(KEY)
+        clock.advance(120_000)
+        broker.log.delete_old_segments()
+        broker.remote.run_task_now(KEY)
+        assert broker.remote.metadata.finished(*KEY) == []
+        assert list(broker.log.directory.glob("*.remoteLogIndex")) == []
+        assert broker.log.log_start_offset == broker.log.local_log_start_offset
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("step", DELETE_STEPS)
+def test_a_crash_at_any_step_of_a_remote_deletion_leaves_a_consistent_tier(
+    tmp_path, tier, clock, step
+):
+    config = remote_config(retention_bytes=20_000, local_retention_ms=-1, local_retention_bytes=0)
+    broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
+    broker.fill(clock, 40)
+
+    def crash(at: str, _segment) -> None:
+        if at == step:
+            raise CopyInterrupted(at)
+
+    broker.remote.crash_at = crash
+    with pytest.raises(CopyInterrupted):  # copies, then retention.bytes deletes the oldest
+        broker.remote.run_task_now(KEY)
+    broker.close()
+
+    again = Broker(tmp_path / "leader", tier, clock, config, epoch=2)
+    try:
+        again.remote.run_task_now(KEY)
+        again.log.delete_old_segments()
+        listed = again.remote.metadata.list_segments(*KEY)
+        assert listed and all(m.state is SegmentState.COPY_SEGMENT_FINISHED for m in listed)
+        assert len(remote_files(tier, ".log")) == len(listed)
+        assert again.log.log_start_offset == listed[0].start_offset > 0
+        local_start = again.log.local_log_start_offset
+        assert local_start > again.log.log_start_offset
+        assert list(remote_messages(again, local_start)) == list(
+            range(again.log.log_start_offset, local_start)
+        )
+    finally:
+        again.close()

@@ -1,0 +1,135 @@
+"""The remote log metadata: which remote segments of a partition exist, and in which state.
+
+Kept in the tier itself, one small JSON object per remote segment under
+``{uri}/{topic}-{partition}/metadata/{start_offset:020d}-{uuid}.json``. A copy writes it as
+COPY_SEGMENT_STARTED before any data and rewrites it as COPY_SEGMENT_FINISHED after the last
+object; a deletion rewrites it as DELETE_SEGMENT_STARTED before deleting the data and removes it
+last. Only FINISHED segments are visible to readers, so a crash at any point of a copy or a
+deletion leaves nothing half-visible: what is left is an orphan, cleaned by the next leader.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+from dataclasses import asdict, dataclass, replace
+
+from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageManager
+
+log = logging.getLogger(__name__)
+
+
+class SegmentState(enum.Enum):
+    COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
+    COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+    DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
+
+
+@dataclass(frozen=True)
+class RemoteSegmentMetadata:
+    """One remote segment: offsets [start_offset, end_offset] (end inclusive, as Kafka), its
+    largest timestamp, its data size, the leader epoch that copied it and its state."""
+
+    segment_id: RemoteSegmentId
+    end_offset: int
+    max_timestamp: int
+    size: int
+    leader_epoch: int
+    state: SegmentState
+
+    @property
+    def start_offset(self) -> int:
+        return self.segment_id.start_offset
+
+    def with_state(self, state: SegmentState) -> RemoteSegmentMetadata:
+        return replace(self, state=state)
+
+    def to_json(self) -> bytes:
+        fields = asdict(self)
+        fields["state"] = self.state.value
+        return json.dumps(fields, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> RemoteSegmentMetadata:
+        fields = json.loads(data)
+        return cls(
+            segment_id=RemoteSegmentId(**fields["segment_id"]),
+            end_offset=fields["end_offset"],
+            max_timestamp=fields["max_timestamp"],
+            size=fields["size"],
+            leader_epoch=fields["leader_epoch"],
+            state=SegmentState(fields["state"]),
+        )
+
+
+class RemoteLogMetadataStore:
+    """Reads and writes the metadata objects of the tier ``storage`` holds."""
+
+    def __init__(self, storage: RemoteStorageManager) -> None:
+        self.storage = storage
+
+    def _directory(self, topic: str, partition: int) -> str:
+        return f"{self.storage.partition_path(topic, partition)}/metadata"
+
+    def _path(self, segment: RemoteSegmentId) -> str:
+        return f"{self._directory(segment.topic, segment.partition)}/{segment.name}.json"
+
+    def put(self, metadata: RemoteSegmentMetadata) -> None:
+        directory = self._directory(metadata.segment_id.topic, metadata.segment_id.partition)
+        self.storage.call("write metadata of", metadata.segment_id, self._put, directory, metadata)
+
+    def _put(self, directory: str, metadata: RemoteSegmentMetadata) -> None:
+        fs = self.storage.fs
+        fs.makedirs(directory, exist_ok=True)
+        fs.pipe_file(self._path(metadata.segment_id), metadata.to_json())
+
+    def remove(self, segment: RemoteSegmentId) -> None:
+        def remove() -> None:
+            if self.storage.fs.exists(self._path(segment)):
+                self.storage.fs.rm_file(self._path(segment))
+
+        self.storage.call("remove metadata of", segment, remove)
+
+    def list_segments(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
+        """Every segment's metadata, by start offset; an unreadable object (a write cut by a
+        crash) counts as a copy that never finished."""
+        return self.storage.call(
+            "list metadata of", f"{topic}-{partition}", self._list, topic, partition
+        )
+
+    def _list(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
+        self.storage.check_available()
+        fs = self.storage.fs
+        directory = self._directory(topic, partition)
+        fs.invalidate_cache(directory)  # other brokers write here: never trust a cached listing
+        if not fs.exists(directory):
+            return []
+        found = []
+        for path in fs.ls(directory, detail=False):
+            name = path.rsplit("/", 1)[-1]
+            if not name.endswith(".json"):
+                continue
+            try:
+                found.append(RemoteSegmentMetadata.from_json(fs.cat_file(path)))
+            except (ValueError, KeyError, TypeError):
+                start, _, uuid = name.removesuffix(".json").partition("-")
+                found.append(
+                    RemoteSegmentMetadata(
+                        RemoteSegmentId(topic, partition, int(start), uuid),
+                        -1,
+                        -1,
+                        0,
+                        -1,
+                        SegmentState.COPY_SEGMENT_STARTED,
+                    )
+                )
+        return sorted(found, key=lambda m: (m.start_offset, m.segment_id.uuid))
+
+    def finished(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
+        """The visible segments, by start offset."""
+        return [
+            m
+            for m in self.list_segments(topic, partition)
+            if m.state is SegmentState.COPY_SEGMENT_FINISHED
+        ]
