@@ -71,9 +71,22 @@ def _log_positions(brokers, leader: int, topic: str, partition: int, views: dict
                 f"\tLogEndOffset: {entry['log_end_offset']}"
                 f"\tLocalSize: {entry['local_size_bytes']}"
                 f"\tRemoteLogStartOffset: {entry['remote_log_start_offset']}"
-                f"\tRemoteSize: {entry['remote_size_bytes']}"
+                f"\tRemoteSize: {entry['remote_size_bytes']}" + _last_clean(entry.get("last_clean"))
             )
     return ""
+
+
+def _last_clean(clean: dict | None) -> str:
+    """The leader's last clean of a compacted partition, as the cleaner's log line gives it."""
+    if not clean:
+        return ""
+    dropped = clean["messages_read"] - clean["messages_written"]
+    return (
+        f"\tLastClean: offsets {clean['first_dirty_offset']}-{clean['end_offset']}, "
+        f"{clean['bytes_read']} -> {clean['bytes_written']} bytes "
+        f"({clean['size_reduction']:.1%} smaller), {dropped} messages dropped, "
+        f"{clean['seconds']} s"
+    )
 
 
 def _fail(command: str, error: Exception | str) -> int:

@@ -3,6 +3,8 @@ a consumer reading from the start still ends every key on its last acknowledged 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -97,3 +99,9 @@ def test_consumers_of_a_compacted_topic_end_each_key_on_its_last_acknowledged_va
         consumed_last[record.key] = record.value
     assert consumed_last == last_acked
     assert len(records) < produced, "the cleaners removed nothing"
+    described = subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", "topic", "describe", "--dir", str(cluster.directory),
+         "--topic", TOPIC],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert described.count("LastClean: offsets ") == 2, described
