@@ -152,7 +152,8 @@ def test_a_leader_change_moves_partitions_to_sessions_with_the_new_leaders(sessi
 def test_a_restarted_follower_opens_new_sessions(sessions_cluster):
     before = wait_until_sessions_cover_every_partition(sessions_cluster)
     follower = 2
-    old = {s["session_id"] for b in (1, 3) for s in before[b]["leader"]["sessions"]}
+    # session ids are numbered by each leader: compared leader by leader
+    old = {str(b): {s["session_id"] for s in before[b]["leader"]["sessions"]} for b in (1, 3)}
     sessions_cluster.stop_broker(follower)
     try:
         produce_to_every_partition(sessions_cluster)
@@ -162,8 +163,8 @@ def test_a_restarted_follower_opens_new_sessions(sessions_cluster):
     produce_to_every_partition(sessions_cluster)
     wait_until_every_replica_is_level(sessions_cluster)
     after = wait_until_sessions_cover_every_partition(sessions_cluster)
-    new = set(session_ids(after, follower).values()) - {0}
-    assert new and not new & old, (before, after)
+    new = {leader: id for leader, id in session_ids(after, follower).items() if id}
+    assert new and all(id not in old[leader] for leader, id in new.items()), (before, after)
 
 
 def test_evicted_sessions_are_opened_again_and_replication_goes_on(sessions_cluster):
