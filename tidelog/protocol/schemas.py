@@ -572,6 +572,7 @@ RELEASE_API_VERSIONS: dict[str, dict[ApiKey, int] | None] = {
     },
     "0.10.1": None,
 }
-# tidelog's own replication needs these from a broker of any release (leader-epoch truncation);
-# no client of the 0.9/0.10.0 era sends them, and they are not advertised by such a broker.
-INTER_BROKER_API_VERSIONS = {ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0}
+# tidelog's own replication needs these from a broker of any release (leader-epoch truncation,
+# incremental fetch sessions); no client of the 0.9/0.10.0 era sends them, and they are not
+# advertised by such a broker.
+INTER_BROKER_API_VERSIONS = {ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0, ApiKey.REPLICA_FETCH: 0}
