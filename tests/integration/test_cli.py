@@ -157,7 +157,9 @@ def test_a_cluster_that_fails_to_start_stops_what_it_started_and_keeps_the_logs(
     cluster = LocalCluster(directory)
     assert not cluster.running
     assert cluster.state is not None and cluster.state.zookeeper_process is None
-    assert "log.segment.bytes" in (directory / "broker-1" / "broker.log").read_text()
+    # the broker that exited first says why (the other may be stopped before it logs anything)
+    logs = [(directory / f"broker-{n}" / "broker.log").read_text() for n in (1, 2)]
+    assert any("log.segment.bytes" in text for text in logs), logs
 
 
 def test_fixed_ports_keep_the_bootstrap_servers_across_restarts(tmp_path):
