@@ -219,17 +219,9 @@ def format_dump(dump: dict) -> list[str]:
                 f"Found {dump['invalid_bytes']} invalid bytes at the end of {dump['file']} "
                 f"(after position {dump['valid_bytes']}: {dump['stopped_because']})"
             )
-    elif dump["kind"] == "offset_index":
-        lines += [f"offset: {e['offset']} position: {e['position']}" for e in dump["entries"]]
     else:
-        lines += [f"timestamp: {e['timestamp']} offset: {e['offset']}" for e in dump["entries"]]
-    if "mismatches" in dump:
-        if dump["mismatches"]:
-            lines += [f"Mismatch: {mismatch}" for mismatch in dump["mismatches"]]
-        else:
-            lines.append(
-                f"Verified {len(dump['entries'])} index entries against the log: all match"
-            )
+        lines += index_entry_lines(dump, offsets=dump["kind"] == "offset_index")
+    lines += verification_lines(dump, "index entries against the log")
     return lines
 
 
@@ -244,3 +236,20 @@ def _format_message(message: dict, prefix: str) -> str:
     if "key" in message:
         text += f" key: {message['key']} payload: {message['value']}"
     return text
+
+
+def index_entry_lines(dump: dict[str, Any], *, offsets: bool) -> list[str]:
+    """An offset index's (or a time index's) entries as DumpLogSegments prints them; the local
+    and the remote indexes share the shape."""
+    if offsets:
+        return [f"offset: {e['offset']} position: {e['position']}" for e in dump["entries"]]
+    return [f"timestamp: {e['timestamp']} offset: {e['offset']}" for e in dump["entries"]]
+
+
+def verification_lines(dump: dict[str, Any], what: str) -> list[str]:
+    """The mismatches --verify-index found, or one line saying every entry matched."""
+    if "mismatches" not in dump:
+        return []
+    if dump["mismatches"]:
+        return [f"Mismatch: {mismatch}" for mismatch in dump["mismatches"]]
+    return [f"Verified {len(dump['entries'])} {what}: all match"]

@@ -21,6 +21,7 @@ from typing import Any
 import fsspec
 
 from tidelog.errors import KafkaError
+from tidelog.log.dump import index_entry_lines, verification_lines
 from tidelog.log.files import base_offset_of
 from tidelog.records.format import iter_deep
 from tidelog.tiered.remote_index import (
@@ -202,13 +203,6 @@ def format_dump(dump: dict[str, Any]) -> list[str]:
             f"@{e['object_position']}"
             for e in dump["entries"]
         ]
-    elif dump["kind"] == "remote_offset_index":
-        lines += [f"offset: {e['offset']} position: {e['position']}" for e in dump["entries"]]
     else:
-        lines += [f"timestamp: {e['timestamp']} offset: {e['offset']}" for e in dump["entries"]]
-    if "mismatches" in dump:
-        if dump["mismatches"]:
-            lines += [f"Mismatch: {mismatch}" for mismatch in dump["mismatches"]]
-        else:
-            lines.append(f"Verified {len(dump['entries'])} remote index entries: all match")
-    return lines
+        lines += index_entry_lines(dump, offsets=dump["kind"] == "remote_offset_index")
+    return lines + verification_lines(dump, "remote index entries")
