@@ -6,6 +6,12 @@ stay zero (truncation zeroes the slots it frees), so after a crash the entries a
 non-empty slots. ``trim`` shrinks the file to its entries (on roll and clean shutdown);
 ``resize`` grows it back when a trimmed segment becomes active again.
 
+The file is mapped lazily, on the first write, and holds no descriptor otherwise: reads go to
+the in-memory columns (filled with one ``pread``), so an index that is only searched (every
+rolled segment's) costs no open file and no mapping. ``unmap`` closes the mapping of an index
+that is not being written (the log manager does so for idle segments); the next write maps it
+again. Open files thus grow with the segments being written, not with all segments.
+
 Lookups search in-memory copies of the two columns (``array``s of keys and values), built on
 first use and kept in step with appends and truncations; the mmap is the durable truth. Entries
 are written every index.interval.bytes, so keys grow nearly linearly with the slot: a lookup
@@ -38,21 +44,27 @@ class MappedIndex:
         self.path = path
         self.base_offset = base_offset
         self.max_index_size = max_index_size
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        length = os.fstat(self._fd).st_size
-        created = length == 0
-        if created:
-            length = self._rounded(max_index_size)
-            os.ftruncate(self._fd, length)
-        elif length % self.entry.size:
-            os.close(self._fd)
-            raise CorruptIndexError(
-                f"{path}: size {length} is not a multiple of the entry size {self.entry.size}"
-            )
+        self._closed = False
         self._map: mmap.mmap | None = None
-        self._map_file(length)
-        # a file just made is all zeros: no entries, and no need to fault in its pages to see it
-        self.entries = 0 if created else self._count_entries()
+        self.recently_written = False  # written since the last idle check (unmap_if_idle)
+        self._dirty = False  # written since the last flush
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            created = length == 0
+            if created:
+                length = self._rounded(max_index_size)
+                os.ftruncate(fd, length)
+            elif length % self.entry.size:
+                raise CorruptIndexError(
+                    f"{path}: size {length} is not a multiple of the entry size {self.entry.size}"
+                )
+            self._length = length
+            self.max_entries = length // self.entry.size
+            # a file just made is all zeros: no entries, and no need to read it to see that
+            self.entries = 0 if created else self._count_entries(fd)
+        finally:
+            os.close(fd)
         self._keys: array | None = None
         self._values: array = array("i")
 
@@ -63,16 +75,20 @@ class MappedIndex:
 
     @property
     def _mapped(self) -> mmap.mmap:
-        """The mapping; an index with no slots (or closed) has none."""
+        """The mapping, made on first use; an index with no slots (or closed) has none."""
         if self._map is None:
-            raise ValueError(f"{self.path}: the index is closed or has no slots")
+            if self._closed or not self._length:
+                raise ValueError(f"{self.path}: the index is closed or has no slots")
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                self._map = mmap.mmap(fd, self._length)  # the mapping holds its own descriptor
+            finally:
+                os.close(fd)
         return self._map
 
-    def _map_file(self, length: int) -> None:
-        if self._map is not None:
-            self._map.close()
-        self._map = mmap.mmap(self._fd, length) if length else None
-        self.max_entries = length // self.entry.size
+    @property
+    def is_mapped(self) -> bool:
+        return self._map is not None
 
     @property
     def is_full(self) -> bool:
@@ -82,24 +98,24 @@ class MappedIndex:
     def size_in_bytes(self) -> int:
         return self.entries * self.entry.size
 
-    def _slot_is_empty(self, slot: int) -> bool:
-        start = slot * self.entry.size
-        return self._mapped[start : start + self.entry.size].count(0) == self.entry.size
+    def _slot_is_empty(self, fd: int, slot: int) -> bool:
+        data = os.pread(fd, self.entry.size, slot * self.entry.size)
+        return data.count(0) == len(data)
 
-    def _count_entries(self) -> int:
+    def _count_entries(self, fd: int) -> int:
         """The number of entries: the slots before the first empty one (they form a prefix).
         The search stays before the file's first hole (never-written space, all zeros):
-        touching the mapping there costs a page fault per probe, a minute for a broker loading
-        a thousand logs."""
+        reading there costs a page fault per probe, a minute for a broker loading a thousand
+        logs."""
         low, high = 0, self.max_entries
         try:
-            written = os.lseek(self._fd, 0, os.SEEK_HOLE)
+            written = os.lseek(fd, 0, os.SEEK_HOLE)
         except OSError:  # no hole information here: search the whole file
             written = high * self.entry.size
         high = min(high, -(-written // self.entry.size))
         while low < high:
             middle = (low + high) // 2
-            if self._slot_is_empty(middle):
+            if self._slot_is_empty(fd, middle):
                 high = middle
             else:
                 low = middle + 1
@@ -114,28 +130,46 @@ class MappedIndex:
         self._set_length(max(self._rounded(max_index_size), self.size_in_bytes))
 
     def _set_length(self, length: int) -> None:
-        if self._map is not None and length == len(self._map):
+        if length == self._length:
             return  # already so: no flush of a mapping that has not changed size
-        if self._map is not None:
-            self._map.flush()
-        self._unmap()
-        os.ftruncate(self._fd, length)
-        self._map_file(length)
+        self.unmap()
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.ftruncate(fd, length)
+        finally:
+            os.close(fd)
+        self._length = length
+        self.max_entries = length // self.entry.size
 
-    def _unmap(self) -> None:
+    def unmap(self) -> None:
+        """Closes the mapping (and the descriptor it holds); the next write maps the file
+        again. Entries and lookups are unaffected; written pages stay in the page cache, and
+        ``flush`` still forces them to disk."""
         if self._map is not None:
             self._map.close()
             self._map = None
 
+    def unmap_if_idle(self) -> bool:
+        """Unmaps the index if it was not written since the last call; True if it did."""
+        if self._map is None:
+            return False
+        if self.recently_written:
+            self.recently_written = False
+            return False
+        self.unmap()
+        return True
+
     # -- entries -------------------------------------------------------------------------------
 
-    def _entry_at(self, slot: int) -> tuple[int, ...]:
-        return self.entry.unpack_from(self._mapped, slot * self.entry.size)
+    def _entry_at(self, slot: int) -> tuple[int, int]:
+        keys = self._keys if self._keys is not None else self._columns()
+        return keys[slot], self._values[slot]
 
     def _write(self, key: int, value: int) -> None:
         if self.entries >= self.max_entries:
             raise IndexError(f"{self.path} is full ({self.entries} entries)")
         self.entry.pack_into(self._mapped, self.entries * self.entry.size, key, value)
+        self.recently_written = self._dirty = True
         if self._keys is not None:
             self._keys.append(key)
             self._values.append(value)
@@ -145,11 +179,25 @@ class MappedIndex:
         """The key column (and with it the value column), built on first use."""
         if self._keys is None:
             key_code, value_code = self.column_typecodes
-            data = self._map[: self.size_in_bytes] if self._map is not None else b""
-            pairs = list(self.entry.iter_unpack(data))
+            pairs = list(self.entry.iter_unpack(self._read_entries()))
             self._keys = array(key_code, [key for key, _ in pairs])
             self._values = array(value_code, [value for _, value in pairs])
         return self._keys
+
+    def _read_entries(self) -> bytes:
+        size = self.size_in_bytes
+        if not size:
+            return b""
+        if self._map is not None:
+            return self._map[:size]
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            data = os.pread(fd, size, 0)
+        finally:
+            os.close(fd)
+        if len(data) != size:
+            raise CorruptIndexError(f"{self.path}: {len(data)} bytes where {size} were expected")
+        return data
 
     def _search(self, key: int, search=bisect_right, window: int = INTERPOLATION_WINDOW) -> int:
         """What ``search`` (bisect_right: entries with a key <= ``key``; bisect_left: entries
@@ -173,6 +221,7 @@ class MappedIndex:
             return
         start, end = count * self.entry.size, self.entries * self.entry.size
         self._mapped[start:end] = bytes(end - start)
+        self.recently_written = self._dirty = True
         self.entries = count
         if self._keys is not None:
             del self._keys[count:]
@@ -186,12 +235,17 @@ class MappedIndex:
     def flush(self) -> None:
         if self._map is not None:
             self._map.flush()
+        elif self._dirty and not self._closed:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty = False
 
     def close(self) -> None:
-        self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self.unmap()
+        self._closed = True
 
     def delete(self) -> None:
         self.close()

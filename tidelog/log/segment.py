@@ -340,6 +340,10 @@ class LogSegment:
         self.index.flush()
         self.time_index.flush()
 
+    def unmap_idle_indexes(self) -> int:
+        """Closes the mappings of indexes not written since the last call; how many it closed."""
+        return int(self.index.unmap_if_idle()) + int(self.time_index.unmap_if_idle())
+
     def close(self) -> None:
         self.index.close()
         self.time_index.close()
