@@ -155,8 +155,12 @@ class Log:
         self._kept_for_remote = -1
         self.segments = LogSegments()
         self.recovery_point = recovery_point
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._load(recovery_point, needs_recovery)
+        try:
+            self.directory.mkdir(parents=True)
+        except FileExistsError:
+            self._load(recovery_point, needs_recovery)
+        else:  # a directory just made holds nothing to load (a new topic makes thousands)
+            self.segments.add(self._new_segment(0))
         self.log_start_offset = self._initial_log_start_offset(log_start_offset)
         self.recovery_point = min(
             max(recovery_point, self.local_log_start_offset), self.log_end_offset

@@ -1,10 +1,12 @@
 """The memory-mapped file both index kinds are built on.
 
 A new index file is preallocated to the largest multiple of the entry size that fits in
-``max_index_size`` and memory-mapped. Entries are written in order from the start; unused slots
-stay zero (truncation zeroes the slots it frees), so after a crash the entries are the prefix of
-non-empty slots. ``trim`` shrinks the file to its entries (on roll and clean shutdown);
-``resize`` grows it back when a trimmed segment becomes active again.
+``max_index_size`` and memory-mapped when its first entry is written: a new segment (a thousand
+of them for a new topic) creates no index file until then, or until it is trimmed. Entries are
+written in order from the start; unused slots stay zero (truncation zeroes the slots it frees),
+so after a crash the entries are the prefix of non-empty slots. ``trim`` shrinks the file to
+its entries (on roll and clean shutdown); ``resize`` grows it back when a trimmed segment
+becomes active again.
 
 The file is mapped lazily, on the first write, and holds no descriptor otherwise: reads go to
 the in-memory columns (filled with one ``pread``), so an index that is only searched (every
@@ -48,23 +50,23 @@ class MappedIndex:
         self._map: mmap.mmap | None = None
         self.recently_written = False  # written since the last idle check (unmap_if_idle)
         self._dirty = False  # written since the last flush
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            length = os.fstat(fd).st_size
-            created = length == 0
-            if created:
-                length = self._rounded(max_index_size)
-                os.ftruncate(fd, length)
-            elif length % self.entry.size:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = -1  # a new index: its file is made by the first write, or by trim
+        try:
+            length = os.fstat(fd).st_size if fd >= 0 else 0
+            if length % self.entry.size:
                 raise CorruptIndexError(
                     f"{path}: size {length} is not a multiple of the entry size {self.entry.size}"
                 )
-            self._length = length
-            self.max_entries = length // self.entry.size
-            # a file just made is all zeros: no entries, and no need to read it to see that
-            self.entries = 0 if created else self._count_entries(fd)
+            # an empty (or absent) file has no entries; it gets its slots when it is mapped
+            self._length = length or self._rounded(max_index_size)
+            self.max_entries = self._length // self.entry.size
+            self.entries = self._count_entries(fd) if length else 0
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self._keys: array | None = None
         self._values: array = array("i")
 
@@ -79,8 +81,10 @@ class MappedIndex:
         if self._map is None:
             if self._closed or not self._length:
                 raise ValueError(f"{self.path}: the index is closed or has no slots")
-            fd = os.open(self.path, os.O_RDWR)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
+                if os.fstat(fd).st_size != self._length:
+                    os.ftruncate(fd, self._length)  # a new file: preallocated now
                 self._map = mmap.mmap(fd, self._length)  # the mapping holds its own descriptor
             finally:
                 os.close(fd)
@@ -133,7 +137,7 @@ class MappedIndex:
         if length == self._length:
             return  # already so: no flush of a mapping that has not changed size
         self.unmap()
-        fd = os.open(self.path, os.O_RDWR)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, length)
         finally:
@@ -252,5 +256,6 @@ class MappedIndex:
         self.path.unlink(missing_ok=True)
 
     def rename(self, path: Path) -> None:
-        os.rename(self.path, path)
+        if self.path.exists() or self._map is not None:
+            os.rename(self.path, path)
         self.path = path
