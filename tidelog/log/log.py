@@ -745,6 +745,7 @@ class Log:
             if segment.base_offset >= up_to:
                 break
             segment.flush()
+        self.leader_epochs.flush()
         self.recovery_point = up_to
 
     def close(self) -> None:
