@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import MetadataCache
@@ -220,29 +220,58 @@ class ReplicaManager:
         self, topic: str, number: int, offset: int, timeout: float
     ) -> None:
         """Returns once every in-sync replica has the messages below ``offset`` (acks=all)."""
-        key = (topic, number)
+        failed = await self.wait_for_replication_of({(topic, number): offset}, timeout)
+        if failed:
+            raise failed[(topic, number)]
+
+    async def wait_for_replication_of(
+        self, offsets: Mapping[TopicPartition, int], timeout: float
+    ) -> dict[TopicPartition, KafkaError]:
+        """One delayed produce for all partitions of a request: returns once every in-sync
+        replica of each partition has the messages below its offset, or the timeout passed;
+        the partitions that failed, with why. Each wake-up re-checks only the partitions still
+        waiting, and one future waits for all of them (not a task per partition)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        waiting = dict(offsets)
+        failed: dict[TopicPartition, KafkaError] = {}
         while True:
-            partition = self.leader_partition(topic, number)
-            if partition.log.high_watermark >= offset:
-                minimum = partition.log.config.min_insync_replicas
-                if len(partition.isr) < minimum:
-                    raise KafkaError(
-                        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                        f"{topic}-{number} shrank to {sorted(partition.isr)} in-sync replicas, "
-                        f"below min.insync.replicas {minimum}",
-                    )
-                return
+            for key, offset in list(waiting.items()):
+                try:
+                    done = self._replicated(key, offset)
+                except KafkaError as error:
+                    failed[key], done = error, True
+                if done:
+                    del waiting[key]
+            if not waiting:
+                return failed
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise KafkaError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
-                    f"{sorted(partition.isr)} in time "
-                    f"(high watermark {partition.log.high_watermark})",
-                )
-            await self.wait_for_change([key], remaining)
+                for (topic, number), offset in waiting.items():
+                    partition = self.leader_partition(topic, number)  # checked just above
+                    failed[(topic, number)] = KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
+                        f"{sorted(partition.isr)} in time "
+                        f"(high watermark {partition.log.high_watermark})",
+                    )
+                return failed
+            await self.wait_for_change(waiting, remaining)
+
+    def _replicated(self, key: TopicPartition, offset: int) -> bool:
+        """Whether the high watermark reached ``offset``; raises if the partition is no longer
+        led here or its ISR shrank below min.insync.replicas."""
+        partition = self.leader_partition(*key)
+        if partition.log.high_watermark < offset:
+            return False
+        minimum = partition.log.config.min_insync_replicas
+        if len(partition.isr) < minimum:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"{key[0]}-{key[1]} shrank to {sorted(partition.isr)} in-sync replicas, "
+                f"below min.insync.replicas {minimum}",
+            )
+        return True
 
     # -- fetch ---------------------------------------------------------------------------------
 
