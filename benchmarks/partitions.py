@@ -5,7 +5,8 @@
 
 For each count, on a fresh cluster: the time to create the topic (ZooKeeper written, then every
 replica's log open with a full ISR); idle CPU (share of one core), open files and resident memory
-per broker; records/s of 100 B records with acks=all and acks=1 from librdkafka
+per broker; the time to write once to every partition (first writes cost more), then
+records/s of 100 B records with acks=all and acks=1 from librdkafka
 (confluent-kafka, an independent client) and from tidelog's own producer; MB/s of 1 KiB snappy
 records with acks=all; p99 produce latency at the design's 30 MB/s acks=all; and how long a
 follower paused for ``--pause`` seconds under load takes to be back in every ISR. Figures are
@@ -115,6 +116,7 @@ def librdkafka_rate(cluster: LocalCluster, acks: str, seconds: float) -> float:
             "queue.buffering.max.messages": 1_000_000,
             "api.version.request": True,
             "broker.version.fallback": "0.10.0",
+            "log_level": 3,  # not the warnings that these settings are deprecated
         }
     )
     delivered = 0
@@ -182,10 +184,27 @@ def cluster_partitions(cluster: LocalCluster) -> dict:
     return metadata.assignment if metadata else {}
 
 
-def measure(count: int, args: argparse.Namespace, directory: Path) -> dict[str, float]:
+class Figures(dict):
+    """A count's figures, each printed as it is measured, with its ratio to the baseline's."""
+
+    def __init__(self, baseline: dict[str, float] | None, baseline_count: int) -> None:
+        super().__init__()
+        self.baseline = baseline or {}
+        self.baseline_count = baseline_count
+
+    def __setitem__(self, name: str, value: float) -> None:
+        super().__setitem__(name, value)
+        base = self.baseline.get(name)
+        ratio = f"({value / base:.2f} of {self.baseline_count} partitions)" if base else ""
+        load = os.getloadavg()[0]
+        print(f"  {name:42} {value:12.1f}   {ratio:28} load {load:.1f}", flush=True)
+
+
+def measure(
+    count: int, args: argparse.Namespace, directory: Path, figures: Figures
+) -> dict[str, float]:
     cluster = LocalCluster(directory / f"cluster-{count}")
     cluster.up(3, progress=quiet)
-    figures: dict[str, float] = {}
     try:
         written, served = create(cluster, count)
         figures["creation: ZooKeeper written, s"] = written
@@ -202,6 +221,11 @@ def measure(count: int, args: argparse.Namespace, directory: Path) -> dict[str, 
             profile(cluster, Path(args.profile), args.seconds)
         if args.idle_only:
             return figures
+        # Each partition's first write in its leader epoch costs once what later ones do not
+        # (the epoch checkpoint, the index pages): timed here, not in the steady rates below.
+        start = time.monotonic()
+        tidelog_run(cluster, ProducerSettings(TOPIC, count, SMALL, acks=-1, batch_size=SMALL + 50))
+        figures["first write to every partition, s"] = time.monotonic() - start
         for acks in ("all", "1"):
             figures[f"librdkafka 100 B acks={acks} records/s"] = librdkafka_rate(
                 cluster, acks, args.seconds
@@ -256,12 +280,14 @@ def main() -> None:
     results: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="tidelog-partitions-") as directory:
         for count in counts:
-            print(f"{count} partitions:", flush=True)
-            results[count] = measure(count, args, Path(directory))
-            baseline = results[counts[0]]
-            for name, value in results[count].items():
-                ratio = value / baseline[name] if baseline.get(name) else float("nan")
-                print(f"  {name:42} {value:12.1f}   ({ratio:.2f} of {counts[0]} partitions)")
+            print(f"{count} partitions (load average {os.getloadavg()[0]:.1f}):", flush=True)
+            figures = Figures(results.get(counts[0]), counts[0])
+            results[count] = measure(count, args, Path(directory), figures)
+    names = list(dict.fromkeys(name for figures in results.values() for name in figures))
+    print(f"\n{'':42} " + " ".join(f"{count:>10}" for count in counts))
+    for name in names:
+        values = (results[count].get(name, float("nan")) for count in counts)
+        print(f"{name:42} " + " ".join(f"{value:10.1f}" for value in values))
 
 
 if __name__ == "__main__":
