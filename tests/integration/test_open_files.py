@@ -1,6 +1,6 @@
 """Open files of a real broker process follow the segments being written: a rolled segment
-keeps only its log file open (its indexes are searched from memory, never mapped), and an
-active segment's indexes give their mapping back once nobody writes them."""
+keeps only its log file open (its indexes are searched from memory), and an active segment's
+indexes close their files once nobody writes them."""
 
 from __future__ import annotations
 
@@ -44,13 +44,13 @@ def test_open_files_grow_with_active_segments_not_all_segments(cluster, new_topi
     assert sum(held.values()) >= 4 * PARTITIONS, held  # the topic rolled: many inactive segments
 
     def settled() -> bool:
-        # one log file per segment, and no index mapping left (each would hold a descriptor);
-        # a few descriptors of slack for connections that come and go
+        # one log file per segment, and no index file left open; a few descriptors of slack
+        # for connections that come and go
         return all(open_files(pid) - before[b] <= held[b] + 4 for b, pid in pids.items())
 
-    wait_until(settled, 60, "idle index mappings closed: one open file per segment")
+    wait_until(settled, 60, "idle index files closed: one open file per segment")
 
-    # Reading everything back searches every segment's indexes without mapping any of them.
+    # Reading everything back searches every segment's indexes without opening any of them.
     consumer = KafkaConsumer(
         bootstrap_servers=cluster.bootstrap_servers,
         auto_offset_reset="earliest",

@@ -390,11 +390,11 @@ class Log:
         if reason:
             self.roll(reason, base_offset=first_offset)
 
-    def unmap_idle_indexes(self) -> int:
-        """Closes the index mappings not written since the last call (under the lock: an
+    def release_idle_indexes(self) -> int:
+        """Closes the index descriptors not written since the last call (under the lock: an
         append may be writing one); how many it closed."""
         with self.lock:
-            return sum(segment.unmap_idle_indexes() for segment in self.segments)
+            return sum(segment.release_idle_indexes() for segment in self.segments)
 
     def roll_if_idle(self) -> bool:
         """Rolls a non-empty active segment whose largest timestamp is older than segment.ms."""

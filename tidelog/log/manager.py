@@ -25,8 +25,8 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_DIRECTORY = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 ROLL_CHECK_INTERVAL_MS = 1000
-# An index not written for between one and two of these intervals gives its mapping (and the
-# open file behind it) back: a broker's open files follow the partitions being written.
+# An index not written for between one and two of these intervals closes its file: a broker's
+# open files follow the partitions being written.
 INDEX_IDLE_CHECK_INTERVAL_MS = 10_000
 
 
@@ -80,7 +80,7 @@ class LogManager:
         )
         self.scheduler.schedule("segment roll", ROLL_CHECK_INTERVAL_MS, self.roll_idle_segments)
         self.scheduler.schedule(
-            "idle index unmap", INDEX_IDLE_CHECK_INTERVAL_MS, self.unmap_idle_indexes
+            "idle index release", INDEX_IDLE_CHECK_INTERVAL_MS, self.release_idle_indexes
         )
         self.scheduler.schedule(
             "recovery point checkpoint",
@@ -244,9 +244,9 @@ class LogManager:
     def roll_idle_segments(self) -> int:
         return sum(partition_log.roll_if_idle() for _, partition_log in self)
 
-    def unmap_idle_indexes(self) -> int:
-        """Closes the mappings of indexes not written since the last call; how many it closed."""
-        return sum(partition_log.unmap_idle_indexes() for _, partition_log in self)
+    def release_idle_indexes(self) -> int:
+        """Closes the descriptors of indexes not written since the last call; how many it closed."""
+        return sum(partition_log.release_idle_indexes() for _, partition_log in self)
 
     def flush_logs(self) -> None:
         for _, partition_log in self:
