@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from common import MB, quiet
+from kazoo.exceptions import ConnectionLoss
 
 from tidelog import runtime
 from tidelog.cluster.faults import wait_for_full_isr
@@ -63,8 +64,14 @@ def resident_mb(pid: int) -> float:
 def create(cluster: LocalCluster, partitions: int) -> tuple[float, float]:
     """Seconds until ZooKeeper holds the topic, and until every leader serves it in full ISR."""
     start = time.monotonic()
-    with zookeeper.session(cluster.zookeeper) as client:
-        topics.create_topic(client, TOPIC, partitions, 3, CONFIG)
+    for attempt in range(3):  # a busy machine's ZooKeeper may drop the session mid-write
+        try:
+            with zookeeper.session(cluster.zookeeper) as client:
+                if not client.exists(zookeeper.topic_path(TOPIC)):
+                    topics.create_topic(client, TOPIC, partitions, 3, CONFIG)
+            break
+        except ConnectionLoss:
+            print(f"  (ZooKeeper connection lost while creating the topic, attempt {attempt + 1})")
     written = time.monotonic() - start
     wait_for_full_isr(cluster, TOPIC, timeout=600)
     wait_until(lambda: every_replica_has_its_log(cluster), 600, "every replica's log", 0.5)
