@@ -224,10 +224,15 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
 
 
 def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None:
-    """Waits until every partition of ``topic`` has a live leader and every replica in its ISR."""
+    """Waits until every partition of ``topic`` has a live leader and every replica in its ISR,
+    and every live broker has the logs of its replicas open. The ISR alone is not enough: a new
+    topic's ISR is full in ZooKeeper before any broker has opened its logs, and a broker
+    restarted before its session expired is still in every ISR while it loads its logs."""
+    live: set[int] = set()
 
     def recovered(zk) -> bool:
-        live = set(zookeeper.read_brokers(zk))
+        live.clear()
+        live.update(zookeeper.read_brokers(zk))
         metadata = zookeeper.read_topic(zk, topic)
         if metadata is None:
             return False
@@ -239,11 +244,33 @@ def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None
         )
 
     wait_until(
-        lambda: _zookeeper_read(cluster, recovered),
+        lambda: (
+            _zookeeper_read(cluster, recovered) and every_replica_has_its_log(cluster, topic, live)
+        ),
         timeout,
-        f"every partition of {topic} to have a leader and a full ISR",
+        f"every partition of {topic} to have a leader and a full ISR, every replica its log",
         interval=0.5,
     )
+
+
+def every_replica_has_its_log(cluster: Cluster, topic: str, brokers: set[int]) -> bool:
+    """Each of ``brokers`` has opened the log of every partition of ``topic`` assigned to it
+    (its admin API says so; a broker serves clients once its logs are open)."""
+    for broker_id in brokers:
+        port = cluster.broker(broker_id).admin_port
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/topics/{topic}", timeout=10
+            ) as response:
+                described = json.loads(response.read())
+        except OSError:  # not up yet, or not serving this topic yet (404)
+            return False
+        if any(
+            broker_id in p["replicas"] and "log_end_offset" not in p
+            for p in described["partitions"]
+        ):
+            return False
+    return True
 
 
 def _state(cluster: Cluster, topic: str, partition: int):
