@@ -59,7 +59,7 @@ class MappedIndex:
                 raise CorruptIndexError(
                     f"{path}: size {length} is not a multiple of the entry size {self.entry.size}"
                 )
-            # an empty (or absent) file has no entries; it gets its slots when it is mapped
+            # an empty (or absent) file has no entries; it gets its slots on the first write
             self._length = length or self._rounded(max_index_size)
             self.max_entries = self._length // self.entry.size
             self.entries = self._count_entries(fd) if length else 0
