@@ -161,6 +161,11 @@ class BrokerNode:
             ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
             for (t, p), partition_log in self.logs
         ]
+        self.metrics.gauges["tidelog_replica_fetch_bytes_total"] = lambda: [
+            ({"leader": str(leader), "topic": t, "partition": str(p)}, size)
+            for leader, fetcher in list(self.replicas.fetchers.items())
+            for (t, p), size in list(fetcher.bytes_appended.items())
+        ]
         cleaner = self.logs.cleaner
         for name in ("cleans", "bytes_read", "bytes_written", "messages_removed"):
             self.metrics.gauges[f"tidelog_log_cleaner_{name}_total"] = partial(

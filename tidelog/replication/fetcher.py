@@ -91,6 +91,9 @@ class ReplicaFetcher:
         self._to_forget: set[Key] = set()
         self._changed = asyncio.Event()
         self._stopping = False
+        # Message bytes appended per partition from this leader (/metrics: what a rebuilt
+        # broker replicated).
+        self.bytes_appended: dict[Key, int] = {}
         self._task = asyncio.create_task(self._run())
 
     def add(self, partition: Partition) -> None:
@@ -406,5 +409,8 @@ class ReplicaFetcher:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
         records = answer["record_set"]
         if records:
-            partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+            info = partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+            if info is not None:
+                key = (partition.topic, partition.partition)
+                self.bytes_appended[key] = self.bytes_appended.get(key, 0) + info.size
         partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)
