@@ -31,6 +31,7 @@ the data. Nothing is asserted. At the default size it takes about 20 minutes and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -70,7 +71,11 @@ def topic_config(tiered: bool, megabytes_per_broker: float) -> dict[str, str]:
 
 def broker_bytes(cluster: LocalCluster, broker_id: int) -> int:
     logs = Path(cluster.directory) / f"broker-{broker_id}" / "logs"
-    return sum(path.stat().st_size for path in logs.glob(f"{TOPIC}-*/*.log"))
+    total = 0
+    for path in logs.glob(f"{TOPIC}-*/*.log"):
+        with contextlib.suppress(FileNotFoundError):  # deleted by retention since the glob
+            total += path.stat().st_size
+    return total
 
 
 def leaders_off(cluster: LocalCluster, broker_id: int) -> bool:
