@@ -75,12 +75,17 @@ class ReplicaManager:
         # called after every apply_metadata (the group coordinator loads or unloads groups)
         self.leadership_listeners: list[Callable[[], None]] = []
         self.remote = remote
+        # the brokers alive at the last apply_metadata: a follower that fetched before this
+        # broker knew it was alive gets its ISR expansion once it is known (see _recheck_isr)
+        self._live_brokers: set[int] = set()
 
     # -- leadership ----------------------------------------------------------------------------
 
     def apply_metadata(self) -> None:
         """Brings every partition assigned here in line with its state in the metadata."""
         now = self.clock.milliseconds()
+        joined = set(self.metadata.brokers) - self._live_brokers
+        self._live_brokers = set(self.metadata.brokers)
         for key in [k for k in self.partitions if k[0] not in self.metadata.topics]:
             self._remove_from_fetchers(key)  # a deleted topic: no more fetching for it
             del self.partitions[key]
@@ -129,6 +134,8 @@ class ReplicaManager:
                     )
                 else:
                     partition.make_follower(-1, state.leader_epoch, replicas, isr)
+        if joined:
+            self._recheck_isr(joined)
         for listener in self.leadership_listeners:
             listener()
 
@@ -367,6 +374,19 @@ class ReplicaManager:
                     partition.isr_to_shrink(now, self.replica_lag_time_max_ms, self.last_fetch_ms),
                 )
 
+    def _recheck_isr(self, replicas: set[int]) -> None:
+        """Marks the led partitions where one of ``replicas`` is out of the ISR as changed, so
+        that its next fetch reads them and expands the ISR if it has caught up (Kafka expands
+        on the fetch that reaches the high watermark). A fetch session re-reads only changed
+        partitions: a caught-up follower whose expansion could not happen on its fetch (not
+        yet known alive here, or another ISR write under way) would otherwise wait for the
+        next append, forever on an idle partition."""
+        for key, partition in self.partitions.items():
+            if partition.is_leader and any(
+                r in replicas and r not in partition.isr for r in partition.replicas
+            ):
+                self._wake(key)
+
     def _maybe_update_isr(self, partition: Partition, isr: frozenset[int] | None) -> None:
         key = (partition.topic, partition.partition)
         if (
@@ -399,6 +419,11 @@ class ReplicaManager:
                 )
                 partition.isr = isr
                 if partition.maybe_advance_high_watermark():
+                    self._wake(key)
+                if any(r not in isr and r in self.metadata.brokers for r in partition.replicas):
+                    # a follower's expansion may have been skipped while this write was under
+                    # way: its next fetch reads the partition again
+                    self._isr_updates.discard(key)
                     self._wake(key)
         except Exception:
             log.exception("%s-%d: could not write the ISR", partition.topic, partition.partition)
