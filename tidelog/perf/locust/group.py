@@ -71,6 +71,8 @@ class GroupMember:
 
     def _find_coordinator(self) -> BlockingConnection:
         deadline = time.monotonic() + self.wait
+        if not self.client.brokers:
+            self.client.partitions(self.topic)  # the brokers, from metadata
         while True:
             broker_id = min(self.client.brokers)
             answer = self.client.request(

@@ -211,7 +211,10 @@ class ProducerUser(KafkaUser):
             if not self.leaders:
                 self.refresh()
             number = next(self.batches)
-            key = self.keys[number % len(self.keys)] if self.keys else None
+            key = None
+            if self.keys:  # key k always to partition k mod the partitions
+                number %= len(self.keys)
+                key = self.keys[number]
             target = self.leaders[number % len(self.leaders)]
             records = repeated_message_set(
                 self.payload, self.per_batch, int(time.time() * 1000), self.codec, key
