@@ -13,7 +13,8 @@ Users:
   them in turn, so N groups read the topic N times over: the design's in-sync consumers at 4x
   are four groups); it starts at the group's committed offsets or the log end, and commits.
 - ``CatchUpConsumerUser`` reads every partition from the earliest offset, at
-  ``--catch-up-rate-per-user`` MB/s times ``--scale`` (0: as fast as it can); a partition read
+  ``--catch-up-rate-per-user`` MB/s times ``--scale`` (0: as fast as it can; paced as fetches of
+  ``--fetch-bytes``, so the rate is an upper bound where partitions hold less); a partition read
   to its high watermark starts again from the earliest, so it keeps reading old data.
 
 Every produce acknowledgement and every fetch fires a locust request event (type ``produce`` or
@@ -42,7 +43,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.perf.client import PartitionLeader
 from tidelog.perf.consumer import count_records
 from tidelog.perf.locust.client import EARLIEST, LATEST, BlockingClient
-from tidelog.perf.locust.group import STALE_MEMBERSHIP, GroupMember
+from tidelog.perf.locust.group import COORDINATOR_MOVED, STALE_MEMBERSHIP, GroupMember
 from tidelog.perf.producer import repeated_message_set
 from tidelog.records.format import Codec
 
@@ -326,9 +327,6 @@ class InSyncConsumerUser(_Reader):
             self.refresh()
         assigned = self.membership.join([p.partition for p in self.leaders])
         self.offsets = {p: o for p, o in self.membership.committed().items() if p in assigned}
-        missing = [p for p in assigned if p not in self.offsets]
-        if missing:
-            self.offsets.update(self.start_offsets(missing, LATEST))
         self.joined = True
         self.fire("join", self.options.topic, started)
 
@@ -336,9 +334,15 @@ class InSyncConsumerUser(_Reader):
     def consume(self) -> None:
         started = time.perf_counter()
         try:
-            if not self.joined or not self.leaders:
+            if not self.leaders:
+                self.refresh()
+            if not self.joined:
                 self.join()
             self.keep_membership()
+            # no committed offset yet, or one out of range: from the log end
+            missing = [p for p in self.membership.assigned if p not in self.offsets]
+            if missing:
+                self.offsets.update(self.start_offsets(missing, LATEST))
             if not self.offsets:  # more members than partitions: this one waits its turn
                 time.sleep(HEARTBEAT_INTERVAL)
                 return
@@ -357,7 +361,7 @@ class InSyncConsumerUser(_Reader):
             started = time.perf_counter()
             code = self.membership.commit(self.offsets)
             self.last_commit = self.last_heartbeat = now  # a commit proves liveness too
-            if code not in STALE_MEMBERSHIP:
+            if code not in STALE_MEMBERSHIP and code not in COORDINATOR_MOVED:
                 failure = KafkaError(code, "commit") if code != ErrorCode.NONE else None
                 self.fire("commit", self.options.topic, started, exception=failure)
         elif now - self.last_heartbeat >= HEARTBEAT_INTERVAL:
