@@ -191,6 +191,21 @@ def test_the_users_group_member_shares_a_group_with_kafka_pythons_consumer(
         client.close()
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--record-size", "0", "must be at least 1"),
+        ("--scale", "0", "must be greater than 0"),  # not "unpaced", as a rate of 0 is
+    ],
+)
+def test_an_option_out_of_range_is_refused_naming_it(tmp_path, option, value, said):
+    result = subprocess.run(
+        [*LOCUST, "--headless", option, value], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert f"argument {option}:" in result.stderr and said in result.stderr
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -30,9 +30,11 @@ see that package's docstring (``tidelog/perf/locust/__init__.py``) for the figur
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -60,6 +62,25 @@ STALE_METADATA = {
 }
 
 
+def at_least(smallest: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type that refuses values below ``smallest``, saying what is allowed."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value < smallest:
+            raise argparse.ArgumentTypeError(f"{text}: must be at least {smallest}")
+        return value
+
+    return parse
+
+
+def greater_than_zero(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
+    return value
+
+
 @events.init_command_line_parser.add_listener
 def add_arguments(parser: Any) -> None:
     """tidelog's options: on the command line, in locust.conf files, in the web UI."""
@@ -67,30 +88,46 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--bootstrap", default="127.0.0.1:9092", help="bootstrap servers")
     group.add_argument("--topic", default="locust", help="the topic to produce to and read")
     group.add_argument("--acks", choices=sorted(ACKS), default="all", help="producer acks")
-    group.add_argument("--record-size", type=int, default=484, help="bytes of value per record")
     group.add_argument(
-        "--batch-bytes", type=int, default=16384, help="a produce request's records (batch.size)"
+        "--record-size", type=at_least(1), default=484, help="bytes of value per record"
     )
-    group.add_argument("--keys", type=int, default=0, help="distinct keys (0: records unkeyed)")
+    group.add_argument(
+        "--batch-bytes",
+        type=at_least(1),
+        default=16384,
+        help="a produce request's records (batch.size)",
+    )
+    group.add_argument(
+        "--keys", type=at_least(0), default=0, help="distinct keys (0: records unkeyed)"
+    )
     group.add_argument("--codec", choices=sorted(CODECS), default="none", help="compression")
     group.add_argument(
-        "--rate-per-user", type=float, default=0, help="MB/s per producer user (0: unpaced)"
+        "--rate-per-user",
+        type=at_least(0, float),
+        default=0,
+        help="MB/s per producer user (0: unpaced)",
     )
     group.add_argument(
         "--catch-up-rate-per-user",
-        type=float,
+        type=at_least(0, float),
         default=0,
         help="MB/s per catch-up consumer user (0: unpaced)",
     )
-    group.add_argument("--scale", type=float, default=1.0, help="multiplies every rate")
+    group.add_argument("--scale", type=greater_than_zero, default=1.0, help="multiplies every rate")
     group.add_argument(
-        "--consumer-groups", type=int, default=1, help="groups the in-sync consumers are dealt to"
+        "--consumer-groups",
+        type=at_least(1),
+        default=1,
+        help="groups the in-sync consumers are dealt to",
     )
     group.add_argument(
         "--group-prefix", default=None, help="consumer group ids (tidelog-locust-TOPIC-N)"
     )
     group.add_argument(
-        "--fetch-bytes", type=int, default=1024 * 1024, help="max bytes per partition per fetch"
+        "--fetch-bytes",
+        type=at_least(1),
+        default=1024 * 1024,
+        help="max bytes per partition per fetch",
     )
     for name, what in (
         ("producers", "ProducerUser"),
@@ -98,7 +135,7 @@ def add_arguments(parser: Any) -> None:
         ("catch-up-consumers", "CatchUpConsumerUser"),
     ):
         group.add_argument(
-            f"--{name}", type=int, default=None, help=f"run exactly this many {what}s"
+            f"--{name}", type=at_least(0), default=None, help=f"run exactly this many {what}s"
         )
     group.add_argument("--seed", type=int, default=0, help="seeds payloads")
 
