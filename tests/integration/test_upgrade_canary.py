@@ -6,6 +6,8 @@ killed once) and resumed by running it again; no acknowledged message is lost.""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import signal
 import subprocess
@@ -17,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tidelog import runtime
+from tidelog import cli, runtime
 from tidelog.cluster.delivery import Acked, verify
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES
@@ -50,16 +52,18 @@ class Load:
     topics: dict[str, str]
     acked: dict[str, list[Acked]] = field(default_factory=dict)
     consumed: dict[str, set[bytes]] = field(default_factory=dict)
-    stop: threading.Event = field(default_factory=threading.Event)
-    threads: list[threading.Thread] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)  # the producers stop
+    drain: threading.Event = field(default_factory=threading.Event)  # they have stopped
+    producers: list[threading.Thread] = field(default_factory=list)
+    consumers: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> None:
         for era in ERAS:
             self.acked[era] = []
             self.consumed[era] = set()
-            self.threads.append(threading.Thread(target=self._produce, args=(era,), daemon=True))
-            self.threads.append(threading.Thread(target=self._consume, args=(era,), daemon=True))
-        for thread in self.threads:
+            self.producers.append(threading.Thread(target=self._produce, args=(era,), daemon=True))
+            self.consumers.append(threading.Thread(target=self._consume, args=(era,), daemon=True))
+        for thread in self.producers + self.consumers:
             thread.start()
 
     def _produce(self, era: str) -> None:
@@ -97,7 +101,7 @@ class Load:
             consumer.assign(
                 [TopicPartition(t, p) for t in self.topics.values() for p in range(PARTITIONS)]
             )
-            while not self.stop.is_set() or not self.caught_up(era):
+            while not self.drain.is_set() or not self.caught_up(era):
                 for records in consumer.poll(300).values():
                     self.consumed[era].update(record.value for record in records)
         finally:
@@ -114,10 +118,15 @@ class Load:
         wait_until(lambda: self.count() >= target, 60, f"{messages} more acknowledged ({what})")
 
     def finish(self) -> None:
+        """Stops the producers; then the consumers once they have read every acknowledged
+        message (the last acknowledgements come after ``stop``)."""
         self.stop.set()
-        for thread in self.threads:
+        for thread in self.producers:
+            thread.join(timeout=60)
+        self.drain.set()
+        for thread in self.consumers:
             thread.join(timeout=90)
-        assert not any(thread.is_alive() for thread in self.threads), (
+        assert not any(thread.is_alive() for thread in self.producers + self.consumers), (
             "a consumer never read every acknowledged message: "
             + str({era: len(self.consumed[era]) for era in ERAS})
         )
@@ -130,6 +139,14 @@ def cluster(tmp_path_factory):
     local.up(3, overrides={**SCENARIO_OVERRIDES, **PHASE_ONE_DONE}, progress=lambda _: None)
     yield local
     LocalCluster(local.directory).down(progress=lambda _: None)
+
+
+def command(*args: str) -> subprocess.CompletedProcess:
+    """The tidelog command run in this process (a new interpreter costs seconds here)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def tidelog(*args: str) -> subprocess.CompletedProcess:
@@ -154,13 +171,18 @@ def crash_once(point: str, then=None):
     return crash_at
 
 
-def killed_at_every_step(cluster: LocalCluster, kind: str, extra: list[str], kill_broker: str):
-    """Runs ``kind`` of the canary broker, stopped at each step before and after it acts (and
-    at ``extra`` points inside), each time resumed by a fresh run; at ``kill_broker`` the broker
-    is killed too. Returns the journal of the last, finishing run."""
-    points = []
-    for step in KINDS[kind]:
-        points += [step.name, *[p for p in extra if p.startswith(step.name)], f"{step.name}: acted"]
+def killed_at_every_step(
+    cluster: LocalCluster, kind: str, extra: list[str], kill_broker: str, load: Load
+) -> CanaryJournal:
+    """Runs ``kind`` of the canary broker, stopped as a kill would stop it after each step
+    acted (before the journal says it is done, so the resumed run does it again), before the
+    first step, and at ``extra`` points inside a step; each time resumed by a fresh run. At the
+    start of step ``kill_broker`` the broker is killed too. The last run checks the format of
+    new messages once more have been acknowledged. Returns its journal."""
+    steps = [step.name for step in KINDS[kind]]
+    points = [steps[0]]
+    for step in steps:
+        points += [p for p in [kill_broker, *extra] if p.startswith(step)] + [f"{step}: acted"]
 
     def kill() -> None:
         LocalCluster(cluster.directory).signal_broker(CANARY, signal.SIGKILL)
@@ -178,7 +200,20 @@ def killed_at_every_step(cluster: LocalCluster, kind: str, extra: list[str], kil
             runner.run()
         journal = CanaryJournal.load(cluster.directory / CANARY_JOURNAL)
         assert journal is not None and journal.kind == kind and journal.unfinished
-    runner = CanaryRun(LocalCluster(cluster.directory), kind, CANARY, timeout=90, settle_seconds=2)
+        if point == points[0]:  # nothing else starts while it is unfinished
+            directory = str(cluster.directory)
+            other = command("upgrade", "canary", "3", "--dir", directory)
+            run = command("upgrade", "run", "--dir", directory, "--to", "0.10.0")
+            for refused in (other, run):
+                assert refused.returncode == 2
+                assert f"an unfinished {kind} of broker {CANARY}" in refused.stderr
+
+    def more_messages(where: str) -> None:
+        if where == steps[-1]:
+            load.wait_for_more(60, f"to check the {kind}'s formats on")
+
+    runner = CanaryRun(LocalCluster(cluster.directory), kind, CANARY, timeout=90)
+    runner.crash_at = more_messages
     journal = runner.run()
     print("\n".join(line["text"] for line in journal.document["log"]))
     return journal
@@ -215,7 +250,7 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
         preferred = sorted(p for p, replicas in before.items() if replicas[0] == CANARY)
         assert len(preferred) >= 2  # so that moving leadership away is seen
 
-        dry = tidelog("upgrade", "canary", str(CANARY), "--dir", directory, "--dry-run")
+        dry = command("upgrade", "canary", str(CANARY), "--dir", directory, "--dry-run")
         assert dry.returncode == 0, dry.stderr
         assert f"it keeps {preferred[0]};" in dry.stdout
         assert not (cluster.directory / CANARY_JOURNAL).exists() and assignment(cluster) == before
@@ -226,6 +261,7 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
             "canary",
             [],
             kill_broker="wait until it is in every ISR, leading what it keeps",
+            load=load,
         )
         assert journal.document["state"] == "done"
         assert journal.data["kept"] == [preferred[0]]
@@ -253,12 +289,12 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
             30,
             "down-converted Fetch v1 bytes on /metrics",
         )
-        refused = tidelog("upgrade", "canary", "3", "--dir", directory)
+        refused = command("upgrade", "canary", "3", "--dir", directory)
         assert refused.returncode == 2
         assert "broker 2 runs log.message.format.version=0.10.0" in refused.stderr
 
         # the rollback, stopped at every step (and inside its deletion), its broker killed once
-        dry = tidelog("upgrade", "rollback", str(CANARY), "--dir", directory, "--dry-run")
+        dry = command("upgrade", "rollback", str(CANARY), "--dir", directory, "--dry-run")
         assert dry.returncode == 0, dry.stderr
         led_dir = cluster.directory / f"broker-{CANARY}" / "logs" / preferred[0]
         assert str(led_dir) in dry.stdout
@@ -268,6 +304,7 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
             "rollback",
             [f"{delete}: {preferred[0]} set aside"],
             kill_broker="let it re-replicate them from their leaders",
+            load=load,
         )
         assert journal.document["state"] == "done"
         assert journal.data["led"] == [preferred[0]]
@@ -285,7 +322,7 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
             30,
             "new messages in v0 on every copy",
         )
-        again = tidelog("upgrade", "rollback", str(CANARY), "--dir", directory)
+        again = command("upgrade", "rollback", str(CANARY), "--dir", directory)
         assert again.returncode == 2 and "broker 2 is not a canary" in again.stderr
     finally:
         load.finish()
@@ -299,13 +336,14 @@ def test_canary_and_rollback_killed_at_every_step_lose_nothing(cluster):
 
 
 def test_a_killed_rollback_command_resumes_from_its_journal(cluster):
-    """The real command killed (SIGKILL) while it waits for re-replication, then run again."""
+    """The real command killed (SIGKILL) once it has deleted the data of the partitions the
+    canary led, then run again: it restarts the broker and lets it re-replicate them."""
     directory = str(cluster.directory)
-    canary = tidelog("upgrade", "canary", str(CANARY), "--dir", directory, "--leaders", "0")
+    canary = command("upgrade", "canary", str(CANARY), "--dir", directory)
     assert canary.returncode == 0, canary.stderr
-    command = [sys.executable, "-m", "tidelog.cli", "upgrade", "rollback", str(CANARY)]
+    argv = [sys.executable, "-m", "tidelog.cli", "upgrade", "rollback", str(CANARY)]
     process = subprocess.Popen(
-        [*command, "--dir", directory],
+        [*argv, "--dir", directory],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -324,5 +362,8 @@ def test_a_killed_rollback_command_resumes_from_its_journal(cluster):
     assert json.loads(path.read_text())["state"] == "running"
     resumed = tidelog("upgrade", "rollback", str(CANARY), "--dir", directory)
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(path.read_text())["state"] == "done"
+    assert "resuming the rollback of broker 2" in resumed.stdout
+    journal = json.loads(path.read_text())
+    assert journal["state"] == "done" and len(journal["data"]["deleted"]) == 1
+    assert journal["data"]["re_replicated"]["messages"] > 0
     assert cluster.broker_settings(CANARY)["log.message.format.version"] == "0.9.0"

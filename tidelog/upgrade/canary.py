@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.config import BROKER_RELEASES, ConfigError, broker_config
@@ -153,13 +153,18 @@ class CanaryRun:
         return None
 
     def refusal(self) -> str | None:
-        """Why this run may not start (None: it may); nothing is changed."""
+        """Why this run may not start (None: it may); nothing is changed. A run that resumes
+        its own journal may always go on."""
         try:
             self.cluster.broker(self.broker_id)
         except ClusterError as error:
             return str(error)
         if self.resumable() is not None:
             return None
+        return self._other_run() or self._settings_refusal() or self._cluster_refusal()
+
+    def _other_run(self) -> str | None:
+        """An unfinished upgrade run, canary or rollback that is not this one's to take over."""
         target = unfinished_run(self.cluster)
         if target is not None:
             return (
@@ -167,74 +172,78 @@ class CanaryRun:
                 f"upgrade-journal.json): finish it with `tidelog upgrade run --to {target}` first"
             )
         other = CanaryJournal.load(self.path)
-        if other is not None and other.unfinished:
-            takes_over = self.kind == "rollback" and other.broker_id == self.broker_id
-            if not takes_over:  # a rollback may take over its own broker's unfinished canary
-                return (
-                    f"an unfinished {other.kind} of broker {other.broker_id} ({self.path}): "
-                    f"`tidelog upgrade {other.kind} {other.broker_id} --dir "
-                    f"{self.cluster.directory}` finishes it first"
-                )
+        if other is None or not other.unfinished:
+            return None
+        if self.kind == "rollback" and other.broker_id == self.broker_id:
+            return None  # a rollback may take over its own broker's unfinished canary
+        return (
+            f"an unfinished {other.kind} of broker {other.broker_id} ({self.path}): "
+            f"`tidelog upgrade {other.kind} {other.broker_id} --dir "
+            f"{self.cluster.directory}` finishes it first"
+        )
+
+    def _settings_refusal(self) -> str | None:
+        """From each broker's server.properties: phase 1 done, and one canary at most."""
         brokers = read_settings(self.cluster)
         formats = {b.broker_id: b.message_format for b in brokers}
+        mine = formats[self.broker_id]
         others_v1 = [b for b, f in formats.items() if f != V0_FORMAT and b != self.broker_id]
-        if self.kind == "canary":
-            not_new = [
-                f"broker {b.broker_id} runs broker.protocol.max.version={b.release}, "
-                f"inter.broker.protocol.version={b.protocol}"
-                for b in brokers
-                if BROKER_RELEASES.index(b.release) < BROKER_RELEASES.index("0.10.0")
-                or PROTOCOL_ORDER.index(b.protocol) < PROTOCOL_ORDER.index("0.10.0-IV0")
-            ]
-            if not_new:
-                return (
-                    f"phase 1 is not done: {'; '.join(not_new)}. A canary needs every broker "
-                    "on 0.10 code with inter.broker.protocol.version 0.10.0-IV0 or later "
-                    "(phase 1 of `tidelog upgrade plan --to 0.10.0`)"
-                )
-            if formats[self.broker_id] != V0_FORMAT:
-                return (
-                    f"broker {self.broker_id} is already on log.message.format.version="
-                    f"{formats[self.broker_id]}: it is the canary already (`tidelog upgrade "
-                    f"rollback {self.broker_id}` takes it back)"
-                )
+        if self.kind == "rollback":
+            if mine != V1_FORMAT:
+                return f"broker {self.broker_id} is not a canary: it runs {FORMAT_KEY}={mine}"
             if others_v1:
                 return (
-                    f"broker {others_v1[0]} runs log.message.format.version="
-                    f"{formats[others_v1[0]]}: one canary at a time, on a cluster at format "
-                    f"{V0_FORMAT}"
+                    f"broker {others_v1[0]} runs {FORMAT_KEY}={formats[others_v1[0]]} too: a "
+                    f"rollback takes back one canary on a cluster at format {V0_FORMAT}, not a "
+                    "phase 2 under way"
                 )
-            alone = [
-                name(partition)
-                for partition, replicas in self._assignment().items()
-                if replicas == [self.broker_id]
-            ]
-            if alone:
-                return (
-                    f"{', '.join(alone[:5])}: broker {self.broker_id} is the only replica, so "
-                    "a rollback (which deletes the data of the partitions it led) could not "
-                    "re-replicate it"
-                )
-        else:
-            if formats[self.broker_id] != V1_FORMAT:
-                return (
-                    f"broker {self.broker_id} is not a canary: it runs "
-                    f"log.message.format.version={formats[self.broker_id]}"
-                )
-            if others_v1:
-                return (
-                    f"broker {others_v1[0]} runs log.message.format.version="
-                    f"{formats[others_v1[0]]} too: a rollback takes back one canary on a "
-                    f"cluster at format {V0_FORMAT}, not a phase 2 under way"
-                )
-        missing = sorted(set(self.cluster.broker_ids) - self.cluster.registered_brokers())
-        if self.kind == "canary" and missing:
-            return f"brokers {missing} are not registered: a canary starts from a whole cluster"
+            return None
+        not_new = [
+            f"broker {b.broker_id} runs broker.protocol.max.version={b.release}, "
+            f"inter.broker.protocol.version={b.protocol}"
+            for b in brokers
+            if BROKER_RELEASES.index(b.release) < BROKER_RELEASES.index("0.10.0")
+            or PROTOCOL_ORDER.index(b.protocol) < PROTOCOL_ORDER.index("0.10.0-IV0")
+        ]
+        if not_new:
+            return (
+                f"phase 1 is not done: {'; '.join(not_new)}. A canary needs every broker on "
+                "0.10 code with inter.broker.protocol.version 0.10.0-IV0 or later (phase 1 of "
+                "`tidelog upgrade plan --to 0.10.0`)"
+            )
+        if mine != V0_FORMAT:
+            return (
+                f"broker {self.broker_id} is already on {FORMAT_KEY}={mine}: it is the canary "
+                f"already (`tidelog upgrade rollback {self.broker_id}` takes it back)"
+            )
+        if others_v1:
+            return (
+                f"broker {others_v1[0]} runs {FORMAT_KEY}={formats[others_v1[0]]}: one canary "
+                f"at a time, on a cluster at format {V0_FORMAT}"
+            )
+        return None
+
+    def _cluster_refusal(self) -> str | None:
+        """From the running cluster: a canary starts from every broker registered, every
+        replica in sync, and no partition whose only replica is the canary (a rollback could
+        not rebuild it); a rollback from every partition led (its canary may be down)."""
         under, leaderless = checks.lagging(self.cluster)
-        if self.kind == "canary" and (under or leaderless):
+        if self.kind == "rollback":
+            return (
+                f"partitions without a leader: {'; '.join(leaderless[:5])}" if leaderless else None
+            )
+        missing = sorted(set(self.cluster.broker_ids) - self.cluster.registered_brokers())
+        if missing:
+            return f"brokers {missing} are not registered: a canary starts from a whole cluster"
+        if under or leaderless:
             return f"the cluster is not in sync: {'; '.join((under + leaderless)[:5])}"
-        if leaderless:  # a rollback may find its canary down, but every partition led
-            return f"partitions without a leader: {'; '.join(leaderless[:5])}"
+        alone = [name(p) for p, r in self._assignment().items() if r == [self.broker_id]]
+        if alone:
+            return (
+                f"{', '.join(alone[:5])}: broker {self.broker_id} is the only replica, so a "
+                "rollback (which deletes the data of the partitions it led) could not "
+                "re-replicate it"
+            )
         return None
 
     def describe(self) -> list[str]:
@@ -285,7 +294,12 @@ class CanaryRun:
     def _new_journal(self) -> CanaryJournal:
         data: dict[str, Any] = {}
         previous = CanaryJournal.load(self.path)
-        if self.kind == "rollback" and previous is not None and previous.kind == "canary":
+        if (
+            self.kind == "rollback"
+            and previous is not None
+            and previous.kind == "canary"
+            and previous.broker_id == self.broker_id
+        ):
             # a rollback gives back the replica order its canary found
             for key in ("assignment_before", "kept", "restart_marks"):
                 if key in previous.data:
@@ -316,11 +330,18 @@ class CanaryRun:
         )
         return f"broker {self.broker_id} restarted with {FORMAT_KEY}={message_format}"
 
+    def _running(self) -> bool:
+        return self.cluster.broker(self.broker_id).alive
+
+    def _stop(self) -> None:
+        """A clean shutdown, if it runs."""
+        if self._running():
+            self.cluster.stop_broker(self.broker_id)
+
     def _ensure_running(self) -> None:
         """Starts the broker if it is not running (it was killed, or a run stopped after its
         shutdown)."""
-        broker = self.cluster.broker(self.broker_id)
-        if not broker.alive:
+        if not self._running():
             self.progress(f"broker {self.broker_id} is not running: starting it")
             self.cluster.start_broker(self.broker_id, timeout=self.timeout)
 
@@ -418,7 +439,7 @@ class CanaryRun:
         if self.crash_at is not None:
             self.crash_at(where)
 
-    def _fail(self, step: str, reason: str) -> None:
+    def _fail(self, step: str, reason: str) -> NoReturn:
         journal = self.journal
         assert journal is not None
         journal.document["steps"][step] = "failed"
@@ -576,8 +597,7 @@ def stop_broker(run: CanaryRun) -> str:
     (so its copies are not the only ones left)."""
     journal = run.journal
     assert journal is not None
-    if run.cluster.broker(run.broker_id).alive:
-        run.cluster.stop_broker(run.broker_id)
+    run._stop()
     led = [parse(p) for p in journal.data["led"]]
     last: list[str] = []
 
@@ -604,7 +624,7 @@ def stop_broker(run: CanaryRun) -> str:
 def delete_led(run: CanaryRun) -> str:
     journal = run.journal
     assert journal is not None
-    if run.cluster.broker(run.broker_id).alive:
+    if run._running():
         raise StepFailed(f"broker {run.broker_id} is running: its data is not deleted")
     if "deleted" not in journal.data:  # journaled before the first one goes
         journal.data["deleted"] = [

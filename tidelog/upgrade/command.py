@@ -127,9 +127,19 @@ def run_command(args: argparse.Namespace) -> int:
         return canary_command(args)
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.config import ConfigError
+    from tidelog.upgrade.canary import CANARY_JOURNAL, CanaryJournal
     from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
 
     cluster = LocalCluster(args.dir)
+    canary = CanaryJournal.load(cluster.directory / CANARY_JOURNAL)
+    if args.action == "run" and canary is not None and canary.unfinished:
+        print(
+            f"tidelog upgrade run: an unfinished {canary.kind} of broker {canary.broker_id} "
+            f"({canary.path}): `tidelog upgrade {canary.kind} {canary.broker_id} --dir "
+            f"{cluster.directory}` finishes it first",
+            file=sys.stderr,
+        )
+        return 2
     try:
         runner = UpgradeRun(
             cluster,
