@@ -121,9 +121,12 @@ def test_the_full_profile_keeps_the_designs_per_broker_rates_and_consumers():
 def test_overrides_change_only_what_they_name():
     small = cases.PROFILES["small"]
 
-    changed = cases.with_overrides(small, duration_s=3, history_mb=4)
+    changed = cases.with_overrides(small, duration_s=3, history_mb=4, scale=0.5)
 
     assert (changed.duration_s, changed.history_mb_per_broker) == (3, 4)
+    assert changed.acks_all_mb_per_broker == small.acks_all_mb_per_broker / 2
+    assert changed.acks_1_mb_per_broker == small.acks_1_mb_per_broker / 2
+    assert changed.catch_up_mb_per_broker == small.catch_up_mb_per_broker / 2
     assert changed.partitions == small.partitions
     assert cases.with_overrides(small) == small
 

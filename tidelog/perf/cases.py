@@ -42,7 +42,7 @@ from typing import Any
 
 from tidelog import rundata
 from tidelog.cluster import faults
-from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.perf.readers import Reader, ReaderSettings
@@ -54,6 +54,8 @@ TOPIC = "tiered-storage"
 REPLICATION_FACTOR = 3
 WINDOW_SECONDS = 1.0  # the design's "average p99": the p99 of each second, averaged
 KIND = "perf-tiered-storage"
+REBUILD_POLL_INTERVAL = 0.2
+PROGRESS_INTERVAL = 5.0
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,22 @@ def in_no_isr(cluster: LocalCluster, topic: str, broker_id: int) -> bool:
     )
 
 
+def isrs_holding(cluster: LocalCluster, topic: str, broker_id: int) -> tuple[int, int]:
+    """(ISRs that hold ``broker_id``, partitions it is a replica of), as ZooKeeper says. The
+    other replicas may lag meanwhile: on a loaded machine their ISRs come and go."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        metadata = zookeeper.read_topic(client, topic)
+    if metadata is None:
+        return 0, -1
+    mine = [number for number, replicas in metadata.assignment.items() if broker_id in replicas]
+    holding = sum(
+        1
+        for number in mine
+        if number in metadata.states and broker_id in metadata.states[number].isr
+    )
+    return holding, len(mine)
+
+
 async def kill_and_wipe(context: RunContext) -> None:
     """Before the traffic: the broker is killed, the cluster sees it gone (and out of every ISR,
     so that acks=all waits for the live replicas only), and its data is wiped."""
@@ -261,9 +279,25 @@ async def restart_and_rebuild(context: RunContext) -> None:
     started_at = time.time()
     context.record(rundata.Event(started_at, "broker_start", f"broker {broker_id}", None, "empty"))
     await asyncio.to_thread(cluster.start_broker, broker_id)
-    await asyncio.to_thread(
-        faults.wait_for_full_isr, cluster, TOPIC, context.profile.rebuild_timeout_s
-    )
+    deadline = time.monotonic() + context.profile.rebuild_timeout_s
+    last_progress = time.monotonic()
+    while True:
+        holding, partitions = await asyncio.to_thread(isrs_holding, cluster, TOPIC, broker_id)
+        if holding == partitions:
+            break
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"timed out after {context.profile.rebuild_timeout_s} s waiting for the "
+                f"rebuilt broker {broker_id} to be in every ISR of {TOPIC} ({holding} of "
+                f"{partitions})"
+            )
+        if time.monotonic() - last_progress >= PROGRESS_INTERVAL:
+            last_progress = time.monotonic()
+            context.progress(
+                f"  rebuilding broker {broker_id}: in {holding} of {partitions} ISRs after "
+                f"{time.time() - started_at:.0f} s, {_local_bytes(cluster, broker_id) / MB:.1f} MB"
+            )
+        await asyncio.sleep(REBUILD_POLL_INTERVAL)
     back_at = time.time()
     holds = _local_bytes(cluster, broker_id)
     context.record(
@@ -592,7 +626,9 @@ async def run_tiered(
     for case_name in settings.cases:
         for workload_name in settings.workloads:
             case, workload = CASES[case_name], WORKLOADS[workload_name]
-            await asyncio.to_thread(faults.wait_for_full_isr, cluster, TOPIC, 120)
+            await asyncio.to_thread(
+                faults.wait_for_full_isr, cluster, TOPIC, profile.rebuild_timeout_s
+            )
             label = f"{case.name} / {workload.name} / {'tiered' if tiered else 'local only'}"
             progress(f"case {label}: {profile.duration_s:g} s of traffic")
             context = RunContext(
@@ -735,13 +771,24 @@ def format_table(results: list[Result]) -> str:
 
 
 def with_overrides(
-    profile: Profile, duration_s: float | None = None, history_mb: float | None = None
+    profile: Profile,
+    duration_s: float | None = None,
+    history_mb: float | None = None,
+    scale: float | None = None,
 ) -> Profile:
-    """The profile with the command line's --duration and --history-mb-per-broker."""
+    """The profile with the command line's --duration, --history-mb-per-broker and --scale (a
+    factor on every rate: the producers' and the catching-up consumers')."""
     if duration_s is not None:
         profile = replace(profile, duration_s=duration_s)
     if history_mb is not None:
         profile = replace(profile, history_mb_per_broker=history_mb)
+    if scale is not None:
+        profile = replace(
+            profile,
+            acks_all_mb_per_broker=profile.acks_all_mb_per_broker * scale,
+            acks_1_mb_per_broker=profile.acks_1_mb_per_broker * scale,
+            catch_up_mb_per_broker=profile.catch_up_mb_per_broker * scale,
+        )
     return profile
 
 
@@ -765,6 +812,9 @@ def add_command(perf_actions) -> None:
         "--history-mb-per-broker", type=float, help="data loaded before the cases (override)"
     )
     command.add_argument(
+        "--scale", type=float, help="a factor on the profile's rates, to fit the machine"
+    )
+    command.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all"
     )
     command.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -780,7 +830,9 @@ def run_command(args) -> int:
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
 
-    profile = with_overrides(PROFILES[args.profile], args.duration, args.history_mb_per_broker)
+    profile = with_overrides(
+        PROFILES[args.profile], args.duration, args.history_mb_per_broker, args.scale
+    )
     settings = Settings(
         profile=profile,
         out=Path(args.out),
