@@ -426,8 +426,13 @@ def window_figures(run_dir: Path, figure: str) -> tuple[float, float]:
 
 
 def _local_bytes(cluster: LocalCluster, broker_id: int) -> int:
+    """The bytes of the topic's segments on the broker's disk (retention deletes meanwhile)."""
     logs = Path(cluster.broker(broker_id).config).parent / "logs"
-    return sum(path.stat().st_size for path in logs.glob(f"{TOPIC}-*/*.log"))
+    total = 0
+    for path in logs.glob(f"{TOPIC}-*/*.log"):
+        with contextlib.suppress(FileNotFoundError):
+            total += path.stat().st_size
+    return total
 
 
 def machine(directory: Path) -> dict:
