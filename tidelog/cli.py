@@ -682,6 +682,9 @@ def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
         where.add_argument("--dir", help="a local cluster's state directory")
         action.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     perf.set_defaults(run=_perf)
+    from tidelog.perf.cases import add_command as add_tiered_storage_cases
+
+    add_tiered_storage_cases(perf_actions)
 
     from tidelog.cluster.faults import FAILURES, TARGETS
 

@@ -20,6 +20,8 @@ NOT_HERE += (
     "tidelog topic create --zookeeper 127.0.0.1:12181",
     "tidelog scenario replication --compose",
 )
+# Minutes of load: tests/integration/test_perf_cases.py runs the command with shorter settings.
+NOT_HERE += ("tidelog perf tiered-storage", "tidelog report runs/ts/")
 
 
 def code_blocks(text: str) -> list[list[str]]:

@@ -130,20 +130,7 @@ def inject(
         cluster.heal_broker(broker_id)
         return f"cut broker {broker_id} off the network past its session timeout, then healed it"
     if failure == "wipe_and_rebuild":
-        # A broker is rebuilt once the cluster has seen it die: were it to come back empty
-        # while still leader, it would lead with an empty log.
-        if not isinstance(cluster, LocalCluster):
-            raise ClusterError("wipe_and_rebuild needs a local cluster (its log dirs on this disk)")
-        cluster.signal_broker(broker_id, signal.SIGKILL)
-        wait_until(
-            lambda: not _zookeeper_read(cluster, lambda zk: _holds_anything(zk, broker_id)),
-            session_timeout_s * 3 + 10,
-            f"the cluster to see broker {broker_id} gone (no registration, no leadership)",
-            interval=0.2,
-        )
-        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
-        for directory in log_dirs:
-            shutil.rmtree(directory, ignore_errors=True)
+        log_dirs = kill_and_wipe(cluster, broker_id, session_timeout_s=session_timeout_s)
         cluster.start_broker(broker_id)
         return (
             f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
@@ -152,6 +139,25 @@ def inject(
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
+
+
+def kill_and_wipe(cluster: Cluster, broker_id: int, *, session_timeout_s: float) -> list[str]:
+    """The first half of wipe_and_rebuild: kills the broker, waits until the cluster has seen it
+    die (no registration, no leadership: were it to come back empty while still leader, it
+    would lead with an empty log), and deletes its log dirs. Returns the dirs deleted."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("wipe_and_rebuild needs a local cluster (its log dirs on this disk)")
+    cluster.signal_broker(broker_id, signal.SIGKILL)
+    wait_until(
+        lambda: not _zookeeper_read(cluster, lambda zk: _holds_anything(zk, broker_id)),
+        session_timeout_s * 3 + 10,
+        f"the cluster to see broker {broker_id} gone (no registration, no leadership)",
+        interval=0.2,
+    )
+    log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+    for directory in log_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+    return log_dirs
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ Records are handed to the producer at the --throughput rate (or as fast as it ta
 go out in batches of up to --batch-size bytes, one partition after the other, with up to five
 requests in flight per broker. A batch takes every record due when a request slot is free; with
 --linger-ms it also waits up to that long for a full batch. A record's latency runs from the time
-it was due to its acknowledgement. Message sets are built from one encoded message repeated, so
-there is no Python object per record.
+it was due to its acknowledgement. Message sets are cut from a ring of encoded messages (one
+payload, or ``keys`` keyed messages with payloads drawn from ``seed``), so there is no Python
+object per record. A produce that fails (an error code, or a leader that went away) counts its
+records as failed, as Kafka's producer does with retries=0, and the leaders are looked up again.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog import rundata
-from tidelog.errors import ErrorCode
+from tidelog.errors import ErrorCode, KafkaError
 from tidelog.perf.client import Client
 from tidelog.perf.stats import Summary
 from tidelog.protocol.schemas import ApiKey
@@ -40,6 +42,13 @@ class ProducerSettings:
     codec: Codec = Codec.NONE
     batch_size: int = 16384
     linger_ms: float = 0
+    seed: int = 0  # of the payloads (and keys)
+    keys: int = 0  # distinct keys, cycled through; 0: records without keys, one payload
+
+
+# Errors after which the partition's leader is looked up again (the broker's or the connection's)
+LEADER_MOVED = {ErrorCode.NOT_LEADER_FOR_PARTITION, ErrorCode.LEADER_NOT_AVAILABLE}
+METADATA_REFRESH_INTERVAL = 0.5
 
 
 def repeated_message_set(
@@ -55,6 +64,54 @@ def repeated_message_set(
         OFFSET_AND_SIZE.pack_into(inner, number * len(entry), number, len(message))
     wrapper = encode_message(1, None, compress(codec, inner, 1), timestamp, codec)
     return encode_entry(count - 1, wrapper)
+
+
+class MessageRing:
+    """Encoded v1 entries of equal size, in a fixed order, to cut message sets from.
+
+    Entry k is record k modulo ``len(ring)``: key ``key-{k:08d}`` (no key when ``keys`` is 0) and
+    a payload of ``record_size`` bytes drawn from ``seed``, so a run with the same seed sends the
+    same records. Entries carry offset 0 (the broker assigns offsets) and a CreateTime of the
+    second they were cut in: the ring is encoded again when the second changes, so no record is
+    encoded on its own. ``entries(first, count, now_ms)`` is one slice of the ring.
+    """
+
+    def __init__(self, record_size: int, seed: int, keys: int, batch_records: int) -> None:
+        chooser = random.Random(seed)
+        names = [f"key-{k:08d}".encode() for k in range(keys)] if keys > 0 else [None]
+        self._records = [(key, chooser.randbytes(record_size)) for key in names]
+        self._batch_records = batch_records
+        self._second = -1
+        self._ring = b""
+        self.entry_size = len(encode_entry(0, encode_message(1, *self._records[0], 0)))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def entries(self, first: int, count: int, now_ms: int) -> bytes:
+        if now_ms // 1000 != self._second:
+            self._second = now_ms // 1000
+            one_pass = b"".join(
+                encode_entry(0, encode_message(1, key, value, now_ms))
+                for key, value in self._records
+            )
+            # long enough that any batch is one slice, wherever it starts
+            self._ring = one_pass * (1 + -(-self._batch_records // len(self._records)))
+        start = (first % len(self._records)) * self.entry_size
+        return self._ring[start : start + count * self.entry_size]
+
+    def message_set(self, first: int, count: int, now_ms: int, codec: Codec) -> bytes:
+        """Records first..first+count-1, uncompressed or in one wrapper with relative inner
+        offsets 0..count-1."""
+        entries = self.entries(first, count, now_ms)
+        if codec == Codec.NONE:
+            return entries
+        inner = bytearray(entries)
+        message_size = self.entry_size - OFFSET_AND_SIZE.size
+        for number in range(1, count):
+            OFFSET_AND_SIZE.pack_into(inner, number * self.entry_size, number, message_size)
+        wrapper = encode_message(1, None, compress(codec, inner, 1), now_ms, codec)
+        return encode_entry(count - 1, wrapper)
 
 
 @dataclass(frozen=True)
@@ -129,13 +186,15 @@ async def run_producer(
     settings: ProducerSettings,
     progress: Callable[[str], None] = print,
     run_dir: Path | None = None,
+    stop: asyncio.Event | None = None,
 ) -> tuple[Summary, dict[str, int]]:
-    """Runs the test; returns the summary and the count of each error code seen. With
-    ``run_dir``, also writes every acknowledgement to its acks table."""
+    """Runs the test (until ``num_records`` are sent, or ``stop`` is set); returns the summary
+    and the count of each error seen. With ``run_dir``, also writes every acknowledgement to its
+    acks table."""
     client = Client(bootstrap_servers)
     partitions = await client.partitions(settings.topic)
-    payload = random.Random(0).randbytes(settings.record_size)
     per_batch = max(1, settings.batch_size // (settings.record_size + 34))
+    ring = MessageRing(settings.record_size, settings.seed, settings.keys, per_batch)
     throttled = settings.throughput > 0
     acknowledged: list[_Batch] = []
     errors: dict[str, int] = {}
@@ -147,14 +206,21 @@ async def run_producer(
     last_progress = start
     sent = 0
     batch_number = 0
+    leaders_moved = False  # a produce failed in a way that says: look the leaders up again
+    looked_up = start
+
+    def failed(name: str, count: int) -> None:
+        errors[name] = errors.get(name, 0) + count
 
     async def complete(
         future, count: int, first_due: float, spacing: float, partition: int
     ) -> None:
+        nonlocal leaders_moved
         try:
             response = await future if future is not None else None
         except ConnectionError as error:
-            errors[f"connection: {error}"] = errors.get(f"connection: {error}", 0) + count
+            failed(f"connection: {error}", count)
+            leaders_moved = True
             return
         finally:
             slots.release()
@@ -164,7 +230,8 @@ async def run_producer(
             answer = response["responses"][0]["partition_responses"][0]
             code = answer["error_code"]
             if code:
-                errors[ErrorCode(code).name] = errors.get(ErrorCode(code).name, 0) + count
+                failed(ErrorCode(code).name, count)
+                leaders_moved = leaders_moved or code in LEADER_MOVED
                 return
             base_offset = answer["base_offset"]
         acknowledged.append(_Batch(now, first_due, spacing, count, partition, base_offset))
@@ -173,9 +240,15 @@ async def run_producer(
         window.latency_sum += count * (oldest - spacing * 1000 * (count - 1) / 2)
         window.latency_max = max(window.latency_max, oldest)
 
-    while sent < settings.num_records:
+    while sent < settings.num_records and not (stop is not None and stop.is_set()):
         await slots.acquire()
         now = time.perf_counter()
+        if leaders_moved and now - looked_up >= METADATA_REFRESH_INTERVAL:
+            leaders_moved, looked_up = False, now
+            try:
+                partitions = await client.partitions(settings.topic)
+            except (ConnectionError, OSError, KafkaError):
+                leaders_moved = True  # still moving: the next batch tries again
         if throttled:
             due_count = min(settings.num_records, int((now - start) * settings.throughput) + 1)
             if due_count - sent < per_batch and settings.linger_ms > 0:
@@ -199,8 +272,7 @@ async def run_producer(
             first_due, spacing = now, 0.0
         partition = partitions[batch_number % len(partitions)]
         batch_number += 1
-        records = repeated_message_set(payload, count, int(time.time() * 1000), settings.codec)
-        connection = await client.connection(partition.leader)
+        records = ring.message_set(sent, count, int(time.time() * 1000), settings.codec)
         body = {
             "acks": settings.acks,
             "timeout": 30000,
@@ -211,12 +283,19 @@ async def run_producer(
                 }
             ],
         }
-        future = connection.send(ApiKey.PRODUCE, 2, body, expect_response=settings.acks != 0)
-        await connection.writer.drain()
+        sent += count
+        try:
+            connection = await client.connection(partition.leader)
+            future = connection.send(ApiKey.PRODUCE, 2, body, expect_response=settings.acks != 0)
+            await connection.writer.drain()
+        except (ConnectionError, OSError) as error:  # the leader went away
+            slots.release()
+            failed(f"connection: {error}", count)
+            leaders_moved = True
+            continue
         task = asyncio.create_task(complete(future, count, first_due, spacing, partition.partition))
         pending.add(task)
         task.add_done_callback(pending.discard)
-        sent += count
         if time.perf_counter() - last_progress >= PROGRESS_INTERVAL:
             progress(window.line(settings.record_size))
             window = _Window()

@@ -1,0 +1,259 @@
+"""`tidelog perf tiered-storage`: the design's three cases on real clusters, briefly.
+
+One run of the command (the small profile, a few seconds of traffic per case, a little history)
+serves every test here; a thread beside it reads each cluster's ISRs from ZooKeeper the whole
+time, so that the rebuild's end can be checked against what the cluster itself said.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from tidelog import rundata
+from tidelog.controller import zookeeper
+from tidelog.perf import cases
+
+CLUSTERS = ("without-tiered", "tiered")
+STATE = "cluster.json"
+RUNS = [
+    (case, workload, tiered)
+    for case in cases.CASES
+    for workload in cases.WORKLOADS
+    for tiered in (False, True)
+]
+
+
+@dataclass
+class IsrWatcher:
+    """Samples, every 50 ms, which brokers are missing from some ISR of the cases' topic, in
+    whichever of the command's clusters is up: (time the read started, cluster, brokers)."""
+
+    directory: Path
+    samples: list[tuple[float, str, frozenset[int]]] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        clients: dict[str, KazooClient] = {}
+        try:
+            while not self.done.is_set():
+                # the clusters run one after the other: only the latest one is read
+                name = next(
+                    (n for n in reversed(CLUSTERS) if (self.directory / n / STATE).exists()), None
+                )
+                for other in [n for n in clients if n != name]:
+                    _drop(clients, other)
+                if name is not None:
+                    self._sample(name, clients)
+                self.done.wait(0.05)
+        finally:
+            for name in list(clients):
+                _drop(clients, name)
+
+    def _sample(self, name: str, clients: dict[str, KazooClient]) -> None:
+        """One read of the topic's ISRs; every ZooKeeper call has a deadline (a client whose
+        server went away would otherwise wait for it), and a client that fails is dropped."""
+        try:
+            client = clients.get(name)
+            if client is None:
+                connect = json.loads((self.directory / name / STATE).read_text())["zookeeper"]
+                if not connect:
+                    return
+                client = clients[name] = KazooClient(hosts=connect, timeout=2.0)
+                client.start(timeout=2.0)
+            started = time.time()
+            topic = client.get_async(zookeeper.topic_path(cases.TOPIC)).get(timeout=2)[0]
+            assignment = json.loads(topic)["partitions"]
+            pending = [
+                (replicas, client.get_async(zookeeper.state_path(cases.TOPIC, int(number))))
+                for number, replicas in assignment.items()
+            ]
+            missing = frozenset(
+                replica
+                for replicas, state in pending
+                for replica in replicas
+                if replica not in json.loads(state.get(timeout=2)[0])["isr"]
+            )
+        except NoNodeError:  # no topic yet
+            return
+        except Exception:  # not up yet, or already down
+            _drop(clients, name)
+            return
+        self.samples.append((started, name, missing))
+
+
+def _drop(clients: dict[str, KazooClient], name: str) -> None:
+    client = clients.pop(name, None)
+    if client is not None:
+        client.stop()
+        client.close()
+
+
+@dataclass
+class CommandRun:
+    out: Path
+    stdout: str
+    returncode: int
+    watcher: IsrWatcher
+
+    def run_dir(self, case: str, workload: str, tiered: bool) -> Path:
+        return self.out / cases.run_dir_name(case, workload, tiered)
+
+
+@pytest.fixture(scope="module")
+def command_run(tmp_path_factory) -> CommandRun:
+    base = tmp_path_factory.mktemp("perf-cases")
+    out, clusters = base / "runs", base / "clusters"
+    watcher = IsrWatcher(clusters)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "perf",
+                "tiered-storage",
+                "--profile",
+                "small",
+                "--out",
+                str(out),
+                "--dir",
+                str(clusters),
+                "--duration",
+                "4",
+                "--history-mb-per-broker",
+                "4",
+                "--scale",
+                "0.5",
+                "--seed",
+                "11",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        watcher.done.set()
+        thread.join(10)
+    print(completed.stdout[-5000:], completed.stderr[-5000:])
+    return CommandRun(out, completed.stdout, completed.returncode, watcher)
+
+
+def test_every_case_completes_and_the_table_has_every_cell(command_run):
+    assert command_run.returncode == 0, command_run.stdout[-3000:]
+    table = (command_run.out / "table.txt").read_text()
+    assert table in command_run.stdout
+    rows = cases.table_rows(
+        [
+            _result_from(command_run.run_dir(case, workload, tiered))
+            for case, workload, tiered in RUNS
+        ]
+    )
+    assert len(rows) == 8
+    assert all(cell != "-" and "nan" not in cell for row in rows for cell in row), rows
+    for row in rows:  # the figures printed are those the run directories hold
+        assert row[3] in table and row[5] in table
+    for case, workload, tiered in RUNS:
+        metadata = rundata.read_metadata(command_run.run_dir(case, workload, tiered))
+        assert (metadata.kind, metadata.case, metadata.workload, metadata.tiered) == (
+            cases.KIND,
+            case,
+            workload,
+            tiered,
+        )
+        assert metadata.settings["seed"] == 11
+        assert metadata.settings["command"].startswith("tidelog perf tiered-storage")
+        assert "--duration 4" in metadata.settings["command"]
+        assert metadata.profile["name"] == "small" and metadata.profile["duration_s"] == 4
+        assert metadata.machine["cores"] >= 1 and metadata.machine["disk_total_bytes"] > 0
+        assert metadata.settings["topic_config"].get("remote.storage.enable") == (
+            "true" if tiered else None
+        )
+
+
+def _result_from(run_dir: Path) -> cases.Result:
+    figures = rundata.read_metadata(run_dir).verdict["figures"]  # type: ignore[index]
+    return cases.Result(run_dir=run_dir, **figures)
+
+
+def test_the_acks_table_holds_every_record_the_producer_saw_acknowledged(command_run):
+    for case, workload, tiered in RUNS:
+        run_dir = command_run.run_dir(case, workload, tiered)
+        verdict = rundata.read_metadata(run_dir).verdict
+        acks = rundata.read_table(run_dir, "acks")
+        assert acks is not None
+        producer = verdict["producer"]
+        assert acks.num_rows == producer["acknowledged"] > 0, (run_dir, producer)
+        latencies = sorted(acks.column("latency_ms").to_pylist())
+        # the same latencies as the producer's own summary: its percentiles, exactly
+        assert latencies[-1] == pytest.approx(producer["latency_ms"]["max"])
+        assert latencies[math.ceil(0.99 * len(latencies)) - 1] == pytest.approx(
+            producer["latency_ms"]["p99"]
+        )
+        if case == "normal":  # nothing failed, and each acknowledged offset once
+            assert verdict["errors"] == {}
+            pairs = list(
+                zip(
+                    acks.column("partition").to_pylist(),
+                    acks.column("offset").to_pylist(),
+                    strict=True,
+                )
+            )
+            assert len(set(pairs)) == len(pairs) and min(o for _, o in pairs) >= 0
+
+
+def test_the_catching_up_consumers_read_old_data_and_the_in_sync_ones_keep_up(command_run):
+    for workload in cases.WORKLOADS:
+        for tiered in (False, True):
+            run_dir = command_run.run_dir("consumers", workload, tiered)
+            consumer = rundata.read_table(run_dir, "consumer").to_pylist()
+            catching_up = [row for row in consumer if row["consumer"].startswith("catching-up")]
+            in_sync = [row for row in consumer if row["consumer"].startswith("in-sync")]
+            assert catching_up and in_sync
+            readers = rundata.read_metadata(run_dir).verdict["readers"]
+            assert all(
+                readers[f"catching-up-{n}"]["bytes"] > 0
+                for n in range(1, cases.PROFILES["small"].catch_up_consumers + 1)
+            )
+            events = rundata.read_table(run_dir, "events").to_pylist()
+            assert [e["kind"] for e in events] == ["catch_up_consumers"]
+            last = max(row["sampled_at"] for row in in_sync)
+            final_lag = sum(r["lag"] for r in in_sync if r["sampled_at"] == last)
+            assert final_lag < 5_000, final_lag
+
+
+def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_run):
+    for workload in cases.WORKLOADS:
+        for tiered in (False, True):
+            run_dir = command_run.run_dir("rebuild", workload, tiered)
+            events = rundata.read_table(run_dir, "events").to_pylist()
+            assert [e["kind"] for e in events] == ["kill_and_wipe", "broker_start", "rebuild"]
+            rebuild = events[-1]
+            broker = int(rebuild["target"].split()[-1])
+            started = rebuild["at"].timestamp()
+            back = started + rebuild["duration_ms"] / 1000
+            cluster = "tiered" if tiered else "without-tiered"
+            seen = sorted(
+                (moment, broker in missing)
+                for moment, name, missing in command_run.watcher.samples
+                if name == cluster and moment >= started
+            )
+            first_back = next((i for i, (_, out) in enumerate(seen) if not out), None)
+            assert first_back, f"{run_dir}: the watcher never saw broker {broker} rebuilding"
+            # the last read that still found the broker out of an ISR began before the
+            # command said it was back; and the command said so soon after it was
+            last_out, first_in = seen[first_back - 1][0], seen[first_back][0]
+            assert last_out < back, (last_out, back)
+            assert back < first_in + 5, (first_in, back)

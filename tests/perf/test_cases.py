@@ -1,0 +1,174 @@
+"""The tiered-storage cases' pieces that need no cluster: profiles, figures, the table, records."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tidelog import rundata
+from tidelog.cli import build_parser
+from tidelog.perf import cases
+from tidelog.perf.producer import MessageRing
+from tidelog.records.format import Codec, iter_deep
+
+
+def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebuild=None):
+    return cases.Result(
+        case=case,
+        workload=workload,
+        tiered=tiered,
+        run_dir=Path("unused"),
+        p99_ms=p99,
+        p95_ms=p95,
+        rebuild_s=rebuild,
+        asked_mb_s=1.0,
+        produced_mb_s=1.0,
+        acknowledged=10,
+        failed=0,
+        in_sync_mb_s=2.0,
+        catch_up_mb_s=0.0,
+    )
+
+
+def every_result() -> list[cases.Result]:
+    results = []
+    for case in cases.CASES:
+        for workload in cases.WORKLOADS:
+            rebuild = case == "rebuild"
+            results.append(result(case, workload, True, 30.0, 15.0, 10.0 if rebuild else None))
+            results.append(result(case, workload, False, 20.0, 10.0, 40.0 if rebuild else None))
+    return results
+
+
+def test_the_table_has_the_designs_shape_with_every_cell_filled():
+    rows = cases.table_rows(every_result())
+
+    # three cases x two workloads, and a rebuild duration row per rebuild workload
+    assert len(rows) == 8
+    assert all(cell != "-" for row in rows for cell in row)
+    normal_all = rows[0]
+    assert normal_all[:3] == ["1 normal traffic", "acks=all", "avg p99 / p95 ms"]
+    assert normal_all[3:] == [
+        "30.0 / 15.0",
+        "25.0 / 14.0",
+        "20.0 / 10.0",
+        "21.0 / 13.0",
+        "1.50 / 1.50",
+        "1.19 / 1.08",
+    ]
+    durations = [row for row in rows if row[2] == "rebuild duration"]
+    assert [row[1] for row in durations] == ["acks=all", "acks=1"]
+    assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
+    assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
+
+
+def test_a_missing_run_leaves_its_cells_empty_rather_than_invented():
+    rows = cases.table_rows([r for r in every_result() if not (r.case == "normal" and r.tiered)])
+
+    normal = [row for row in rows if row[0] == "1 normal traffic"]
+    assert all(row[3] == "-" and row[7] == "-" for row in normal)
+    assert all(row[5] != "-" for row in normal)
+
+
+def write_acks(run_dir: Path, rows: list[tuple[float, float]]) -> None:
+    rundata.write_table(
+        run_dir,
+        "acks",
+        {
+            "acked_at": [rundata.epoch_microseconds(at) for at, _ in rows],
+            "latency_ms": [latency for _, latency in rows],
+            "partition": [0] * len(rows),
+            "offset": list(range(len(rows))),
+            "bytes": [480] * len(rows),
+            "message": [None] * len(rows),
+        },
+    )
+
+
+def test_window_figures_average_or_take_the_largest_p99_of_each_second(tmp_path):
+    start = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    # second 0: latencies 1..100 ms (p99 99, p95 95); second 1: 201..300 ms (p99 299, p95 295)
+    rows = [(start + 0.001 * i, float(i + 1)) for i in range(100)]
+    rows += [(start + 1 + 0.001 * i, float(201 + i)) for i in range(100)]
+    write_acks(tmp_path, rows)
+
+    assert cases.window_figures(tmp_path, "avg") == (199.0, 195.0)
+    assert cases.window_figures(tmp_path, "max") == (299.0, 295.0)
+
+
+def test_window_figures_of_a_run_without_acknowledgements_are_not_numbers(tmp_path):
+    write_acks(tmp_path, [])
+
+    assert all(math.isnan(figure) for figure in cases.window_figures(tmp_path, "avg"))
+
+
+def test_the_full_profile_keeps_the_designs_per_broker_rates_and_consumers():
+    full = cases.PROFILES["full"]
+
+    assert (full.acks_all_mb_per_broker, full.acks_1_mb_per_broker) == (30, 55)
+    assert (full.in_sync_consumers, full.catch_up_consumers, full.catch_up_mb_per_broker) == (
+        4,
+        9,
+        180,
+    )
+    # the design's messages: 30 MB/s at ~62K messages/s
+    assert full.record_size == pytest.approx(30e6 / 62e3, rel=0.01)
+
+
+def test_overrides_change_only_what_they_name():
+    small = cases.PROFILES["small"]
+
+    changed = cases.with_overrides(small, duration_s=3, history_mb=4, scale=0.5)
+
+    assert (changed.duration_s, changed.history_mb_per_broker) == (3, 4)
+    assert changed.acks_all_mb_per_broker == small.acks_all_mb_per_broker / 2
+    assert changed.acks_1_mb_per_broker == small.acks_1_mb_per_broker / 2
+    assert changed.catch_up_mb_per_broker == small.catch_up_mb_per_broker / 2
+    assert changed.partitions == small.partitions
+    assert cases.with_overrides(small) == small
+
+
+def test_the_command_line_reaches_the_cases():
+    args = build_parser().parse_args(
+        ["perf", "tiered-storage", "--profile", "small", "--out", "runs/ts", "--cases", "rebuild"]
+    )
+
+    assert args.run is cases.run_command
+    assert (args.profile, args.out, args.cases, args.seed) == ("small", "runs/ts", ["rebuild"], 0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["perf", "tiered-storage", "--profile", "huge", "--out", "x"])
+
+
+def records(data: bytes) -> list[tuple[bytes | None, bytes, int]]:
+    return [(m.key, m.value, m.timestamp) for m in iter_deep(data)]
+
+
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY])
+def test_a_ring_cuts_the_same_seeded_keyed_records_every_time(codec):
+    ring = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
+    again = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
+
+    batch = records(ring.message_set(3, 8, 1_700_000_000_123, codec))
+
+    assert [key for key, _, _ in batch] == [f"key-{k % 5:08d}".encode() for k in range(3, 11)]
+    assert all(len(value) == 50 for _, value, _ in batch)
+    assert all(timestamp == 1_700_000_000_123 for _, _, timestamp in batch)
+    assert batch == records(again.message_set(3, 8, 1_700_000_000_123, codec))
+    # records with the same key carry the same payload; another seed, other payloads
+    assert batch[0][1] == batch[5][1]
+    other = records(MessageRing(50, 8, 5, 8).message_set(3, 8, 1_700_000_000_123, codec))
+    assert [v for _, v, _ in other] != [v for _, v, _ in batch]
+
+
+def test_a_ring_is_stamped_again_when_the_second_changes():
+    ring = MessageRing(record_size=10, seed=0, keys=0, batch_records=4)
+
+    first = records(ring.message_set(0, 2, 1_000_500, Codec.NONE))
+    later = records(ring.message_set(2, 2, 1_001_200, Codec.NONE))
+
+    assert [t for _, _, t in first] == [1_000_500] * 2
+    assert [t for _, _, t in later] == [1_001_200] * 2
+    assert [k for k, _, _ in first + later] == [None] * 4
