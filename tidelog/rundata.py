@@ -23,9 +23,12 @@ meanings:
   ``message`` (a delivery oracle's id such as ``2-00000017``, else null).
 - consumer: ``sampled_at``, ``consumer`` (a name: "in-sync-1", "catching-up-3"), ``partition``,
   ``offset`` (the next offset it will read), ``lag`` (high watermark minus offset, records).
-- events: ``at``, ``kind`` (a fault such as hard_bounce, or rebuild, restart...), ``target``
-  (a broker id or a partition, as text), ``duration_ms`` (how long it lasted, null if a moment),
-  ``detail`` (what the tool said).
+- events: ``at``, ``kind``, ``target`` (a broker id or a partition, as text), ``duration_ms``
+  (how long it lasted, null if a moment), ``detail`` (what the tool said). Kinds: a scenario's
+  fault (hard_bounce, ...); from ``perf tiered-storage``: ``kill_and_wipe`` (a broker killed,
+  out of every ISR and its data deleted), ``broker_start`` (it is started again), ``rebuild``
+  (written once it is back in every ISR; ``duration_ms`` from its start until then) and
+  ``catch_up_consumers`` (the out-of-sync readers start).
 - consumed: ``partition``, ``offset``, ``message`` (same ids as acks.message).
 
 ``case`` names the reference test case the run stands for (``normal``, ``consumers``,
