@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tidelog.log.mapped_index import CorruptIndexError
+from tidelog.log.index_file import CorruptIndexError
 from tidelog.log.offset_index import OffsetIndex
 from tidelog.log.time_index import TimeIndex
 

@@ -26,8 +26,8 @@ from tidelog.log.files import (
     segment_file,
     segment_files,
 )
+from tidelog.log.index_file import CorruptIndexError
 from tidelog.log.leader_epoch import LeaderEpochCache
-from tidelog.log.mapped_index import CorruptIndexError
 from tidelog.log.segment import FileSlice, LogSegment
 from tidelog.log.segments import LogSegments
 from tidelog.records.format import (

@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 
-from tidelog.log.mapped_index import CorruptIndexError, MappedIndex
+from tidelog.log.index_file import CorruptIndexError, IndexFile
 
 
-class OffsetIndex(MappedIndex):
+class OffsetIndex(IndexFile):
     """Maps offsets to positions in one segment's ``.log`` file.
 
     An entry (relative offset int32, position int32) says: the entry holding offset

@@ -17,7 +17,7 @@ from tidelog.log.files import (
     TIME_INDEX_SUFFIX,
     segment_file,
 )
-from tidelog.log.mapped_index import CorruptIndexError
+from tidelog.log.index_file import CorruptIndexError
 from tidelog.log.offset_index import OffsetIndex
 from tidelog.log.time_index import TimeIndex
 from tidelog.records.format import (

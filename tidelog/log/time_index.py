@@ -5,10 +5,10 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 
-from tidelog.log.mapped_index import CorruptIndexError, MappedIndex
+from tidelog.log.index_file import CorruptIndexError, IndexFile
 
 
-class TimeIndex(MappedIndex):
+class TimeIndex(IndexFile):
     """Maps timestamps to offsets inside one segment.
 
     An entry (T, O) (timestamp int64, relative offset int32) says: T is the largest timestamp

@@ -37,7 +37,7 @@ class CorruptIndexError(Exception):
 INTERPOLATION_WINDOW = 16
 
 
-class MappedIndex:
+class IndexFile:
     entry: struct.Struct  # set by subclasses: (key, value), the key is what lookups search
     column_typecodes: tuple[str, str]
 
