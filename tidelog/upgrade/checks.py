@@ -9,7 +9,8 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.local import wait_until
+from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import broker_config
 from tidelog.controller import zookeeper
 
@@ -18,7 +19,7 @@ LOG_OVERHEAD = 12
 Replica = tuple[str, int, int]  # topic, partition, broker id
 
 
-def lagging(cluster: LocalCluster) -> tuple[list[str], list[str]]:
+def lagging(cluster: RollableCluster) -> tuple[list[str], list[str]]:
     """(under-replicated partitions, partitions without a leader), as "topic-partition"."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)
@@ -33,7 +34,7 @@ def lagging(cluster: LocalCluster) -> tuple[list[str], list[str]]:
     return under, leaderless
 
 
-def wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
+def wait_in_sync(cluster: RollableCluster, timeout: float) -> None:
     """Until every replica is in its partition's ISR (zero under-replicated partitions) and
     every partition has a live leader; TimeoutError naming what still lags."""
     last: list[tuple[list[str], list[str]]] = [([], [])]
@@ -52,7 +53,7 @@ def wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
         ) from None
 
 
-def elect_preferred_leaders(cluster: LocalCluster, timeout: float) -> None:
+def elect_preferred_leaders(cluster: RollableCluster, timeout: float) -> None:
     """Moves each partition's leadership back to its preferred replica, as a rolling bounce
     would leave it on the brokers restarted first; waits until every one has it."""
     with zookeeper.session(cluster.zookeeper) as client:
@@ -74,7 +75,7 @@ def elect_preferred_leaders(cluster: LocalCluster, timeout: float) -> None:
     wait_until(preferred, timeout, "every partition led by its preferred replica", interval=0.5)
 
 
-def partition_dirs(cluster: LocalCluster) -> dict[Replica, Path]:
+def partition_dirs(cluster: RollableCluster) -> dict[Replica, Path]:
     """Every replica's directory on disk."""
     found: dict[Replica, Path] = {}
     for broker_id in cluster.broker_ids:
@@ -104,7 +105,7 @@ def entries(directory: Path, since: int = 0):
             position += LOG_OVERHEAD + size
 
 
-def end_offsets(cluster: LocalCluster) -> dict[str, int]:
+def end_offsets(cluster: RollableCluster) -> dict[str, int]:
     """Each replica's next offset on disk, keyed "topic/partition/broker"."""
     marks = {}
     for (topic, number, broker_id), directory in partition_dirs(cluster).items():
@@ -118,7 +119,7 @@ def end_offsets(cluster: LocalCluster) -> dict[str, int]:
     return marks
 
 
-def formats_since(cluster: LocalCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
+def formats_since(cluster: RollableCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
     """For each replica marked, how many messages of each magic it got after its mark."""
     counts: dict[str, dict[int, int]] = {}
     for (topic, number, broker_id), directory in partition_dirs(cluster).items():
@@ -133,7 +134,7 @@ def formats_since(cluster: LocalCluster, marks: dict[str, int]) -> dict[str, dic
     return counts
 
 
-def expected_formats(cluster: LocalCluster, broker_format: int) -> dict[str, int]:
+def expected_formats(cluster: RollableCluster, broker_format: int) -> dict[str, int]:
     """Each topic's format: its message.format.version override, or the brokers'."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)

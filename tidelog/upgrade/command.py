@@ -39,11 +39,12 @@ def add_commands(commands) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.local import ClusterError
+    from tidelog.cluster.rolling import open_cluster
     from tidelog.config import ConfigError
     from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
 
-    cluster = LocalCluster(args.dir)
+    cluster = open_cluster(args.dir)
     try:
         runner = UpgradeRun(
             cluster,

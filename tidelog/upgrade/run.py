@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidelog.cluster.local import ClusterError, LocalCluster
+from tidelog.cluster.local import ClusterError
+from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import ConfigError
 from tidelog.upgrade import checks
 from tidelog.upgrade.plan import Step, plan, read_settings
@@ -75,7 +76,7 @@ class UpgradeRun:
 
     def __init__(
         self,
-        cluster: LocalCluster,
+        cluster: RollableCluster,
         target: str,
         *,
         timeout: float = 120.0,
