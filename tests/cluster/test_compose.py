@@ -65,7 +65,7 @@ def test_an_ensemble_cluster_takes_the_ensemble_profiles_settings(tmp_path: Path
 
 def test_a_brokers_own_settings_and_image_tag_are_remembered(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    cluster = ComposeCluster.create(tmp_path, root / "compose.yaml", "p3")
+    cluster = ComposeCluster.create(tmp_path, root / "compose.yaml", "p3", remote_tier=True)
     cluster.set_broker_overrides(2, {"log.message.format.version": "0.10.0"})
     cluster.set_image_tag(2, "next")
     again = ComposeCluster(tmp_path)  # the compose file it was created with
@@ -73,6 +73,7 @@ def test_a_brokers_own_settings_and_image_tag_are_remembered(tmp_path: Path) -> 
     assert again.broker_overrides(2) == {"log.message.format.version": "0.10.0"}
     assert again.broker_overrides(1) == {}
     assert (again.image(1), again.image(2)) == ("tidelog:dev", "tidelog:next")
+    assert again.environment["TIDELOG_REMOTE_TIER_SETTINGS"].endswith("docker/remote.env")
     assert "KAFKA_LOG_MESSAGE_FORMAT_VERSION=0.10.0" in (tmp_path / "broker-2.env").read_text()
 
 

@@ -33,6 +33,7 @@ BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
 BROKER_SETTINGS_FILE = "broker.env"
 ENSEMBLE_SETTINGS_FILE = "docker/ensemble.env"  # beside compose.yaml
+REMOTE_TIER_SETTINGS_FILE = "docker/remote.env"  # beside compose.yaml
 # where the images keep a broker's effective settings and its log dir (docker/entrypoint.py)
 EFFECTIVE_CONFIG = "/var/lib/tidelog/server.properties"
 CONTAINER_LOG_DIR = "/var/lib/tidelog/logs"
@@ -127,10 +128,12 @@ class ComposeCluster:
         ports: dict[str, int] | None = None,
         settings: dict[str, str] | None = None,
         ensemble: bool = False,
+        remote_tier: bool = False,
     ) -> ComposeCluster:
         """Writes ``directory/compose.env`` for a project with these host ports (free ones by
         default) and broker settings, on three ZooKeepers if ``ensemble`` (the settings of
-        docker/ensemble.env); starts nothing."""
+        docker/ensemble.env), with the remote tier on a shared volume if ``remote_tier`` (those
+        of docker/remote.env); starts nothing."""
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         root = Path(compose_file).resolve().parent
@@ -142,6 +145,8 @@ class ComposeCluster:
             environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"] = str(path)
         if ensemble:
             environment |= _read_environment(root / ENSEMBLE_SETTINGS_FILE)
+        if remote_tier:
+            environment["TIDELOG_REMOTE_TIER_SETTINGS"] = str(root / REMOTE_TIER_SETTINGS_FILE)
         _write_environment(directory / ENV_FILE, environment)
         cluster = cls(directory, compose_file)
         cluster.set_broker_settings(settings or {})
@@ -257,19 +262,41 @@ class ComposeCluster:
     def health(self, broker_id: int) -> str:
         """The engine's view of a broker: healthy, unhealthy, starting, or its state if it is
         not running (exited, paused)."""
-        state = self.inspect(self.broker(broker_id).service)["State"]
-        if state["Status"] != "running" or state.get("Paused"):
-            return "paused" if state.get("Paused") else state["Status"]
-        return state.get("Health", {}).get("Status", "running")
+        return self.healths().get(self.broker(broker_id).service, "no container")
+
+    def healths(self) -> dict[str, str]:
+        """``health`` of every service with a container, from one ``docker compose ps``: a wait
+        polls this, and one call per poll instead of two per broker keeps the polling from
+        competing for the CPU with the brokers it waits for."""
+        found = {}
+        for line in self.compose("ps", "--all", "--format", "json", timeout=60).splitlines():
+            if line.strip():
+                container = json.loads(line)
+                running = container["State"] == "running"
+                found[container["Service"]] = (
+                    (container["Health"] or "running") if running else container["State"]
+                )
+        return found
 
     def wait_healthy(self, broker_ids: list[int] | None = None, timeout: float = 90) -> None:
         wanted = broker_ids or list(self.state.brokers)
-        wait_until(
-            lambda: all(self.health(b) == "healthy" for b in wanted),
-            timeout,
-            f"brokers {wanted} of compose project {self.project} to be healthy",
-            interval=0.5,
-        )
+        services = [self.broker(b).service for b in wanted]
+        last: dict[str, str] = {}
+
+        def healthy() -> bool:
+            last.update(self.healths())
+            return all(last.get(service) == "healthy" for service in services)
+
+        try:
+            wait_until(
+                healthy,
+                timeout,
+                f"brokers {wanted} of compose project {self.project} to be healthy",
+                interval=0.5,
+            )
+        except ClusterError as error:
+            states = ", ".join(f"{service} {last.get(service)}" for service in services)
+            raise ClusterError(f"{error} ({states})") from None
 
     def link_log_dirs(self) -> None:
         """``directory/broker-{id}/logs``: a link to the broker's log volume on this host."""
