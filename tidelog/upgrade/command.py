@@ -36,6 +36,9 @@ def add_commands(commands) -> None:
                 help="wait this long after the last step before checking its format",
             )
     upgrade.set_defaults(run=run_command)
+    from tidelog.upgrade.roll import add_roll  # a compose cluster to another image
+
+    add_roll(actions)
 
 
 def run_command(args: argparse.Namespace) -> int:
