@@ -16,6 +16,15 @@ class PartitionLeader:
     leader: int
 
 
+def partition_leaders(described: dict) -> list[PartitionLeader] | None:
+    """A Metadata answer's topic as its partitions and leaders; None while the topic has an
+    error, no partitions, or a partition without a leader."""
+    partitions = described["partition_metadata"]
+    if described["error_code"] != 0 or not partitions or any(p["leader"] < 0 for p in partitions):
+        return None
+    return sorted(PartitionLeader(p["partition"], p["leader"]) for p in partitions)
+
+
 class Client:
     """Bootstrap, metadata, and a connection per broker."""
 
@@ -31,13 +40,9 @@ class Client:
             metadata = await self._metadata(topic)
             self.brokers = {b["node_id"]: (b["host"], b["port"]) for b in metadata["brokers"]}
             (described,) = metadata["topic_metadata"]
-            partitions = described["partition_metadata"]
-            if (
-                described["error_code"] == 0
-                and partitions
-                and all(p["leader"] >= 0 for p in partitions)
-            ):
-                return sorted(PartitionLeader(p["partition"], p["leader"]) for p in partitions)
+            leaders = partition_leaders(described)
+            if leaders is not None:
+                return leaders
             if asyncio.get_running_loop().time() > deadline:
                 code = ErrorCode(described["error_code"])
                 raise KafkaError(code, f"topic {topic} has no leader for every partition")

@@ -42,9 +42,11 @@ class ProducerSettings:
     linger_ms: float = 0
 
 
-def repeated_message_set(payload: bytes, count: int, timestamp: int, codec: Codec) -> bytes:
+def repeated_message_set(
+    payload: bytes, count: int, timestamp: int, codec: Codec, key: bytes | None = None
+) -> bytes:
     """``count`` copies of one v1 message (offsets are the broker's to assign)."""
-    message = encode_message(1, None, payload, timestamp)
+    message = encode_message(1, key, payload, timestamp)
     entry = encode_entry(0, message)
     if codec == Codec.NONE:
         return entry * count

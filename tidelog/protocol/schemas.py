@@ -328,6 +328,17 @@ HEARTBEAT_REQUEST_V0 = schema(("group_id", STRING), ("generation_id", INT32), ("
 HEARTBEAT_RESPONSE_V0 = schema(("error_code", INT16))
 LEAVE_GROUP_REQUEST_V0 = schema(("group_id", STRING), ("member_id", STRING))
 LEAVE_GROUP_RESPONSE_V0 = schema(("error_code", INT16))
+# The "consumer" protocol type's own bytes, opaque to the coordinator: a member's subscription
+# (JoinGroup's protocol_metadata) and the leader's assignment to it (SyncGroup's
+# member_assignment), as Kafka's ConsumerProtocol writes them
+CONSUMER_SUBSCRIPTION_V0 = schema(
+    ("version", INT16), ("topics", Array(STRING)), ("user_data", BYTES)
+)
+CONSUMER_ASSIGNMENT_V0 = schema(
+    ("version", INT16),
+    ("partitions", Array(schema(("topic", STRING), ("partitions", Array(INT32))))),
+    ("user_data", BYTES),
+)
 
 
 def _offset_commit_request(partition: Schema, *header: tuple[str, object]) -> Schema:
