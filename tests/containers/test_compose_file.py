@@ -43,6 +43,8 @@ def test_three_brokers_with_named_listeners_published_on_loopback() -> None:
         environment = service["environment"]
         assert environment["KAFKA_BROKER_ID"] == str(broker_id)
         assert environment["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+        # started with ZooKeeper by `docker compose restart`, a broker waits for it
+        assert environment["KAFKA_ZOOKEEPER_CONNECTION_TIMEOUT_MS"] == "60000"
         assert environment["KAFKA_ADVERTISED_LISTENERS"] == (
             f"INTERNAL://broker-{broker_id}:9092,EXTERNAL://127.0.0.1:{19090 + broker_id}"
         )
