@@ -3,6 +3,7 @@
     entrypoint.py broker [tidelog broker options]      the broker image
     entrypoint.py standalone [tidelog broker options]  ZooKeeper and one broker (standalone image)
     entrypoint.py report [tidelog report options]      the tools image: a report of the run data
+    entrypoint.py locust [locust options]              the tools image: tidelog's locustfile
 
 A broker's settings are Kafka's names, from /etc/tidelog/server.properties when one is mounted,
 then from KAFKA_* environment variables as Confluent's images spell them (KAFKA_BROKER_ID is
@@ -93,6 +94,15 @@ def report(arguments: list[str]) -> int:
     return 1  # not reached: execvp replaces this process
 
 
+def locust(arguments: list[str]) -> None:
+    """locust with tidelog's locustfile (tidelog/perf/locust/locustfile.py, as installed)."""
+    from tidelog.perf import locust as package
+
+    locustfile = Path(package.__file__).parent / "locustfile.py"
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *arguments]
+    os.execv(command[0], command)
+
+
 def main() -> int:
     mode, arguments = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("broker", [])
     if mode == "broker":
@@ -101,7 +111,9 @@ def main() -> int:
         return standalone(arguments)
     if mode == "report":
         return report(arguments)
-    print(f"usage: {sys.argv[0]} broker|standalone|report [options]")
+    if mode == "locust":
+        locust(arguments)
+    print(f"usage: {sys.argv[0]} broker|standalone|report|locust [options]")
     return 2
 
 

@@ -215,6 +215,20 @@ for section in sys.argv[2:]:
 ' "$ROOT/pyproject.toml" "$@"
 }
 
+# The tools image, unless the one there was built from the same Dockerfile, wheels and standalone
+# image (a label records them): its context holds the extras' wheels, about 600 MB, which the
+# engine would otherwise be sent at every run only to find each layer in its cache.
+build_tools_image() {
+    local key
+    key=$(cat "$ROOT/docker/tools/Dockerfile" "$ROOT/docker/tools/wheels/requirements.txt" |
+        sha256sum | cut -c1-16)-$(docker image inspect --format '{{.Id}}' tidelog-standalone:dev | cut -c8-23)
+    if [ "$(docker image inspect --format '{{index .Config.Labels "tidelog.tools.key"}}' \
+        tidelog-tools:dev 2>/dev/null)" = "$key" ]; then
+        return
+    fi
+    docker build --label "tidelog.tools.key=$key" -t tidelog-tools:dev "$ROOT/docker/tools"
+}
+
 # tidelog's own images: the compose file's (broker, ZooKeeper), the standalone one, and the
 # tools image on top of it (its own context: docker/tools).
 build_images() {
@@ -222,7 +236,7 @@ build_images() {
     log=$(mktemp)
     if ! (cd "$ROOT" && docker compose build >"$log" 2>&1 &&
         docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev . >>"$log" 2>&1 &&
-        docker build -t tidelog-tools:dev docker/tools >>"$log" 2>&1); then
+        build_tools_image >>"$log" 2>&1); then
         tail -30 "$log" >&2
         rm -f "$log"
         fail "building tidelog's images failed"

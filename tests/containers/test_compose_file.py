@@ -88,6 +88,21 @@ def test_the_report_profile_reads_the_run_data_volume() -> None:
     ]
 
 
+def test_the_locust_profile_runs_a_master_and_workers_on_the_internal_listeners() -> None:
+    services = compose_config("--profile", "locust")["services"]
+    master, worker = services["locust-master"], services["locust-worker"]
+    assert master["command"] == [
+        *("--master", "--expect-workers", "2"),
+        *("--bootstrap", "broker-1:9092,broker-2:9092,broker-3:9092"),
+    ]
+    assert worker["command"] == ["--worker", "--master-host", "locust-master"]
+    assert worker["deploy"]["replicas"] == 2
+    for service in (master, worker):
+        assert service["image"] == "tidelog-tools:dev"
+        assert service["entrypoint"][-1] == "locust"
+    assert {p["host_ip"] for p in master["ports"]} == {"127.0.0.1"}
+
+
 def swarm_stack(config: dict) -> dict:
     """The README's changes for Swarm, made to compose's rendering of the file: no build (the
     images come from a registry), no startup ordering (Swarm has none: a broker retries

@@ -85,6 +85,19 @@ def test_roll_moves_every_broker_to_another_image_under_a_producer(
         with zookeeper.session(cluster.zookeeper) as client:
             topics.create_topic(client, topic, 3, 3, {"min.insync.replicas": "2"})
         faults.wait_for_full_isr(cluster, topic)
+        # the upgrade's plan reads each broker's settings from its container, through the seam
+        plan = subprocess.run(
+            [
+                *(sys.executable, "-m", "tidelog.cli", "upgrade", "plan"),
+                *("--dir", str(tmp_path), "--to", "0.10.1"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert plan.returncode == 0, plan.stderr
+        for broker_id in BROKERS:
+            assert f"roll broker {broker_id} with broker.protocol.max.version=0.10.1" in plan.stdout
         roll = [
             *(sys.executable, "-m", "tidelog.cli", "upgrade", "roll"),
             *("--dir", str(tmp_path), "--image-tag", NEW),
