@@ -502,7 +502,9 @@ def _command(actions, name: str, text: str) -> argparse.ArgumentParser:
     return actions.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
+    """tidelog's command line; ``only_broker``: just the broker command (a broker's start does
+    not pay for the imports of the other commands' choices)."""
     parser = argparse.ArgumentParser(
         prog="tidelog",
         description="A replicated, Kafka-compatible log broker and cluster testbed.",
@@ -563,6 +565,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--override", action="append", metavar="KEY=VALUE", help="a setting on top of the file"
     )
     broker.set_defaults(run=_broker)
+    if only_broker:
+        return parser
 
     cluster = commands.add_parser(
         "cluster",
@@ -789,7 +793,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    args = build_parser(only_broker=given[:1] == ["broker"]).parse_args(given)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

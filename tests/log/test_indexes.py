@@ -1,4 +1,4 @@
-"""The memory-mapped offset and time indexes on their own."""
+"""The offset and time indexes on their own."""
 
 from __future__ import annotations
 
@@ -28,10 +28,35 @@ def time_index(tmp_path):
     index.close()
 
 
-def test_a_new_index_is_preallocated_and_empty(offset_index):
-    assert offset_index.path.stat().st_size == 80
+def test_a_new_index_is_preallocated_and_empty_from_its_first_write(offset_index):
+    assert not offset_index.path.exists()  # a new segment creates no index file until needed
     assert (offset_index.entries, offset_index.max_entries) == (0, 10)
     assert offset_index.lookup(150) == (100, 0)
+    offset_index.append(110, 1000)
+    assert offset_index.path.stat().st_size == 80
+    assert offset_index.is_open
+
+
+def test_an_index_is_searched_without_an_open_file_and_released_when_idle(offset_index):
+    offset_index.append(110, 1000)
+    offset_index.append(120, 2000)
+    assert offset_index.release_if_idle() is False  # written since the last check
+    assert offset_index.release_if_idle() is True
+    assert not offset_index.is_open
+    reopened = type(offset_index)(offset_index.path, 100, 80)
+    assert reopened.lookup(125) == (120, 2000)
+    assert reopened.last_entry == (120, 2000)
+    assert not reopened.is_open  # lookups read the file once, into memory
+    reopened.append(130, 3000)  # the next write opens it again
+    assert reopened.is_open and reopened.lookup(10**9) == (130, 3000)
+    offset_index.append(130, 3000)  # the first one's columns are its own
+    reopened.close()
+    assert type(offset_index)(offset_index.path, 100, 80).entries == 3
+
+
+def test_trim_of_an_index_never_written_leaves_an_empty_file(offset_index):
+    offset_index.trim()
+    assert offset_index.path.stat().st_size == 0
 
 
 def test_lookup_finds_the_last_entry_at_or_below_the_offset(offset_index):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.conftest import message_set
@@ -47,3 +49,28 @@ def test_a_log_records_its_epochs_and_forgets_them_when_truncated(make_log, cloc
     follower = make_log("follower-0")
     follower.append_as_follower(log.read(0, 10**6).slice.read(), leader_epoch=3)
     assert follower.leader_epochs.entries == [(3, 0)]
+
+
+def test_a_new_epoch_is_written_at_once_and_synced_with_the_log(make_log, monkeypatch):
+    """An append in a new epoch does not wait for the disk; the log's flush syncs the file."""
+    import tidelog.log.leader_epoch as leader_epoch
+
+    synced = []
+    real_fsync = leader_epoch.os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(leader_epoch.os, "fsync", recording_fsync)
+    log = make_log()
+    log.append_as_leader(message_set(5), leader_epoch=1)
+
+    assert LeaderEpochCache(log.directory).entries == [(1, 0)]  # in the file already
+    checkpoint = str(log.directory / "leader-epoch-checkpoint")
+    assert checkpoint not in synced
+    log.flush()
+    assert synced.count(checkpoint) == 1
+    log.append_as_leader(message_set(5), leader_epoch=1)
+    log.flush()  # the same epoch: nothing new to sync
+    assert synced.count(checkpoint) == 1

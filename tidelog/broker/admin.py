@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 
 from aiohttp import web
@@ -35,7 +36,9 @@ class AdminServer:
         control: ControlRequests | None = None,
         replicas: ReplicaManager | None = None,
         remote: RemoteLogManager | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
+        self.sock = sock  # bound already (its port registered): served instead of binding
         self.replicas = replicas
         self.clock = clock
         self.control = control
@@ -63,7 +66,11 @@ class AdminServer:
         )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site: web.BaseSite
+        if self.sock is not None:
+            site = web.SockSite(self._runner, self.sock)
+        else:
+            site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("admin API on http://%s:%d", self.host, self.port)

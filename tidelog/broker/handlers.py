@@ -229,7 +229,8 @@ class RequestHandler:
 
     async def produce(self, request: Request) -> dict | None:
         acks = request.body["acks"]
-        waits = []
+        waiting: dict[tuple[str, int], int] = {}  # acks=all: offset to wait for, per partition
+        waiting_responses: dict[tuple[str, int], dict] = {}
 
         def append(topic: str, partition: int, data: dict, response: dict) -> None:
             if acks not in (-1, 0, 1):
@@ -240,7 +241,8 @@ class RequestHandler:
             response["base_offset"] = info.first_offset
             response["log_append_time"] = info.log_append_time
             if acks == -1:
-                waits.append(self._await_replication(request, topic, info.last_offset, response))
+                waiting[(topic, partition)] = info.last_offset + 1
+                waiting_responses[(topic, partition)] = response
 
         responses = self._each_partition(
             request.body["topic_data"],
@@ -251,22 +253,16 @@ class RequestHandler:
         )
         if acks == 0:
             return None
-        await asyncio.gather(*waits)
+        if waiting:
+            # acks=all: one delayed produce for the whole request
+            failed = await self.replicas.wait_for_replication_of(
+                waiting, max(request.body["timeout"], 0) / 1000
+            )
+            for (topic, partition), error in failed.items():
+                waiting_responses[(topic, partition)]["error_code"] = self._error(
+                    error.code, f"produce from {request.client_id} to {topic}-{partition}", error
+                )
         return {"responses": responses, "throttle_time_ms": 0}
-
-    async def _await_replication(
-        self, request: Request, topic: str, last_offset: int, response: dict
-    ) -> None:
-        """acks=all: the response waits until every in-sync replica has the messages."""
-        partition = response["partition"]
-        try:
-            await self.replicas.wait_for_replication(
-                topic, partition, last_offset + 1, max(request.body["timeout"], 0) / 1000
-            )
-        except KafkaError as error:
-            response["error_code"] = self._error(
-                error.code, f"produce from {request.client_id} to {topic}-{partition}", error
-            )
 
     # -- Fetch ---------------------------------------------------------------------------------
 

@@ -111,6 +111,9 @@ def _read_changed(
         elif session.sent_high_watermarks.get(key) != result.high_watermark:
             answers[key] = answer
             whole.append(key)
-        else:
+        elif session.replica_id in replicas.leader_partition(topic, number).isr:
             session.changed.discard(key)  # nothing new: it waits for the next append
+        # else a caught-up follower out of the ISR stays changed, so that each of its fetches
+        # tries again to bring it back in: the first try can come before this broker has seen
+        # the follower register again, and an idle partition would never be read again
     return answers, whole, total, failed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import MetadataCache
@@ -75,12 +75,17 @@ class ReplicaManager:
         # called after every apply_metadata (the group coordinator loads or unloads groups)
         self.leadership_listeners: list[Callable[[], None]] = []
         self.remote = remote
+        # the brokers alive at the last apply_metadata: a follower that fetched before this
+        # broker knew it was alive gets its ISR expansion once it is known (see _recheck_isr)
+        self._live_brokers: set[int] = set()
 
     # -- leadership ----------------------------------------------------------------------------
 
     def apply_metadata(self) -> None:
         """Brings every partition assigned here in line with its state in the metadata."""
         now = self.clock.milliseconds()
+        joined = set(self.metadata.brokers) - self._live_brokers
+        self._live_brokers = set(self.metadata.brokers)
         for key in [k for k in self.partitions if k[0] not in self.metadata.topics]:
             self._remove_from_fetchers(key)  # a deleted topic: no more fetching for it
             del self.partitions[key]
@@ -129,6 +134,8 @@ class ReplicaManager:
                     )
                 else:
                     partition.make_follower(-1, state.leader_epoch, replicas, isr)
+        if joined:
+            self._recheck_isr(joined)
         for listener in self.leadership_listeners:
             listener()
 
@@ -220,29 +227,58 @@ class ReplicaManager:
         self, topic: str, number: int, offset: int, timeout: float
     ) -> None:
         """Returns once every in-sync replica has the messages below ``offset`` (acks=all)."""
-        key = (topic, number)
+        failed = await self.wait_for_replication_of({(topic, number): offset}, timeout)
+        if failed:
+            raise failed[(topic, number)]
+
+    async def wait_for_replication_of(
+        self, offsets: Mapping[TopicPartition, int], timeout: float
+    ) -> dict[TopicPartition, KafkaError]:
+        """One delayed produce for all partitions of a request: returns once every in-sync
+        replica of each partition has the messages below its offset, or the timeout passed;
+        the partitions that failed, with why. Each wake-up re-checks only the partitions still
+        waiting, and one future waits for all of them (not a task per partition)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
+        waiting = dict(offsets)
+        failed: dict[TopicPartition, KafkaError] = {}
         while True:
-            partition = self.leader_partition(topic, number)
-            if partition.log.high_watermark >= offset:
-                minimum = partition.log.config.min_insync_replicas
-                if len(partition.isr) < minimum:
-                    raise KafkaError(
-                        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                        f"{topic}-{number} shrank to {sorted(partition.isr)} in-sync replicas, "
-                        f"below min.insync.replicas {minimum}",
-                    )
-                return
+            for key, offset in list(waiting.items()):
+                try:
+                    done = self._replicated(key, offset)
+                except KafkaError as error:
+                    failed[key], done = error, True
+                if done:
+                    del waiting[key]
+            if not waiting:
+                return failed
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise KafkaError(
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
-                    f"{sorted(partition.isr)} in time "
-                    f"(high watermark {partition.log.high_watermark})",
-                )
-            await self.wait_for_change([key], remaining)
+                for (topic, number), offset in waiting.items():
+                    partition = self.leader_partition(topic, number)  # checked just above
+                    failed[(topic, number)] = KafkaError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
+                        f"{sorted(partition.isr)} in time "
+                        f"(high watermark {partition.log.high_watermark})",
+                    )
+                return failed
+            await self.wait_for_change(waiting, remaining)
+
+    def _replicated(self, key: TopicPartition, offset: int) -> bool:
+        """Whether the high watermark reached ``offset``; raises if the partition is no longer
+        led here or its ISR shrank below min.insync.replicas."""
+        partition = self.leader_partition(*key)
+        if partition.log.high_watermark < offset:
+            return False
+        minimum = partition.log.config.min_insync_replicas
+        if len(partition.isr) < minimum:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"{key[0]}-{key[1]} shrank to {sorted(partition.isr)} in-sync replicas, "
+                f"below min.insync.replicas {minimum}",
+            )
+        return True
 
     # -- fetch ---------------------------------------------------------------------------------
 
@@ -338,6 +374,19 @@ class ReplicaManager:
                     partition.isr_to_shrink(now, self.replica_lag_time_max_ms, self.last_fetch_ms),
                 )
 
+    def _recheck_isr(self, replicas: set[int]) -> None:
+        """Marks the led partitions where one of ``replicas`` is out of the ISR as changed, so
+        that its next fetch reads them and expands the ISR if it has caught up (Kafka expands
+        on the fetch that reaches the high watermark). A fetch session re-reads only changed
+        partitions: a caught-up follower whose expansion could not happen on its fetch (not
+        yet known alive here, or another ISR write under way) would otherwise wait for the
+        next append, forever on an idle partition."""
+        for key, partition in self.partitions.items():
+            if partition.is_leader and any(
+                r in replicas and r not in partition.isr for r in partition.replicas
+            ):
+                self._wake(key)
+
     def _maybe_update_isr(self, partition: Partition, isr: frozenset[int] | None) -> None:
         key = (partition.topic, partition.partition)
         if (
@@ -370,6 +419,11 @@ class ReplicaManager:
                 )
                 partition.isr = isr
                 if partition.maybe_advance_high_watermark():
+                    self._wake(key)
+                if any(r not in isr and r in self.metadata.brokers for r in partition.replicas):
+                    # a follower's expansion may have been skipped while this write was under
+                    # way: its next fetch reads the partition again
+                    self._isr_updates.discard(key)
                     self._wake(key)
         except Exception:
             log.exception("%s-%d: could not write the ISR", partition.topic, partition.partition)

@@ -223,27 +223,86 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     return _zookeeper_read(cluster, roles)
 
 
-def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None:
-    """Waits until every partition of ``topic`` has a live leader and every replica in its ISR."""
+def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) -> None:
+    """Waits until the leader of every partition of ``topic`` has moved its older data to the
+    remote tier and deleted it locally (local log start above the log start): a broker rebuilt
+    after that has a remote part to skip."""
 
-    def recovered(zk) -> bool:
-        live = set(zookeeper.read_brokers(zk))
-        metadata = zookeeper.read_topic(zk, topic)
-        if metadata is None:
-            return False
-        return all(
-            number in metadata.states
-            and metadata.states[number].leader in live
-            and set(metadata.states[number].isr) == set(replicas)
-            for number, replicas in metadata.assignment.items()
+    def offloaded() -> bool:
+        led: dict[int, dict] = {}
+        for broker_id in cluster.broker_ids:
+            port = cluster.broker(broker_id).admin_port
+            try:
+                url = f"http://127.0.0.1:{port}/topics/{topic}"
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    described = json.loads(reply.read())
+            except (OSError, ValueError):
+                continue  # not up, or does not know the topic yet
+            for entry in described["partitions"]:
+                if entry["leader"] == broker_id and "local_log_start_offset" in entry:
+                    led[entry["partition"]] = entry
+        partitions = _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic))
+        return set(led) == set(partitions.assignment) and all(
+            entry["local_log_start_offset"] > entry["log_start_offset"] for entry in led.values()
         )
 
+    wait_until(offloaded, timeout, f"every partition of {topic} to have data only in the tier")
+
+
+def has_full_isr(zk, topic: str) -> bool:
+    """Whether every partition of ``topic`` has a live leader and every replica in its ISR."""
+    live = set(zookeeper.read_brokers(zk))
+    metadata = zookeeper.read_topic(zk, topic)
+    if metadata is None:
+        return False
+    return all(
+        number in metadata.states
+        and metadata.states[number].leader in live
+        and set(metadata.states[number].isr) == set(replicas)
+        for number, replicas in metadata.assignment.items()
+    )
+
+
+def wait_for_full_isr(cluster: Cluster, topic: str, timeout: float = 90) -> None:
+    """Waits until every partition of ``topic`` has a live leader and every replica in its ISR,
+    and every live broker has the logs of its replicas open. The ISR alone is not enough: a new
+    topic's ISR is full in ZooKeeper before any broker has opened its logs, and a broker
+    restarted before its session expired is still in every ISR while it loads its logs."""
+    live: set[int] = set()
+
+    def recovered(zk) -> bool:
+        live.clear()
+        live.update(zookeeper.read_brokers(zk))
+        return has_full_isr(zk, topic)
+
     wait_until(
-        lambda: _zookeeper_read(cluster, recovered),
+        lambda: (
+            _zookeeper_read(cluster, recovered) and every_replica_has_its_log(cluster, topic, live)
+        ),
         timeout,
-        f"every partition of {topic} to have a leader and a full ISR",
+        f"every partition of {topic} to have a leader and a full ISR, every replica its log",
         interval=0.5,
     )
+
+
+def every_replica_has_its_log(cluster: Cluster, topic: str, brokers: set[int]) -> bool:
+    """Each of ``brokers`` has opened the log of every partition of ``topic`` assigned to it
+    (its admin API says so; a broker serves clients once its logs are open)."""
+    for broker_id in brokers:
+        port = cluster.broker(broker_id).admin_port
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/topics/{topic}", timeout=10
+            ) as response:
+                described = json.loads(response.read())
+        except OSError:  # not up yet, or not serving this topic yet (404)
+            return False
+        if any(
+            broker_id in p["replicas"] and "log_end_offset" not in p
+            for p in described["partitions"]
+        ):
+            return False
+    return True
 
 
 def _state(cluster: Cluster, topic: str, partition: int):

@@ -21,6 +21,7 @@ from pathlib import Path
 from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
+from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 
 _topics = itertools.count()
@@ -166,6 +167,9 @@ async def run_scenario(
                 finally:
                     producer.resume()
             else:
+                if settings.failure == "wipe_and_rebuild" and isinstance(cluster, LocalCluster):
+                    # the rebuild is to skip the remote part: there is one before the wipe
+                    await asyncio.to_thread(faults.wait_for_offload, cluster, topic)
                 broker = await asyncio.to_thread(
                     faults.pick_target, cluster, topic, settings.target
                 )

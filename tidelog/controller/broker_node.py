@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import signal
 import socket
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-from tidelog.broker.admin import AdminServer
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
@@ -33,6 +33,9 @@ from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
 from tidelog.tiered.manager import RemoteLogManager
 from tidelog.tiered.storage import RemoteStorageManager, split_rsm_config
+
+if TYPE_CHECKING:
+    from tidelog.broker.admin import AdminServer
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +130,14 @@ class BrokerNode:
             self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
         )
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
-        admin_host, admin_port = host_and_port(config["admin.listener"])
-        self.admin = AdminServer(
-            self.broker_id,
-            self.metadata,
-            self.logs,
-            self.metrics,
-            host=admin_host,
-            port=admin_port,
-            is_registered=lambda: self.registered,
-            clock=self.clock,
-            control=self.control,
-            replicas=self.replicas,
-            remote=self.remote,
-        )
+        # The admin API's socket is bound before registration (its port is registered); the
+        # server (aiohttp, whose import is about 40% of a broker's start-up CPU) starts in the
+        # background meanwhile, so a restarted broker fetches without waiting for it. Requests
+        # that come before it serves wait in the socket's backlog.
+        self.admin_host, self.admin_port = host_and_port(config["admin.listener"])
+        self.admin: AdminServer | None = None
+        self._admin_socket: socket.socket | None = None
+        self._admin_started: asyncio.Task | None = None
         self.zk: KazooClient | None = None
         self.registered = False
         self.stopping = False
@@ -160,6 +157,11 @@ class BrokerNode:
         self.metrics.gauges["tidelog_log_end_offset"] = lambda: [
             ({"topic": t, "partition": str(p)}, partition_log.log_end_offset)
             for (t, p), partition_log in self.logs
+        ]
+        self.metrics.gauges["tidelog_replica_fetch_bytes_total"] = lambda: [
+            ({"leader": str(leader), "topic": t, "partition": str(p)}, size)
+            for leader, fetcher in list(self.replicas.fetchers.items())
+            for (t, p), size in list(fetcher.bytes_appended.items())
         ]
         cleaner = self.logs.cleaner
         for name in ("cleans", "bytes_read", "bytes_written", "messages_removed"):
@@ -197,7 +199,8 @@ class BrokerNode:
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
         for server in self.servers:
             await server.bind()
-        await self.admin.start()
+        self._bind_admin()
+        self._admin_started = asyncio.create_task(self._start_admin())
         await asyncio.to_thread(self._register)
         await self.refresh_metadata()
         # Clients are served only once the metadata is known: an empty cache would answer
@@ -218,8 +221,40 @@ class BrokerNode:
             "broker %d started: Kafka protocol on %s, admin API on port %d",
             self.broker_id,
             ", ".join(f"{s.listener}://{s.host}:{s.port}" for s in self.servers),
-            self.admin.port,
+            self.admin_port,
         )
+
+    def _bind_admin(self) -> None:
+        family = socket.AF_INET6 if ":" in self.admin_host else socket.AF_INET
+        self._admin_socket = socket.create_server(
+            (self.admin_host, self.admin_port), family=family, backlog=128
+        )
+        self._admin_socket.setblocking(False)
+        self.admin_port = self._admin_socket.getsockname()[1]
+
+    async def _start_admin(self) -> None:
+        """Imports the admin API off the event loop, then serves it on the bound socket."""
+        try:
+            module = await asyncio.to_thread(importlib.import_module, "tidelog.broker.admin")
+        except Exception:
+            log.exception("broker %d: the admin API could not be loaded", self.broker_id)
+            raise
+        admin = module.AdminServer(
+            self.broker_id,
+            self.metadata,
+            self.logs,
+            self.metrics,
+            host=self.admin_host,
+            port=self.admin_port,
+            is_registered=lambda: self.registered,
+            clock=self.clock,
+            control=self.control,
+            replicas=self.replicas,
+            remote=self.remote,
+            sock=self._admin_socket,
+        )
+        await admin.start()
+        self.admin = admin
 
     def advertised_endpoint(self) -> BrokerEndpoint:
         """This broker as others and clients reach it: the advertised listeners, with a port
@@ -236,13 +271,13 @@ class BrokerNode:
         _, host, port = next(entry for entry in listeners if entry[0] == inter_broker)
         # An admin API on every interface (a container's 0.0.0.0) is reached, like the
         # inter-broker listener, at that listener's advertised host.
-        admin_host = host if self.admin.host in ("", "0.0.0.0", "::") else self.admin.host
+        admin_host = host if self.admin_host in ("", "0.0.0.0", "::") else self.admin_host
         return BrokerEndpoint(
             self.broker_id,
             host,
             port,
             self.config["broker.rack"],
-            f"{admin_host}:{self.admin.port}",
+            f"{admin_host}:{self.admin_port}",
             tuple(listeners),
         )
 
@@ -264,7 +299,13 @@ class BrokerNode:
         for server in self.servers:
             await server.stop()
         self.coordinator.stop()
-        await self.admin.stop()
+        if self._admin_started is not None:
+            self._admin_started.cancel()
+            await asyncio.gather(self._admin_started, return_exceptions=True)
+        if self.admin is not None:
+            await self.admin.stop()
+        elif self._admin_socket is not None:
+            self._admin_socket.close()
         if self.zk is not None:
             self.registered = False
             await asyncio.to_thread(self._close_zookeeper)

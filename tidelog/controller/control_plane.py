@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-
-import aiohttp
+from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.controller.controller import Change
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +33,7 @@ class ControlPlane:
 
     def __init__(self, controller_id: int, timeout_ms: int = 10000) -> None:
         self.controller_id = controller_id
-        self.timeout = aiohttp.ClientTimeout(
-            total=timeout_ms / 1000
-        )  # controller.socket.timeout.ms
+        self.timeout_s = timeout_ms / 1000  # controller.socket.timeout.ms
         self._session: aiohttp.ClientSession | None = None
         self.brokers_told: set[int] = set()  # live brokers that have had a full LeaderAndIsr
 
@@ -45,8 +45,11 @@ class ControlPlane:
     async def _post(self, broker: BrokerEndpoint, kind: str, body: dict) -> dict | None:
         if broker.admin is None:
             return None
+        import aiohttp  # here: a broker that never acts as controller does not load it
+
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
+            timeout = aiohttp.ClientTimeout(total=self.timeout_s)
+            self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.post(
                 f"http://{broker.admin}/control/{kind}", json=body
@@ -55,7 +58,7 @@ class ControlPlane:
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             why = str(error) or type(error).__name__
             if isinstance(error, TimeoutError):
-                why = f"no answer in {self.timeout.total:g} s (controller.socket.timeout.ms)"
+                why = f"no answer in {self.timeout_s:g} s (controller.socket.timeout.ms)"
             log.warning("controller: %s to broker %d failed: %s", kind, broker.broker_id, why)
             return None
         if answer.get("error_code"):

@@ -356,6 +356,25 @@ def update_isr(
     return write_state(zk, topic, partition, changed, version)
 
 
+def reorder_replicas(zk: KazooClient, topic: str, assignment: dict[int, list[int]]) -> None:
+    """Writes a new order of each partition's replicas (the first is the preferred leader):
+    a reassignment that moves no data, so the replica sets must stay as they are (ValueError
+    naming the partition otherwise). Compare-and-set on the topic's node; safe to repeat."""
+    data, stat = zk.get(topic_path(topic))
+    document = _json(data)
+    current = {int(p): replicas for p, replicas in document["partitions"].items()}
+    for partition, replicas in assignment.items():
+        if sorted(current.get(partition, [])) != sorted(replicas):
+            raise ValueError(
+                f"{topic}-{partition}: replicas {current.get(partition)} cannot be reordered "
+                f"into {replicas}: a reorder keeps the same replicas"
+            )
+    document["partitions"] = {
+        str(p): list(assignment.get(p, replicas)) for p, replicas in sorted(current.items())
+    }
+    zk.set(topic_path(topic), _dump(document), version=stat.version)
+
+
 def request_preferred_leader_election(zk: KazooClient, partitions: list[tuple[str, int]]) -> None:
     """Asks the controller to move leadership back to each partition's first replica."""
     document = {

@@ -38,14 +38,30 @@ class LeaderEpochCache:
         entries = [tuple(map(int, line.split())) for line in lines[2 : 2 + count]]
         return [(epoch, offset) for epoch, offset in entries]
 
-    def _write(self) -> None:
+    def _write(self, sync: bool = True) -> None:
+        """Replaces the file atomically; ``sync`` forces it to disk first, otherwise ``flush``
+        does, later."""
         temporary = self.path.with_name(CHECKPOINT + ".tmp")
         lines = ["0", str(len(self.entries))] + [f"{e} {o}" for e, o in self.entries]
         with open(temporary, "w") as file:
             file.write("\n".join(lines) + "\n")
             file.flush()
-            os.fsync(file.fileno())
+            if sync:
+                os.fsync(file.fileno())
         os.replace(temporary, self.path)
+        self._unsynced = not sync
+
+    _unsynced = False
+
+    def flush(self) -> None:
+        """Forces an epoch written by ``assign`` to disk (the log's flush calls it)."""
+        if self._unsynced:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._unsynced = False
 
     @property
     def latest_epoch(self) -> int:
@@ -61,7 +77,10 @@ class LeaderEpochCache:
                 f"{self.entries[-1][0]} at {self.entries[-1][1]}"
             )
         self.entries.append((epoch, start_offset))
-        self._write()
+        # Written, not synced: an append in a new epoch (each of a thousand partitions after a
+        # leader change) must not wait for a disk; a killed process leaves the file in the page
+        # cache, and the log's flush syncs it with the data it describes.
+        self._write(sync=False)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> int:
         if not self.entries or epoch < self.entries[0][0]:

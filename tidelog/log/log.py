@@ -155,8 +155,12 @@ class Log:
         self._kept_for_remote = -1
         self.segments = LogSegments()
         self.recovery_point = recovery_point
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._load(recovery_point, needs_recovery)
+        try:
+            self.directory.mkdir(parents=True)
+        except FileExistsError:
+            self._load(recovery_point, needs_recovery)
+        else:  # a directory just made holds nothing to load (a new topic makes thousands)
+            self.segments.add(self._new_segment(0))
         self.log_start_offset = self._initial_log_start_offset(log_start_offset)
         self.recovery_point = min(
             max(recovery_point, self.local_log_start_offset), self.log_end_offset
@@ -385,6 +389,12 @@ class Log:
             reason = f"segment.ms {self.config.segment_ms} has passed since its largest timestamp"
         if reason:
             self.roll(reason, base_offset=first_offset)
+
+    def release_idle_indexes(self) -> int:
+        """Closes the index descriptors not written since the last call (under the lock: an
+        append may be writing one); how many it closed."""
+        with self.lock:
+            return sum(segment.release_idle_indexes() for segment in self.segments)
 
     def roll_if_idle(self) -> bool:
         """Rolls a non-empty active segment whose largest timestamp is older than segment.ms."""
@@ -735,6 +745,7 @@ class Log:
             if segment.base_offset >= up_to:
                 break
             segment.flush()
+        self.leader_epochs.flush()
         self.recovery_point = up_to
 
     def close(self) -> None:

@@ -25,6 +25,9 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_DIRECTORY = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 ROLL_CHECK_INTERVAL_MS = 1000
+# An index not written for between one and two of these intervals closes its file: a broker's
+# open files follow the partitions being written.
+INDEX_IDLE_CHECK_INTERVAL_MS = 10_000
 
 
 def partition_directory(topic: str, partition: int) -> str:
@@ -76,6 +79,9 @@ class LogManager:
             "log retention", config["log.retention.check.interval.ms"], self.cleanup_logs
         )
         self.scheduler.schedule("segment roll", ROLL_CHECK_INTERVAL_MS, self.roll_idle_segments)
+        self.scheduler.schedule(
+            "idle index release", INDEX_IDLE_CHECK_INTERVAL_MS, self.release_idle_indexes
+        )
         self.scheduler.schedule(
             "recovery point checkpoint",
             config["log.flush.offset.checkpoint.interval.ms"],
@@ -237,6 +243,10 @@ class LogManager:
 
     def roll_idle_segments(self) -> int:
         return sum(partition_log.roll_if_idle() for _, partition_log in self)
+
+    def release_idle_indexes(self) -> int:
+        """Closes the descriptors of indexes not written since the last call; how many it closed."""
+        return sum(partition_log.release_idle_indexes() for _, partition_log in self)
 
     def flush_logs(self) -> None:
         for _, partition_log in self:

@@ -340,6 +340,10 @@ class LogSegment:
         self.index.flush()
         self.time_index.flush()
 
+    def release_idle_indexes(self) -> int:
+        """Closes the descriptors of indexes not written since the last call; how many it closed."""
+        return int(self.index.release_if_idle()) + int(self.time_index.release_if_idle())
+
     def close(self) -> None:
         self.index.close()
         self.time_index.close()
@@ -354,7 +358,7 @@ class LogSegment:
 
     def change_suffix(self, new: str) -> None:
         """Renames the three files to carry ``new`` after their own suffix ("" for none); the
-        open file and the index mappings stay valid."""
+        open files stay valid."""
         log_path = segment_file(self.directory, self.base_offset, LOG_SUFFIX + new)
         os.rename(self.log_path, log_path)
         self.log_path = log_path

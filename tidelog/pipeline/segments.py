@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from tidelog.log.dump import OFFSET_ENTRY, TIME_ENTRY, read_index_entries
+from tidelog.log.files import INDEX_SUFFIX, TIME_INDEX_SUFFIX
 from tidelog.log.segment import segment_file
 from tidelog.records.format import (
     CODEC_MASK,
@@ -180,6 +182,15 @@ def find_segments(root: str | Path, topic: str | None = None) -> list[Segment]:
 # -- planning ------------------------------------------------------------------------------------
 
 
+def written_entries(path: Path, entry: struct.Struct) -> list[tuple[int, int]]:
+    """An index file's entries; none if the file is absent (a broker creates a segment's index
+    files with their first entry, so a small or new segment may have none yet)."""
+    try:
+        return read_index_entries(path, entry)
+    except FileNotFoundError:
+        return []
+
+
 def plan_segment(segment: Segment, bounds: Bounds) -> SegmentScan:
     """Where a scan of ``segment`` within ``bounds`` starts, or that it can be skipped."""
     directory = Path(segment.directory)
@@ -193,8 +204,8 @@ def plan_segment(segment: Segment, bounds: Bounds) -> SegmentScan:
     if bounds.min_offset is not None:
         start_offset = max(start_offset, bounds.min_offset)
     if bounds.min_timestamp is not None and bounds.min_timestamp >= 0:
-        time_entries = read_index_entries(
-            segment_file(directory, segment.base_offset, ".timeindex"), TIME_ENTRY
+        time_entries = written_entries(
+            segment_file(directory, segment.base_offset, TIME_INDEX_SUFFIX), TIME_ENTRY
         )
         timestamps = [timestamp for timestamp, _ in time_entries]
         if (
@@ -206,8 +217,8 @@ def plan_segment(segment: Segment, bounds: Bounds) -> SegmentScan:
         slot = bisect_left(timestamps, bounds.min_timestamp) - 1
         if slot >= 0:
             start_offset = max(start_offset, segment.base_offset + time_entries[slot][1] + 1)
-    offset_entries = read_index_entries(
-        segment_file(directory, segment.base_offset, ".index"), OFFSET_ENTRY
+    offset_entries = written_entries(
+        segment_file(directory, segment.base_offset, INDEX_SUFFIX), OFFSET_ENTRY
     )
     slot = (
         bisect_right(

@@ -91,6 +91,9 @@ class ReplicaFetcher:
         self._to_forget: set[Key] = set()
         self._changed = asyncio.Event()
         self._stopping = False
+        # Message bytes appended per partition from this leader (/metrics: what a rebuilt
+        # broker replicated).
+        self.bytes_appended: dict[Key, int] = {}
         self._task = asyncio.create_task(self._run())
 
     def add(self, partition: Partition) -> None:
@@ -220,16 +223,21 @@ class ReplicaFetcher:
         far-behind follower): start an empty log at the leader's local log start, keeping the
         leader's log start, so only local data is replicated; the remote part stays in the
         tier, and the remote log manager takes its indexes from there."""
-        for key in list(self.out_of_range):
+        keys = [key for key in self.out_of_range if key in self.partitions]
+        self.out_of_range.clear()
+        if not keys:
+            return
+        # one ListOffsets per kind of offset for all of them, not three per partition
+        starts = await self._leader_offsets(connection, keys, -2)
+        ends = await self._leader_offsets(connection, keys, -1)
+        tiered = [key for key in keys if self.partitions[key].log.config.remote_storage_enable]
+        local_starts = await self._leader_offsets(connection, tiered, -4) if tiered else {}
+        for key in keys:
             partition = self.partitions.get(key)
-            self.out_of_range.discard(key)
             if partition is None:
-                continue
-            start = await self._leader_offset(connection, key, -2)
-            end = await self._leader_offset(connection, key, -1)
-            local_start = start
-            if partition.log.config.remote_storage_enable:
-                local_start = await self._leader_offset(connection, key, -4)
+                continue  # removed while the offsets were asked for
+            start, end = starts[key], ends[key]
+            local_start = local_starts.get(key, start)
             if partition.log.log_end_offset > end:
                 self._cut(partition, end, "the leader's log end")
             elif partition.log.log_end_offset < local_start and local_start > start:
@@ -245,24 +253,33 @@ class ReplicaFetcher:
                 partition.log.truncate_fully_and_start_at(start)
             self._renamed(key)
 
-    async def _leader_offset(self, connection: Connection, key: Key, timestamp: int) -> int:
+    async def _leader_offsets(
+        self, connection: Connection, keys: list[Key], timestamp: int
+    ) -> dict[Key, int]:
+        """The leader's offsets of ``keys`` for a ListOffsets ``timestamp`` (-1 end, -2 log
+        start, -4 local log start), in one request."""
+        by_topic: dict[str, list[dict]] = {}
+        for topic, number in keys:
+            by_topic.setdefault(topic, []).append({"partition": number, "timestamp": timestamp})
         response = await self._request(
             connection,
             ApiKey.LIST_OFFSETS,
             1,
             {
                 "replica_id": self.broker_id,
-                "topics": [
-                    {"topic": key[0], "partitions": [{"partition": key[1], "timestamp": timestamp}]}
-                ],
+                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
             },
         )
-        answer = response["responses"][0]["partition_responses"][0]
-        if answer["error_code"]:
-            raise KafkaError(
-                ErrorCode(answer["error_code"]), f"listing offsets of {key[0]}-{key[1]}"
-            )
-        return answer["offset"]
+        offsets = {}
+        for topic_answer in response["responses"]:
+            for answer in topic_answer["partition_responses"]:
+                key = (topic_answer["topic"], answer["partition"])
+                if answer["error_code"]:
+                    raise KafkaError(
+                        ErrorCode(answer["error_code"]), f"listing offsets of {key[0]}-{key[1]}"
+                    )
+                offsets[key] = answer["offset"]
+        return offsets
 
     async def _request(self, connection: Connection, api_key: ApiKey, version: int, body: dict):
         """A request to the leader, given up after replica.socket.timeout.ms (a leader that
@@ -406,5 +423,8 @@ class ReplicaFetcher:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
         records = answer["record_set"]
         if records:
-            partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+            info = partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+            if info is not None:
+                key = (partition.topic, partition.partition)
+                self.bytes_appended[key] = self.bytes_appended.get(key, 0) + info.size
         partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)

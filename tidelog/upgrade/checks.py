@@ -6,10 +6,12 @@ int8 per top-level message), on every replica, for the messages appended after a
 
 from __future__ import annotations
 
+import contextlib
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
-from tidelog.cluster.local import wait_until
+from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import broker_config
 from tidelog.controller import zookeeper
@@ -45,7 +47,7 @@ def wait_in_sync(cluster: RollableCluster, timeout: float) -> None:
 
     try:
         wait_until(caught_up, timeout, "every replica back in its ISR", interval=0.5)
-    except TimeoutError as error:
+    except ClusterError as error:  # wait_until's timeout: said again with what still lags
         under, leaderless = last[0]
         raise TimeoutError(
             f"{error}: {len(under)} under-replicated ({', '.join(under[:5])}), "
@@ -55,24 +57,38 @@ def wait_in_sync(cluster: RollableCluster, timeout: float) -> None:
 
 def elect_preferred_leaders(cluster: RollableCluster, timeout: float) -> None:
     """Moves each partition's leadership back to its preferred replica, as a rolling bounce
-    would leave it on the brokers restarted first; waits until every one has it."""
-    with zookeeper.session(cluster.zookeeper) as client:
-        cache = zookeeper.read_cluster(client)
-        partitions = [(t, p) for t, topic in cache.topics.items() for p in topic.assignment]
-        if partitions:
-            zookeeper.request_preferred_leader_election(client, partitions)
+    would leave it on the brokers restarted first; waits until every one has it. The election
+    is asked again whenever the controller has taken the last request and some partition is
+    still elsewhere (its preferred replica was not yet in sync), and a request left pending (a
+    run killed after asking) is waited for rather than refused."""
 
     def preferred() -> bool:
         with zookeeper.session(cluster.zookeeper) as client:
             now = zookeeper.read_cluster(client)
-        return all(
-            topic.states.get(p) is not None and topic.states[p].leader == replicas[0]
-            for topic in now.topics.values()
-            for p, replicas in topic.assignment.items()
-            if replicas[0] in now.brokers
-        )
+            elsewhere = [
+                (name, p)
+                for name, topic in now.topics.items()
+                for p, replicas in topic.assignment.items()
+                if replicas[0] in now.brokers
+                and (topic.states.get(p) is None or topic.states[p].leader != replicas[0])
+            ]
+            if elsewhere:
+                with contextlib.suppress(RuntimeError):  # one pending: the controller takes it
+                    zookeeper.request_preferred_leader_election(client, elsewhere)
+        return not elsewhere
 
     wait_until(preferred, timeout, "every partition led by its preferred replica", interval=0.5)
+
+
+def leaders(cluster: RollableCluster) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's (leader, leader epoch) as ZooKeeper holds them."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        cache = zookeeper.read_cluster(client)
+    return {
+        (name, number): (state.leader, state.leader_epoch)
+        for name, topic in cache.topics.items()
+        for number, state in topic.states.items()
+    }
 
 
 def partition_dirs(cluster: RollableCluster) -> dict[Replica, Path]:
@@ -87,8 +103,14 @@ def partition_dirs(cluster: RollableCluster) -> dict[Replica, Path]:
     return found
 
 
-def entries(directory: Path, since: int = 0):
+def entries(directory: Path, since: int = 0) -> Iterator[tuple[int, int]]:
     """(offset, magic) of each top-level message at or after offset ``since``."""
+    for offset, _, magic in headers(directory, since):
+        yield offset, magic
+
+
+def headers(directory: Path, since: int = 0) -> Iterator[tuple[int, int, int]]:
+    """(offset, crc, magic) of each top-level message at or after offset ``since``."""
     segments = sorted(directory.glob("*.log"), key=lambda path: int(path.stem))
     for index, segment in enumerate(segments):
         if index + 1 < len(segments) and int(segments[index + 1].stem) <= since:
@@ -97,11 +119,11 @@ def entries(directory: Path, since: int = 0):
             data = file.read()
         position = 0
         while position + ENTRY_HEAD.size <= len(data):
-            offset, size, _, magic = ENTRY_HEAD.unpack_from(data, position)
+            offset, size, crc, magic = ENTRY_HEAD.unpack_from(data, position)
             if size <= 0 or position + LOG_OVERHEAD + size > len(data):
                 break  # a partial entry at the end of an active segment
             if offset >= since:
-                yield offset, magic
+                yield offset, crc, magic
             position += LOG_OVERHEAD + size
 
 

@@ -1,4 +1,4 @@
-"""`tidelog upgrade plan|run`: the command line of the upgrade package (cli.py adds it)."""
+"""`tidelog upgrade plan|run|canary|rollback`: the upgrade package's command line (for cli.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ def add_commands(commands) -> None:
     upgrade = commands.add_parser(
         "upgrade",
         help="walk a local cluster through the message-format upgrade, one broker at a time",
-        description="The KIP-32 phases as one command: plan, run (resumable, with a journal).",
+        description=(
+            "The KIP-32 phases as one command: plan, run (resumable, with a journal); "
+            "canary and rollback of one broker on format v1."
+        ),
     )
     actions = upgrade.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in [
@@ -35,19 +38,112 @@ def add_commands(commands) -> None:
                 default=0.0,
                 help="wait this long after the last step before checking its format",
             )
+    add_canary_commands(actions)
     upgrade.set_defaults(run=run_command)
     from tidelog.upgrade.roll import add_roll  # a compose cluster to another image
 
     add_roll(actions)
 
 
+def add_canary_commands(actions) -> None:
+    """`upgrade canary BROKER_ID` and `upgrade rollback BROKER_ID`."""
+    for name, text in [
+        (
+            "canary",
+            "after phase 1, put one broker on log.message.format.version=0.10.0 (format v1), "
+            "its preferred leadership moved away first but for --leaders partitions",
+        ),
+        (
+            "rollback",
+            "take a canary back: stop it, delete its copies of the partitions it led, set "
+            "0.9.0, restart it and let it re-replicate",
+        ),
+    ]:
+        action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])
+        action.add_argument("broker_id", type=int, metavar="BROKER_ID")
+        action.add_argument("--dir", required=True, help="the cluster's state directory")
+        action.add_argument("--dry-run", action="store_true", help="print, do nothing")
+        action.add_argument(
+            "--timeout", type=float, default=120.0, help="seconds each check may take"
+        )
+        action.add_argument(
+            "--settle-seconds",
+            type=float,
+            default=0.0,
+            help="wait this long before checking the format of new messages",
+        )
+        if name == "canary":
+            action.add_argument(
+                "--leaders",
+                type=int,
+                default=1,
+                help="partitions the canary stays preferred leader of (default 1)",
+            )
+
+
+def canary_command(args: argparse.Namespace) -> int:
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.config import ConfigError
+    from tidelog.upgrade.canary import CanaryRefused, CanaryRun
+    from tidelog.upgrade.run import UpgradeFailed
+
+    where = f"tidelog upgrade {args.action} {args.broker_id}"
+    if getattr(args, "leaders", 0) < 0:
+        print(f"{where}: --leaders {args.leaders}: allowed: 0 or more", file=sys.stderr)
+        return 2
+    cluster = LocalCluster(args.dir)
+    try:
+        runner = CanaryRun(
+            cluster,
+            args.action,
+            args.broker_id,
+            leaders=getattr(args, "leaders", 1),
+            timeout=args.timeout,
+            settle_seconds=args.settle_seconds,
+        )
+        if args.dry_run:
+            reason = runner.refusal()
+            if reason is not None:
+                print(f"{where}: refused: {reason}", file=sys.stderr)
+                return 2
+            if runner.resumable() is not None:
+                print(f"an unfinished {args.action} of broker {args.broker_id} resumes with:")
+            for number, line in enumerate(runner.describe(), start=1):
+                print(f"{number}. {line}")
+            return 0
+        journal = runner.run()
+        print(json.dumps({"journal": str(runner.path), "data": journal.data.get("checked")}))
+        return 0
+    except CanaryRefused as error:
+        print(f"{where}: refused: {error}", file=sys.stderr)
+        return 2
+    except UpgradeFailed as error:
+        print(f"{where}: {error}", file=sys.stderr)
+        return 1
+    except (ClusterError, ConfigError, ValueError) as error:
+        print(f"{where}: {error}", file=sys.stderr)
+        return 2
+
+
 def run_command(args: argparse.Namespace) -> int:
+    if args.action in ("canary", "rollback"):
+        return canary_command(args)
     from tidelog.cluster.local import ClusterError
     from tidelog.cluster.rolling import open_cluster
     from tidelog.config import ConfigError
+    from tidelog.upgrade.canary import CANARY_JOURNAL, CanaryJournal
     from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
 
     cluster = open_cluster(args.dir)
+    canary = CanaryJournal.load(cluster.directory / CANARY_JOURNAL)
+    if args.action == "run" and canary is not None and canary.unfinished:
+        print(
+            f"tidelog upgrade run: an unfinished {canary.kind} of broker {canary.broker_id} "
+            f"({canary.path}): `tidelog upgrade {canary.kind} {canary.broker_id} --dir "
+            f"{cluster.directory}` finishes it first",
+            file=sys.stderr,
+        )
+        return 2
     try:
         runner = UpgradeRun(
             cluster,

@@ -66,9 +66,22 @@ class Journal:
 
     def save(self) -> None:
         self.document["steps"] = [step.to_json() for step in self.steps]
-        partial = self.path.with_suffix(".tmp")
-        partial.write_text(json.dumps(self.document, indent=2))
-        os.replace(partial, self.path)
+        write_journal(self.path, self.document)
+
+
+def write_journal(path: Path, document: dict[str, Any]) -> None:
+    """Replaces the journal whole (through a temporary file): a crash leaves the old or the new."""
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(document, indent=2))
+    os.replace(partial, path)
+
+
+def unfinished_run(cluster: RollableCluster) -> str | None:
+    """The target of an `upgrade run` that has not finished, if there is one."""
+    journal = Journal.load(cluster.directory / JOURNAL)
+    if journal is None or journal.document["state"] == "done":
+        return None
+    return str(journal.document["target"])
 
 
 class UpgradeRun:
@@ -202,21 +215,25 @@ class UpgradeRun:
         )
 
     def cluster_state(self) -> dict:
-        rows = self.cluster.status()
-        try:
-            under, leaderless = checks.lagging(self.cluster)
-        except Exception as error:  # ZooKeeper itself may be what failed
-            under, leaderless = [f"unknown: {error}"], []
-        return {
-            "brokers": {
-                row["broker"]: ("registered" if row["registered"] else "not registered")
-                for row in rows
-            },
-            "settings": [vars(b) for b in read_settings(self.cluster)],
-            "under_replicated": under,
-            "leaderless": leaderless,
-        }
+        return cluster_state(self.cluster)
 
     def _say(self, journal: Journal, line: str) -> None:
         journal.note(line)
         self.progress(line)
+
+
+def cluster_state(cluster: RollableCluster) -> dict:
+    """How the cluster stands, for a failure report: brokers, settings, lagging partitions."""
+    rows = cluster.status()
+    try:
+        under, leaderless = checks.lagging(cluster)
+    except Exception as error:  # ZooKeeper itself may be what failed
+        under, leaderless = [f"unknown: {error}"], []
+    return {
+        "brokers": {
+            row["broker"]: ("registered" if row["registered"] else "not registered") for row in rows
+        },
+        "settings": [vars(b) for b in read_settings(cluster)],
+        "under_replicated": under,
+        "leaderless": leaderless,
+    }

@@ -71,6 +71,8 @@ class GroupMember:
 
     def _find_coordinator(self) -> BlockingConnection:
         deadline = time.monotonic() + self.wait
+        if not self.client.brokers:
+            self.client.partitions(self.topic)  # the brokers, from metadata
         while True:
             broker_id = min(self.client.brokers)
             answer = self.client.request(
@@ -169,29 +171,40 @@ class GroupMember:
     def _answered(self, code: ErrorCode) -> ErrorCode:
         if code == ErrorCode.UNKNOWN_MEMBER_ID:
             self.member_id = ""  # the coordinator forgot it: join as a new member
+        elif code in COORDINATOR_MOVED:
+            self._forget_coordinator()  # found again on the next request
         return code
 
     def committed(self) -> dict[int, int]:
         """The group's committed offset of each assigned partition that has one."""
-        answer = self._coordinator_request(
-            ApiKey.OFFSET_FETCH,
-            1,
-            {
-                "group_id": self.group_id,
-                "topics": [
-                    {"topic": self.topic, "partitions": [{"partition": p} for p in self.assigned]}
-                ],
-            },
-        )
-        found = {}
-        for topic in answer["responses"]:
-            for partition in topic["partition_responses"]:
-                if partition["error_code"]:
-                    code = ErrorCode(partition["error_code"])
-                    raise KafkaError(code, f"offsets of group {self.group_id}")
-                if partition["offset"] >= 0:
-                    found[partition["partition"]] = partition["offset"]
-        return found
+        if not self.assigned:
+            return {}
+        deadline = time.monotonic() + self.wait
+        while True:
+            answer = self._coordinator_request(
+                ApiKey.OFFSET_FETCH,
+                1,
+                {
+                    "group_id": self.group_id,
+                    "topics": [
+                        {
+                            "topic": self.topic,
+                            "partitions": [{"partition": p} for p in self.assigned],
+                        }
+                    ],
+                },
+            )
+            found, code = {}, ErrorCode.NONE
+            for topic in answer["responses"]:
+                for partition in topic["partition_responses"]:
+                    code = ErrorCode(partition["error_code"]) or code
+                    if partition["offset"] >= 0:
+                        found[partition["partition"]] = partition["offset"]
+            if code == ErrorCode.NONE:
+                return found
+            if self._answered(code) not in COORDINATOR_MOVED or time.monotonic() > deadline:
+                raise KafkaError(code, f"offsets of group {self.group_id}")
+            time.sleep(0.2)  # the offsets are loading, or moved with their coordinator
 
     def commit(self, offsets: dict[int, int]) -> ErrorCode:
         """Commits the next offset to read of each partition; the first error code any

@@ -13,7 +13,8 @@ Users:
   them in turn, so N groups read the topic N times over: the design's in-sync consumers at 4x
   are four groups); it starts at the group's committed offsets or the log end, and commits.
 - ``CatchUpConsumerUser`` reads every partition from the earliest offset, at
-  ``--catch-up-rate-per-user`` MB/s times ``--scale`` (0: as fast as it can); a partition read
+  ``--catch-up-rate-per-user`` MB/s times ``--scale`` (0: as fast as it can; paced as fetches of
+  ``--fetch-bytes``, so the rate is an upper bound where partitions hold less); a partition read
   to its high watermark starts again from the earliest, so it keeps reading old data.
 
 Every produce acknowledgement and every fetch fires a locust request event (type ``produce`` or
@@ -29,9 +30,11 @@ see that package's docstring (``tidelog/perf/locust/__init__.py``) for the figur
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -42,7 +45,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.perf.client import PartitionLeader
 from tidelog.perf.consumer import count_records
 from tidelog.perf.locust.client import EARLIEST, LATEST, BlockingClient
-from tidelog.perf.locust.group import STALE_MEMBERSHIP, GroupMember
+from tidelog.perf.locust.group import COORDINATOR_MOVED, STALE_MEMBERSHIP, GroupMember
 from tidelog.perf.producer import repeated_message_set
 from tidelog.records.format import Codec
 
@@ -59,6 +62,25 @@ STALE_METADATA = {
 }
 
 
+def at_least(smallest: float, kind: type = int) -> Callable[[str], float]:
+    """An argparse type that refuses values below ``smallest``, saying what is allowed."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value < smallest:
+            raise argparse.ArgumentTypeError(f"{text}: must be at least {smallest}")
+        return value
+
+    return parse
+
+
+def greater_than_zero(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be greater than 0")
+    return value
+
+
 @events.init_command_line_parser.add_listener
 def add_arguments(parser: Any) -> None:
     """tidelog's options: on the command line, in locust.conf files, in the web UI."""
@@ -66,30 +88,46 @@ def add_arguments(parser: Any) -> None:
     group.add_argument("--bootstrap", default="127.0.0.1:9092", help="bootstrap servers")
     group.add_argument("--topic", default="locust", help="the topic to produce to and read")
     group.add_argument("--acks", choices=sorted(ACKS), default="all", help="producer acks")
-    group.add_argument("--record-size", type=int, default=484, help="bytes of value per record")
     group.add_argument(
-        "--batch-bytes", type=int, default=16384, help="a produce request's records (batch.size)"
+        "--record-size", type=at_least(1), default=484, help="bytes of value per record"
     )
-    group.add_argument("--keys", type=int, default=0, help="distinct keys (0: records unkeyed)")
+    group.add_argument(
+        "--batch-bytes",
+        type=at_least(1),
+        default=16384,
+        help="a produce request's records (batch.size)",
+    )
+    group.add_argument(
+        "--keys", type=at_least(0), default=0, help="distinct keys (0: records unkeyed)"
+    )
     group.add_argument("--codec", choices=sorted(CODECS), default="none", help="compression")
     group.add_argument(
-        "--rate-per-user", type=float, default=0, help="MB/s per producer user (0: unpaced)"
+        "--rate-per-user",
+        type=at_least(0, float),
+        default=0,
+        help="MB/s per producer user (0: unpaced)",
     )
     group.add_argument(
         "--catch-up-rate-per-user",
-        type=float,
+        type=at_least(0, float),
         default=0,
         help="MB/s per catch-up consumer user (0: unpaced)",
     )
-    group.add_argument("--scale", type=float, default=1.0, help="multiplies every rate")
+    group.add_argument("--scale", type=greater_than_zero, default=1.0, help="multiplies every rate")
     group.add_argument(
-        "--consumer-groups", type=int, default=1, help="groups the in-sync consumers are dealt to"
+        "--consumer-groups",
+        type=at_least(1),
+        default=1,
+        help="groups the in-sync consumers are dealt to",
     )
     group.add_argument(
         "--group-prefix", default=None, help="consumer group ids (tidelog-locust-TOPIC-N)"
     )
     group.add_argument(
-        "--fetch-bytes", type=int, default=1024 * 1024, help="max bytes per partition per fetch"
+        "--fetch-bytes",
+        type=at_least(1),
+        default=1024 * 1024,
+        help="max bytes per partition per fetch",
     )
     for name, what in (
         ("producers", "ProducerUser"),
@@ -97,7 +135,7 @@ def add_arguments(parser: Any) -> None:
         ("catch-up-consumers", "CatchUpConsumerUser"),
     ):
         group.add_argument(
-            f"--{name}", type=int, default=None, help=f"run exactly this many {what}s"
+            f"--{name}", type=at_least(0), default=None, help=f"run exactly this many {what}s"
         )
     group.add_argument("--seed", type=int, default=0, help="seeds payloads")
 
@@ -211,7 +249,10 @@ class ProducerUser(KafkaUser):
             if not self.leaders:
                 self.refresh()
             number = next(self.batches)
-            key = self.keys[number % len(self.keys)] if self.keys else None
+            key = None
+            if self.keys:  # key k always to partition k mod the partitions
+                number %= len(self.keys)
+                key = self.keys[number]
             target = self.leaders[number % len(self.leaders)]
             records = repeated_message_set(
                 self.payload, self.per_batch, int(time.time() * 1000), self.codec, key
@@ -323,9 +364,6 @@ class InSyncConsumerUser(_Reader):
             self.refresh()
         assigned = self.membership.join([p.partition for p in self.leaders])
         self.offsets = {p: o for p, o in self.membership.committed().items() if p in assigned}
-        missing = [p for p in assigned if p not in self.offsets]
-        if missing:
-            self.offsets.update(self.start_offsets(missing, LATEST))
         self.joined = True
         self.fire("join", self.options.topic, started)
 
@@ -333,9 +371,15 @@ class InSyncConsumerUser(_Reader):
     def consume(self) -> None:
         started = time.perf_counter()
         try:
-            if not self.joined or not self.leaders:
+            if not self.leaders:
+                self.refresh()
+            if not self.joined:
                 self.join()
             self.keep_membership()
+            # no committed offset yet, or one out of range: from the log end
+            missing = [p for p in self.membership.assigned if p not in self.offsets]
+            if missing:
+                self.offsets.update(self.start_offsets(missing, LATEST))
             if not self.offsets:  # more members than partitions: this one waits its turn
                 time.sleep(HEARTBEAT_INTERVAL)
                 return
@@ -354,7 +398,7 @@ class InSyncConsumerUser(_Reader):
             started = time.perf_counter()
             code = self.membership.commit(self.offsets)
             self.last_commit = self.last_heartbeat = now  # a commit proves liveness too
-            if code not in STALE_MEMBERSHIP:
+            if code not in STALE_MEMBERSHIP and code not in COORDINATOR_MOVED:
                 failure = KafkaError(code, "commit") if code != ErrorCode.NONE else None
                 self.fire("commit", self.options.topic, started, exception=failure)
         elif now - self.last_heartbeat >= HEARTBEAT_INTERVAL:
