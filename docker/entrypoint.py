@@ -1,14 +1,15 @@
-"""The entry point of tidelog's images: a broker, a standalone node, or the healthcheck.
+"""The entry point of tidelog's images: a broker, a standalone node, or a report.
 
     entrypoint.py broker [tidelog broker options]      the broker image
     entrypoint.py standalone [tidelog broker options]  ZooKeeper and one broker (standalone image)
-    entrypoint.py health                               exit 0 when the broker's /health says so
+    entrypoint.py report [tidelog report options]      the tools image: a report of the run data
+    entrypoint.py locust [locust options]              the tools image: tidelog's locustfile
 
 A broker's settings are Kafka's names, from /etc/tidelog/server.properties when one is mounted,
 then from KAFKA_* environment variables as Confluent's images spell them (KAFKA_BROKER_ID is
 broker.id: '_' is '.', '__' is '_', '___' is '-'), then the image's defaults for what is still
 unset (DEFAULTS). The resulting file is written to /var/lib/tidelog/server.properties, where the
-healthcheck reads admin.listener.
+healthcheck (docker/health.sh) reads admin.listener.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 MOUNTED_CONFIG = Path("/etc/tidelog/server.properties")
@@ -28,6 +28,7 @@ DEFAULTS = {
     "log.dirs": "/var/lib/tidelog/logs",
 }
 STANDALONE_ZOOKEEPER = Path("/var/lib/tidelog/zookeeper")
+RUN_DATA = Path("/var/lib/tidelog/runs")
 
 
 def broker_properties(environment: dict[str, str]) -> dict[str, str]:
@@ -77,17 +78,29 @@ def standalone(arguments: list[str]) -> int:
     return code
 
 
-def health() -> int:
-    from tidelog.config import host_and_port, read_properties
+def report(arguments: list[str]) -> int:
+    """``tidelog report`` with these options, or, with none, of every run directory in the
+    run-data volume (each holds a metadata.json) into its report/ directory."""
+    if not arguments:
+        from tidelog.rundata import METADATA
 
-    try:
-        admin = read_properties(EFFECTIVE_CONFIG).get("admin.listener", DEFAULTS["admin.listener"])
-        _, port = host_and_port(admin)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-            return 0
-    except (OSError, ValueError) as error:
-        print(f"not healthy: {error}")
-        return 1
+        runs = sorted(str(path.parent) for path in RUN_DATA.glob(f"*/{METADATA}"))
+        if not runs:
+            print(f"no run directories (with a {METADATA}) in {RUN_DATA}")
+            return 2
+        arguments = [*runs, "--out", str(RUN_DATA / "report")]
+    command = ["tidelog", "report", *arguments]
+    os.execvp(command[0], command)
+    return 1  # not reached: execvp replaces this process
+
+
+def locust(arguments: list[str]) -> None:
+    """locust with tidelog's locustfile (tidelog/perf/locust/locustfile.py, as installed)."""
+    from tidelog.perf import locust as package
+
+    locustfile = Path(package.__file__).parent / "locustfile.py"
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), *arguments]
+    os.execv(command[0], command)
 
 
 def main() -> int:
@@ -96,9 +109,11 @@ def main() -> int:
         broker(arguments)
     if mode == "standalone":
         return standalone(arguments)
-    if mode == "health":
-        return health()
-    print(f"usage: {sys.argv[0]} broker|standalone|health [tidelog broker options]")
+    if mode == "report":
+        return report(arguments)
+    if mode == "locust":
+        locust(arguments)
+    print(f"usage: {sys.argv[0]} broker|standalone|report|locust [options]")
     return 2
 
 

@@ -33,12 +33,12 @@ COPY docker/install-venv.sh /usr/local/bin/
 COPY pyproject.toml README.md /src/
 COPY tidelog /src/tidelog
 RUN install-venv.sh tidelog && rm -rf /src
-COPY docker/entrypoint.py /opt/tidelog/entrypoint.py
+COPY docker/entrypoint.py docker/health.sh /opt/tidelog/
 ENV PATH=/opt/tidelog/bin:$PATH PYTHONUNBUFFERED=1
 USER tidelog
 WORKDIR /var/lib/tidelog
 VOLUME /var/lib/tidelog/logs
 EXPOSE 9092
 HEALTHCHECK --interval=1s --timeout=3s --start-period=60s --retries=3 \
-    CMD ["python", "/opt/tidelog/entrypoint.py", "health"]
+    CMD ["bash", "/opt/tidelog/health.sh"]
 ENTRYPOINT ["python", "/opt/tidelog/entrypoint.py", "standalone"]

@@ -4,7 +4,8 @@
 #
 #   scripts/docker-engine.sh          engine + compose + base images
 #   scripts/docker-engine.sh --images also build tidelog's images (tidelog:dev, tidelog-zookeeper:dev,
-#                                     tidelog-standalone:dev); cached layers make a repeat quick
+#                                     tidelog-standalone:dev, tidelog-tools:dev); cached layers make
+#                                     a repeat quick
 #   scripts/docker-engine.sh --check  exit 0 if an engine answers or can be had here, else 1
 #                                     with one line saying why (the container tests use this)
 #
@@ -176,38 +177,72 @@ ensure_base() {
     build_base "$tag" "$packages"
 }
 
-# Wheels of tidelog's runtime dependencies (and the build tools install-venv.sh needs), from the
-# host's package index: image builds install from them alone, so a build container needs no
-# network. Made again only when pyproject.toml's dependencies change (the list is kept beside
-# them as requirements.txt).
+# Wheels from the host's package index, so that image builds install from them alone and a build
+# container needs no network. Made again only when the requirements change (the list is kept
+# beside the wheels as requirements.txt).
+#   fill_wheelhouse DIR WHAT REQUIREMENTS [MORE...]   REQUIREMENTS one a line; MORE wheeled too
 fill_wheelhouse() {
-    local wheels="$ROOT/docker/wheels" wanted
-    wanted=$("$VENV_PYTHON" -c 'import tomllib; print("\n".join(tomllib.load(open("'"$ROOT"'/pyproject.toml", "rb"))["project"]["dependencies"]))')
+    local wheels=$1 what=$2 wanted=$3
+    shift 3
+    mkdir -p "$wheels"
     if [ "$wanted" = "$(cat "$wheels/requirements.txt" 2>/dev/null)" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
-        say "wheelhouse docker/wheels up to date ($(ls "$wheels"/*.whl | wc -l) wheels)"
+        say "wheelhouse ${wheels#"$ROOT"/} up to date ($(ls "$wheels"/*.whl | wc -l) wheels)"
         return
     fi
     rm -f "$wheels"/*.whl "$wheels/requirements.txt"
     echo "$wanted" >"$wheels/requirements.wanted"
     "$VENV_PYTHON" -m pip wheel -q --disable-pip-version-check --wheel-dir "$wheels" \
-        -r "$wheels/requirements.wanted" "setuptools>=68" wheel 2>&1 | grep -v '^WARNING: Location' || true
+        -r "$wheels/requirements.wanted" "$@" 2>&1 | grep -v '^WARNING: Location' || true
     ls "$wheels"/*.whl >/dev/null 2>&1 || fail "no wheels in $wheels: pip wheel failed"
     mv "$wheels/requirements.wanted" "$wheels/requirements.txt"
-    say "wheelhouse docker/wheels: $(ls "$wheels"/*.whl | wc -l) wheels for offline image builds"
+    say "wheelhouse ${wheels#"$ROOT"/}: $(ls "$wheels"/*.whl | wc -l) wheels of $what for offline image builds"
 }
 
-# tidelog's own images: the compose file's (broker, ZooKeeper) and the standalone one.
+# requirements SECTION...: pyproject.toml's runtime dependencies ("dependencies") or the named
+# extras (optional-dependencies), one a line; an extra that pyproject.toml lacks gives nothing.
+requirements() {
+    "$VENV_PYTHON" -c '
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+for section in sys.argv[2:]:
+    if section == "dependencies":
+        found = project["dependencies"]
+    else:
+        found = project.get("optional-dependencies", {}).get(section, [])
+    for requirement in found:
+        if not requirement.startswith("tidelog"):
+            print(requirement)
+' "$ROOT/pyproject.toml" "$@"
+}
+
+# The tools image, unless the one there was built from the same Dockerfile, wheels and standalone
+# image (a label records them): its context holds the extras' wheels, about 600 MB, which the
+# engine would otherwise be sent at every run only to find each layer in its cache.
+build_tools_image() {
+    local key
+    key=$(cat "$ROOT/docker/tools/Dockerfile" "$ROOT/docker/tools/wheels/requirements.txt" |
+        sha256sum | cut -c1-16)-$(docker image inspect --format '{{.Id}}' tidelog-standalone:dev | cut -c8-23)
+    if [ "$(docker image inspect --format '{{index .Config.Labels "tidelog.tools.key"}}' \
+        tidelog-tools:dev 2>/dev/null)" = "$key" ]; then
+        return
+    fi
+    docker build --label "tidelog.tools.key=$key" -t tidelog-tools:dev "$ROOT/docker/tools"
+}
+
+# tidelog's own images: the compose file's (broker, ZooKeeper), the standalone one, and the
+# tools image on top of it (its own context: docker/tools).
 build_images() {
     local started=$SECONDS log
     log=$(mktemp)
     if ! (cd "$ROOT" && docker compose build >"$log" 2>&1 &&
-        docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev . >>"$log" 2>&1); then
+        docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev . >>"$log" 2>&1 &&
+        build_tools_image >>"$log" 2>&1); then
         tail -30 "$log" >&2
         rm -f "$log"
         fail "building tidelog's images failed"
     fi
     rm -f "$log"
-    say "images tidelog:dev, tidelog-zookeeper:dev and tidelog-standalone:dev built in $((SECONDS - started)) s"
+    say "images tidelog:dev, tidelog-zookeeper:dev, tidelog-standalone:dev and tidelog-tools:dev built in $((SECONDS - started)) s"
 }
 
 install_packages
@@ -216,6 +251,13 @@ install_compose
 start_engine
 ensure_base "$PYTHON_BASE" "$PYTHON_PACKAGES"
 ensure_base "$ZOOKEEPER_BASE" "$ZOOKEEPER_PACKAGES"
-fill_wheelhouse
-[ "${1:-}" != "--images" ] || build_images
+# tidelog's runtime dependencies, and the build tools install-venv.sh needs
+fill_wheelhouse "$ROOT/docker/wheels" "the runtime dependencies" "$(requirements dependencies)" \
+    "setuptools>=68" wheel
+if [ "${1:-}" = "--images" ]; then
+    # the tools image's extras: the report pipeline (Spark, matplotlib) and locust
+    fill_wheelhouse "$ROOT/docker/tools/wheels" "the pipeline and locust extras" \
+        "$(requirements pipeline locust)"
+    build_images
+fi
 say "ready: docker $(docker version --format '{{.Server.Version}}'), $(docker compose version --short 2>/dev/null | sed 's/^/compose /')"

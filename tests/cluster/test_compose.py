@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tidelog.cluster.compose import ComposeCluster, kafka_variable, setting_of
-from tidelog.cluster.local import ClusterError
+from tidelog.cluster.local import ClusterError, LocalCluster
+from tidelog.cluster.rolling import open_cluster
 from tidelog.config import BROKER_KEYS
 
 
@@ -60,3 +61,23 @@ def test_an_ensemble_cluster_takes_the_ensemble_profiles_settings(tmp_path: Path
     assert cluster.environment["COMPOSE_PROFILES"] == "ensemble"
     assert cluster.environment["TIDELOG_ZOOKEEPER_CONNECT"].count(":2181") == 3
     assert cluster.environment["TIDELOG_ZOO_SERVERS"].count("server.") == 3
+
+
+def test_a_brokers_own_settings_and_image_tag_are_remembered(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    cluster = ComposeCluster.create(tmp_path, root / "compose.yaml", "p3", remote_tier=True)
+    cluster.set_broker_overrides(2, {"log.message.format.version": "0.10.0"})
+    cluster.set_image_tag(2, "next")
+    again = ComposeCluster(tmp_path)  # the compose file it was created with
+    assert again.compose_file == (root / "compose.yaml").resolve()
+    assert again.broker_overrides(2) == {"log.message.format.version": "0.10.0"}
+    assert again.broker_overrides(1) == {}
+    assert (again.image(1), again.image(2)) == ("tidelog:dev", "tidelog:next")
+    assert again.environment["TIDELOG_REMOTE_TIER_SETTINGS"].endswith("docker/remote.env")
+    assert "KAFKA_LOG_MESSAGE_FORMAT_VERSION=0.10.0" in (tmp_path / "broker-2.env").read_text()
+
+
+def test_open_cluster_tells_a_compose_project_from_local_processes(tmp_path: Path) -> None:
+    ComposeCluster.create(tmp_path / "compose", "compose.yaml", "p4")
+    assert isinstance(open_cluster(tmp_path / "compose"), ComposeCluster)
+    assert isinstance(open_cluster(tmp_path / "local"), LocalCluster)

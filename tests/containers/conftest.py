@@ -45,18 +45,20 @@ def docker_engine() -> None:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compose_cluster(
     docker_engine: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeCluster]:
     """compose.yaml's cluster (ZooKeeper and three brokers) on free host ports, with the
-    scenarios' quick failure detection, started through testcontainers' DockerCompose, which
-    returns once every healthcheck passes."""
+    scenarios' quick failure detection and the remote tier (docker/remote.env; local retention
+    checked every second), started through testcontainers' DockerCompose, which returns once
+    every healthcheck passes. One for the session: starting one costs about a minute."""
     cluster = ComposeCluster.create(
         tmp_path_factory.mktemp("compose"),
         ROOT / "compose.yaml",
         project=f"tidelog-test-{os.getpid()}",
-        settings=SCENARIO_OVERRIDES,
+        settings={**SCENARIO_OVERRIDES, "log.retention.check.interval.ms": "1000"},
+        remote_tier=True,
     )
     compose = DockerCompose(
         context=ROOT, compose_file_name="compose.yaml", env_file=str(cluster.env_file), wait=True

@@ -23,11 +23,16 @@ _topics = itertools.count()
 pytestmark = pytest.mark.containers
 
 
-def create_topic(cluster: ComposeCluster, name: str, partitions: int = 3) -> str:
-    """A topic on all three brokers (min.insync.replicas 2), once every replica is in sync."""
+def create_topic(
+    cluster: ComposeCluster, name: str, partitions: int = 3, config: dict[str, str] | None = None
+) -> str:
+    """A topic on all three brokers (min.insync.replicas 2, and ``config``), once every replica
+    is in sync."""
     topic = f"{name}-{next(_topics)}"
     with zookeeper.session(cluster.zookeeper) as client:
-        topics.create_topic(client, topic, partitions, 3, {"min.insync.replicas": "2"})
+        topics.create_topic(
+            client, topic, partitions, 3, {"min.insync.replicas": "2", **(config or {})}
+        )
     faults.wait_for_full_isr(cluster, topic)
     return topic
 

@@ -43,11 +43,20 @@ def test_three_brokers_with_named_listeners_published_on_loopback() -> None:
         environment = service["environment"]
         assert environment["KAFKA_BROKER_ID"] == str(broker_id)
         assert environment["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+        # started with ZooKeeper by `docker compose restart`, a broker waits for it
+        assert environment["KAFKA_ZOOKEEPER_CONNECTION_TIMEOUT_MS"] == "60000"
         assert environment["KAFKA_ADVERTISED_LISTENERS"] == (
             f"INTERNAL://broker-{broker_id}:9092,EXTERNAL://127.0.0.1:{19090 + broker_id}"
         )
         assert {port["host_ip"] for port in service["ports"]} == {"127.0.0.1"}
-        assert [v["target"] for v in service["volumes"]] == ["/var/lib/tidelog/logs"]
+        volumes = {v["target"]: v["source"] for v in service["volumes"]}
+        # its own log dir; the remote tier's volume, shared (used with docker/remote.env)
+        assert volumes == {
+            "/var/lib/tidelog/logs": f"broker-{broker_id}",
+            "/var/lib/tidelog/remote": "remote-tier",
+        }
+        assert service["image"] == "tidelog:dev"
+        assert "KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE" not in environment
         assert service["depends_on"]["zookeeper"]["condition"] == "service_healthy"
     assert {p["host_ip"] for p in config["services"]["zookeeper"]["ports"]} == {"127.0.0.1"}
 
@@ -60,6 +69,38 @@ def test_the_ensemble_profile_runs_three_zookeepers_under_the_brokers() -> None:
         assert config["services"][name]["environment"]["ZOO_SERVERS"].count("server.") == 3
     connect = config["services"]["broker-1"]["environment"]["KAFKA_ZOOKEEPER_CONNECT"]
     assert connect == "zookeeper:2181,zookeeper-2:2181,zookeeper-3:2181"
+
+
+def test_the_remote_tier_settings_reach_every_broker_after_the_shared_ones() -> None:
+    config = compose_config("--env-file", "docker/remote.env")
+    for broker_id in (1, 2, 3):
+        environment = config["services"][f"broker-{broker_id}"]["environment"]
+        assert environment["KAFKA_REMOTE_LOG_STORAGE_SYSTEM_ENABLE"] == "true"
+        assert environment["KAFKA_REMOTE_LOG_STORAGE_URI"] == "file:///var/lib/tidelog/remote"
+
+
+def test_the_report_profile_reads_the_run_data_volume() -> None:
+    assert "report" not in compose_config()["services"]
+    report = compose_config("--profile", "report")["services"]["report"]
+    assert report["image"] == "tidelog-tools:dev"
+    assert [(v["source"], v["target"]) for v in report["volumes"]] == [
+        ("run-data", "/var/lib/tidelog/runs")
+    ]
+
+
+def test_the_locust_profile_runs_a_master_and_workers_on_the_internal_listeners() -> None:
+    services = compose_config("--profile", "locust")["services"]
+    master, worker = services["locust-master"], services["locust-worker"]
+    assert master["command"] == [
+        *("--master", "--expect-workers", "2"),
+        *("--bootstrap", "broker-1:9092,broker-2:9092,broker-3:9092"),
+    ]
+    assert worker["command"] == ["--worker", "--master-host", "locust-master"]
+    assert worker["deploy"]["replicas"] == 2
+    for service in (master, worker):
+        assert service["image"] == "tidelog-tools:dev"
+        assert service["entrypoint"][-1] == "locust"
+    assert {p["host_ip"] for p in master["ports"]} == {"127.0.0.1"}
 
 
 def swarm_stack(config: dict) -> dict:

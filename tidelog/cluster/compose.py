@@ -16,10 +16,12 @@ SIGCONT are ``docker pause`` and ``unpause``, a clean stop is ``docker stop``;
 from __future__ import annotations
 
 import functools
+import io
 import json
 import re
 import signal
 import subprocess
+import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,10 @@ BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
 BROKER_SETTINGS_FILE = "broker.env"
 ENSEMBLE_SETTINGS_FILE = "docker/ensemble.env"  # beside compose.yaml
+REMOTE_TIER_SETTINGS_FILE = "docker/remote.env"  # beside compose.yaml
+# where the images keep a broker's effective settings and its log dir (docker/entrypoint.py)
+EFFECTIVE_CONFIG = "/var/lib/tidelog/server.properties"
+CONTAINER_LOG_DIR = "/var/lib/tidelog/logs"
 
 
 def kafka_variable(key: str) -> str:
@@ -90,13 +96,16 @@ class ComposeCluster:
     ``create`` writes that file; every other method only reads it, so a ComposeCluster can be
     made again for a running project from its directory."""
 
-    def __init__(self, directory: str | Path, compose_file: str | Path) -> None:
+    def __init__(self, directory: str | Path, compose_file: str | Path | None = None) -> None:
         self.directory = Path(directory).resolve()
-        self.compose_file = Path(compose_file).resolve()
         env_path = self.directory / ENV_FILE
         if not env_path.exists():
             raise ClusterError(f"no compose cluster in {self.directory} (no {ENV_FILE})")
         self.environment = _read_environment(env_path)
+        # the compose file given, else the one the cluster was created with
+        self.compose_file = Path(
+            compose_file or self.environment.get("TIDELOG_COMPOSE_FILE", "compose.yaml")
+        ).resolve()
         self.project = self.environment["COMPOSE_PROJECT_NAME"]
         self.state = ComposeState(
             {
@@ -119,16 +128,25 @@ class ComposeCluster:
         ports: dict[str, int] | None = None,
         settings: dict[str, str] | None = None,
         ensemble: bool = False,
+        remote_tier: bool = False,
     ) -> ComposeCluster:
         """Writes ``directory/compose.env`` for a project with these host ports (free ones by
         default) and broker settings, on three ZooKeepers if ``ensemble`` (the settings of
-        docker/ensemble.env); starts nothing."""
+        docker/ensemble.env), with the remote tier on a shared volume if ``remote_tier`` (those
+        of docker/remote.env); starts nothing."""
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
+        root = Path(compose_file).resolve().parent
         environment = compose_environment(project, ports or free_ports())
+        environment["TIDELOG_COMPOSE_FILE"] = str(Path(compose_file).resolve())
         environment["TIDELOG_BROKER_SETTINGS"] = str(directory / BROKER_SETTINGS_FILE)
+        for broker_id in BROKERS:  # one file each, written by restart_broker
+            path = directory / f"broker-{broker_id}.env"
+            environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"] = str(path)
         if ensemble:
-            environment |= _read_environment(Path(compose_file).parent / ENSEMBLE_SETTINGS_FILE)
+            environment |= _read_environment(root / ENSEMBLE_SETTINGS_FILE)
+        if remote_tier:
+            environment["TIDELOG_REMOTE_TIER_SETTINGS"] = str(root / REMOTE_TIER_SETTINGS_FILE)
         _write_environment(directory / ENV_FILE, environment)
         cluster = cls(directory, compose_file)
         cluster.set_broker_settings(settings or {})
@@ -139,6 +157,31 @@ class ComposeCluster:
         refuses a wrong one at start, naming it)."""
         variables = {kafka_variable(key): value for key, value in settings.items()}
         _write_environment(Path(self.environment["TIDELOG_BROKER_SETTINGS"]), variables)
+
+    def broker_overrides(self, broker_id: int) -> dict[str, str]:
+        """This broker's own settings (Kafka's names), which win over every broker's."""
+        path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
+        variables = _read_environment(path) if path.exists() else {}
+        return {setting_of(variable): value for variable, value in variables.items()}
+
+    def set_broker_overrides(self, broker_id: int, settings: dict[str, str]) -> None:
+        """Settings broker ``broker_id`` starts with from its next (re)creation on."""
+        variables = {kafka_variable(key): value for key, value in settings.items()}
+        path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
+        _write_environment(path, variables)
+
+    def image(self, broker_id: int) -> str:
+        """The image the broker's service runs from its next (re)creation on."""
+        tag = self.environment.get(
+            f"TIDELOG_BROKER_{broker_id}_TAG", self.environment.get("TIDELOG_TAG", "dev")
+        )
+        return f"tidelog:{tag}"
+
+    def set_image_tag(self, broker_id: int, tag: str) -> None:
+        """Broker ``broker_id`` runs ``tidelog:{tag}`` from its next (re)creation on."""
+        self.broker(broker_id)
+        self.environment[f"TIDELOG_BROKER_{broker_id}_TAG"] = tag
+        _write_environment(self.env_file, self.environment)
 
     # -- addresses -----------------------------------------------------------------------------
 
@@ -219,19 +262,41 @@ class ComposeCluster:
     def health(self, broker_id: int) -> str:
         """The engine's view of a broker: healthy, unhealthy, starting, or its state if it is
         not running (exited, paused)."""
-        state = self.inspect(self.broker(broker_id).service)["State"]
-        if state["Status"] != "running" or state.get("Paused"):
-            return "paused" if state.get("Paused") else state["Status"]
-        return state.get("Health", {}).get("Status", "running")
+        return self.healths().get(self.broker(broker_id).service, "no container")
+
+    def healths(self) -> dict[str, str]:
+        """``health`` of every service with a container, from one ``docker compose ps``: a wait
+        polls this, and one call per poll instead of two per broker keeps the polling from
+        competing for the CPU with the brokers it waits for."""
+        found = {}
+        for line in self.compose("ps", "--all", "--format", "json", timeout=60).splitlines():
+            if line.strip():
+                container = json.loads(line)
+                running = container["State"] == "running"
+                found[container["Service"]] = (
+                    (container["Health"] or "running") if running else container["State"]
+                )
+        return found
 
     def wait_healthy(self, broker_ids: list[int] | None = None, timeout: float = 90) -> None:
         wanted = broker_ids or list(self.state.brokers)
-        wait_until(
-            lambda: all(self.health(b) == "healthy" for b in wanted),
-            timeout,
-            f"brokers {wanted} of compose project {self.project} to be healthy",
-            interval=0.5,
-        )
+        services = [self.broker(b).service for b in wanted]
+        last: dict[str, str] = {}
+
+        def healthy() -> bool:
+            last.update(self.healths())
+            return all(last.get(service) == "healthy" for service in services)
+
+        try:
+            wait_until(
+                healthy,
+                timeout,
+                f"brokers {wanted} of compose project {self.project} to be healthy",
+                interval=0.5,
+            )
+        except ClusterError as error:
+            states = ", ".join(f"{service} {last.get(service)}" for service in services)
+            raise ClusterError(f"{error} ({states})") from None
 
     def link_log_dirs(self) -> None:
         """``directory/broker-{id}/logs``: a link to the broker's log volume on this host."""
@@ -257,9 +322,76 @@ class ComposeCluster:
         if wait:
             self.wait_healthy([broker_id], timeout)
 
-    def restart_broker(self, broker_id: int, timeout: float = 90.0) -> None:
-        self.compose("restart", self.broker(broker_id).service)
-        self.wait_healthy([broker_id], timeout)
+    def restart_broker(
+        self,
+        broker_id: int,
+        overrides: dict[str, str] | None = None,
+        timeout: float = 90.0,
+        progress: Callable[[str], object] = print,
+    ) -> None:
+        """A clean shutdown (``docker stop``: SIGTERM, SIGKILL after the service's
+        stop_grace_period), then the service recreated on the same log volume, from the image
+        ``image(broker_id)`` names and with ``overrides`` added to the broker's own settings;
+        returns once its healthcheck passes. The new settings are checked first: a setting the
+        broker would refuse leaves it running as it was."""
+        from tidelog.config import broker_config
+
+        service = self.broker(broker_id).service
+        if overrides:
+            broker_config({**self.broker_settings(broker_id), **overrides})  # ConfigError
+            self.set_broker_overrides(broker_id, {**self.broker_overrides(broker_id), **overrides})
+        changed = ", ".join(f"{k}={v}" for k, v in (overrides or {}).items()) or "no changes"
+        progress(f"recreating {service} from {self.image(broker_id)} ({changed})")
+        self.compose(
+            *("up", "--detach", "--no-deps", "--no-build", "--pull", "never", "--force-recreate"),
+            *("--wait", "--wait-timeout", str(int(timeout)), service),
+            timeout=timeout + 60,
+        )
+
+    def broker_settings(self, broker_id: int) -> dict[str, str]:
+        """The settings the broker's container started with (the server.properties its entry
+        point wrote, copied to ``directory/broker-{id}/server.properties``), with ``log.dirs``
+        as this host sees the log volume (link_log_dirs)."""
+        from tidelog.config import read_properties
+
+        service = self.broker(broker_id).service
+        archive = subprocess.run(
+            ["docker", "cp", f"{self.container(service)}:{EFFECTIVE_CONFIG}", "-"],
+            capture_output=True,
+            timeout=60,
+        )
+        if archive.returncode != 0:
+            raise ClusterError(f"{service}'s settings: {archive.stderr.decode().strip()}")
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            member = tar.extractfile(Path(EFFECTIVE_CONFIG).name)
+            assert member is not None, "docker cp archives the file under its own name"
+            text = member.read().decode()
+        copy = self.directory / service / "server.properties"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(text)
+        settings = read_properties(copy)
+        if settings.get("log.dirs") == CONTAINER_LOG_DIR:
+            settings["log.dirs"] = str(self.directory / service / "logs")
+        return settings
+
+    def status(self) -> list[dict]:
+        """Each broker as the engine and ZooKeeper see it."""
+        from tidelog.controller import zookeeper
+
+        with zookeeper.session(self.zookeeper) as client:
+            registered = set(zookeeper.read_brokers(client))
+        return [
+            {
+                "broker": broker.broker_id,
+                "service": broker.service,
+                "image": self.inspect(broker.service)["Config"]["Image"],
+                "state": self.health(broker.broker_id),
+                "registered": broker.broker_id in registered,
+                "port": broker.port,
+                "admin_port": broker.admin_port,
+            }
+            for broker in self.state.brokers.values()
+        ]
 
     def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
         """SIGKILL and SIGTERM through ``docker kill``; SIGSTOP and SIGCONT as ``docker pause``

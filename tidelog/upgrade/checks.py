@@ -11,7 +11,8 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.cluster.local import ClusterError, wait_until
+from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import broker_config
 from tidelog.controller import zookeeper
 
@@ -20,7 +21,7 @@ LOG_OVERHEAD = 12
 Replica = tuple[str, int, int]  # topic, partition, broker id
 
 
-def lagging(cluster: LocalCluster) -> tuple[list[str], list[str]]:
+def lagging(cluster: RollableCluster) -> tuple[list[str], list[str]]:
     """(under-replicated partitions, partitions without a leader), as "topic-partition"."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)
@@ -35,7 +36,7 @@ def lagging(cluster: LocalCluster) -> tuple[list[str], list[str]]:
     return under, leaderless
 
 
-def wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
+def wait_in_sync(cluster: RollableCluster, timeout: float) -> None:
     """Until every replica is in its partition's ISR (zero under-replicated partitions) and
     every partition has a live leader; TimeoutError naming what still lags."""
     last: list[tuple[list[str], list[str]]] = [([], [])]
@@ -54,7 +55,7 @@ def wait_in_sync(cluster: LocalCluster, timeout: float) -> None:
         ) from None
 
 
-def elect_preferred_leaders(cluster: LocalCluster, timeout: float) -> None:
+def elect_preferred_leaders(cluster: RollableCluster, timeout: float) -> None:
     """Moves each partition's leadership back to its preferred replica, as a rolling bounce
     would leave it on the brokers restarted first; waits until every one has it. The election
     is asked again whenever the controller has taken the last request and some partition is
@@ -79,7 +80,7 @@ def elect_preferred_leaders(cluster: LocalCluster, timeout: float) -> None:
     wait_until(preferred, timeout, "every partition led by its preferred replica", interval=0.5)
 
 
-def leaders(cluster: LocalCluster) -> dict[tuple[str, int], tuple[int, int]]:
+def leaders(cluster: RollableCluster) -> dict[tuple[str, int], tuple[int, int]]:
     """Each partition's (leader, leader epoch) as ZooKeeper holds them."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)
@@ -90,7 +91,7 @@ def leaders(cluster: LocalCluster) -> dict[tuple[str, int], tuple[int, int]]:
     }
 
 
-def partition_dirs(cluster: LocalCluster) -> dict[Replica, Path]:
+def partition_dirs(cluster: RollableCluster) -> dict[Replica, Path]:
     """Every replica's directory on disk."""
     found: dict[Replica, Path] = {}
     for broker_id in cluster.broker_ids:
@@ -126,7 +127,7 @@ def headers(directory: Path, since: int = 0) -> Iterator[tuple[int, int, int]]:
             position += LOG_OVERHEAD + size
 
 
-def end_offsets(cluster: LocalCluster) -> dict[str, int]:
+def end_offsets(cluster: RollableCluster) -> dict[str, int]:
     """Each replica's next offset on disk, keyed "topic/partition/broker"."""
     marks = {}
     for (topic, number, broker_id), directory in partition_dirs(cluster).items():
@@ -140,7 +141,7 @@ def end_offsets(cluster: LocalCluster) -> dict[str, int]:
     return marks
 
 
-def formats_since(cluster: LocalCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
+def formats_since(cluster: RollableCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
     """For each replica marked, how many messages of each magic it got after its mark."""
     counts: dict[str, dict[int, int]] = {}
     for (topic, number, broker_id), directory in partition_dirs(cluster).items():
@@ -155,7 +156,7 @@ def formats_since(cluster: LocalCluster, marks: dict[str, int]) -> dict[str, dic
     return counts
 
 
-def expected_formats(cluster: LocalCluster, broker_format: int) -> dict[str, int]:
+def expected_formats(cluster: RollableCluster, broker_format: int) -> dict[str, int]:
     """Each topic's format: its message.format.version override, or the brokers'."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)

@@ -40,6 +40,9 @@ def add_commands(commands) -> None:
             )
     add_canary_commands(actions)
     upgrade.set_defaults(run=run_command)
+    from tidelog.upgrade.roll import add_roll  # a compose cluster to another image
+
+    add_roll(actions)
 
 
 def add_canary_commands(actions) -> None:
@@ -125,12 +128,13 @@ def canary_command(args: argparse.Namespace) -> int:
 def run_command(args: argparse.Namespace) -> int:
     if args.action in ("canary", "rollback"):
         return canary_command(args)
-    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.local import ClusterError
+    from tidelog.cluster.rolling import open_cluster
     from tidelog.config import ConfigError
     from tidelog.upgrade.canary import CANARY_JOURNAL, CanaryJournal
     from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
 
-    cluster = LocalCluster(args.dir)
+    cluster = open_cluster(args.dir)
     canary = CanaryJournal.load(cluster.directory / CANARY_JOURNAL)
     if args.action == "run" and canary is not None and canary.unfinished:
         print(

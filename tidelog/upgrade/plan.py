@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import BROKER_RELEASES, broker_config
 
 TARGETS = ("0.10.0", "0.10.1")
@@ -56,7 +56,7 @@ class Step:
         return cls(**document)
 
 
-def read_settings(cluster: LocalCluster) -> list[BrokerSettings]:
+def read_settings(cluster: RollableCluster) -> list[BrokerSettings]:
     """Each broker's effective settings, from its server.properties in the cluster directory."""
     found = []
     for broker_id in cluster.broker_ids:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tidelog.cluster.local import ClusterError, LocalCluster
+from tidelog.cluster.local import ClusterError
+from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import ConfigError
 from tidelog.upgrade import checks
 from tidelog.upgrade.plan import Step, plan, read_settings
@@ -75,7 +76,7 @@ def write_journal(path: Path, document: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def unfinished_run(cluster: LocalCluster) -> str | None:
+def unfinished_run(cluster: RollableCluster) -> str | None:
     """The target of an `upgrade run` that has not finished, if there is one."""
     journal = Journal.load(cluster.directory / JOURNAL)
     if journal is None or journal.document["state"] == "done":
@@ -88,7 +89,7 @@ class UpgradeRun:
 
     def __init__(
         self,
-        cluster: LocalCluster,
+        cluster: RollableCluster,
         target: str,
         *,
         timeout: float = 120.0,
@@ -221,7 +222,7 @@ class UpgradeRun:
         self.progress(line)
 
 
-def cluster_state(cluster: LocalCluster) -> dict:
+def cluster_state(cluster: RollableCluster) -> dict:
     """How the cluster stands, for a failure report: brokers, settings, lagging partitions."""
     rows = cluster.status()
     try:

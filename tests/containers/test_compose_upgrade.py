@@ -1,0 +1,123 @@
+"""`tidelog upgrade roll`: a compose cluster moved from one image to another, one broker service at
+a time, while a producer sends with acks=all; the upgrade's checks after every broker, the
+delivery oracle's verdict at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer
+
+from tidelog.cluster import faults
+from tidelog.cluster.compose import BROKERS, ComposeCluster
+from tidelog.cluster.delivery import DeliveryProducer, verify
+from tidelog.cluster.scenario import SCENARIO_OVERRIDES
+from tidelog.controller import topics, zookeeper
+from tidelog.upgrade import checks
+
+pytestmark = pytest.mark.containers
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD, NEW = "roll-old", "roll-new"
+
+
+@pytest.fixture(scope="module")
+def roll_images(docker_engine: None) -> None:
+    """tidelog:roll-old, an older release as its image would be built (broker.protocol.max.version
+    0.10.0 by default, in the image's environment), and tidelog:roll-new, today's image."""
+    dockerfile = b"FROM tidelog:dev\nENV KAFKA_BROKER_PROTOCOL_MAX_VERSION=0.10.0\n"
+    subprocess.run(
+        ["docker", "build", "-q", "-t", f"tidelog:{OLD}", "-"],
+        input=dockerfile,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    subprocess.run(["docker", "tag", "tidelog:dev", f"tidelog:{NEW}"], check=True, timeout=60)
+
+
+def client_release(cluster: ComposeCluster, broker_id: int) -> tuple[int, ...]:
+    """The release kafka-python infers from the broker's ApiVersions answer."""
+    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{cluster.broker(broker_id).port}")
+    try:
+        return tuple(consumer.config["api_version"][:3])
+    finally:
+        consumer.close()
+
+
+async def produce_through(cluster: ComposeCluster, topic: str, roll: list[str]):
+    """Produces acks=all at 50 messages/s while ``roll`` runs; returns the producer and the
+    finished roll."""
+    producer = DeliveryProducer(cluster.bootstrap_servers, topic, acks=-1, rate=50)
+    stop = asyncio.Event()
+    task = asyncio.create_task(producer.run(stop))
+    await asyncio.sleep(2)  # acknowledgements before the first broker goes
+    done = await asyncio.to_thread(
+        subprocess.run, roll, capture_output=True, text=True, timeout=900
+    )
+    await asyncio.sleep(2)
+    stop.set()
+    await task
+    return producer, done
+
+
+def test_roll_moves_every_broker_to_another_image_under_a_producer(
+    roll_images: None, tmp_path: Path
+) -> None:
+    cluster = ComposeCluster.create(
+        tmp_path,
+        ROOT / "compose.yaml",
+        project=f"tidelog-roll-{os.getpid()}",
+        settings=SCENARIO_OVERRIDES,
+    )
+    for broker_id in BROKERS:
+        cluster.set_image_tag(broker_id, OLD)
+    cluster.up(build=False, progress=lambda _: None)
+    try:
+        assert {client_release(cluster, b) for b in BROKERS} == {(0, 10, 0)}
+        topic = "rolled"
+        with zookeeper.session(cluster.zookeeper) as client:
+            topics.create_topic(client, topic, 3, 3, {"min.insync.replicas": "2"})
+        faults.wait_for_full_isr(cluster, topic)
+        # the upgrade's plan reads each broker's settings from its container, through the seam
+        plan = subprocess.run(
+            [
+                *(sys.executable, "-m", "tidelog.cli", "upgrade", "plan"),
+                *("--dir", str(tmp_path), "--to", "0.10.1"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert plan.returncode == 0, plan.stderr
+        for broker_id in BROKERS:
+            assert f"roll broker {broker_id} with broker.protocol.max.version=0.10.1" in plan.stdout
+        roll = [
+            *(sys.executable, "-m", "tidelog.cli", "upgrade", "roll"),
+            *("--dir", str(tmp_path), "--image-tag", NEW),
+        ]
+        started = time.time()
+        producer, done = asyncio.run(produce_through(cluster, topic, roll))
+        assert done.returncode == 0, done.stdout + done.stderr
+        for broker_id in BROKERS:
+            assert f"broker {broker_id} runs tidelog:{NEW}; back in every ISR" in done.stdout
+        images = {cluster.inspect(f"broker-{b}")["Config"]["Image"] for b in BROKERS}
+        assert images == {f"tidelog:{NEW}"}
+        assert {client_release(cluster, b) for b in BROKERS} == {(0, 10, 1)}
+        assert checks.lagging(cluster) == ([], [])
+        during = [a for a in producer.acked if started < a.acked_at < time.time() - 2]
+        assert len(during) > 100, f"{len(during)} acknowledged during the roll"
+        report = asyncio.run(verify(cluster, topic, producer.acked))
+        assert report.ok, report.table()
+        # run again, the roll finds every broker there already
+        again = subprocess.run(roll, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.count(f"runs tidelog:{NEW} already") == len(BROKERS)
+    finally:
+        cluster.down(progress=lambda _: None)

@@ -1,0 +1,84 @@
+"""`tidelog upgrade roll`: a compose cluster moved to another image, one broker service at a time.
+
+Each step recreates one broker's service from ``tidelog:{tag}`` (a clean shutdown, then a new
+container on the same log volume; ``ComposeCluster.restart_broker``) and waits, as every step of
+``tidelog upgrade run`` does, until every replica is back in its ISR and no partition is
+under-replicated. After the last step leadership goes back to the preferred replicas. A broker
+whose container already runs the tag is left alone, so the same command after a failure goes on
+from the broker where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.local import ClusterError
+from tidelog.upgrade import checks
+
+
+def roll_image(
+    cluster: ComposeCluster,
+    tag: str,
+    *,
+    timeout: float = 120.0,
+    progress: Callable[[str], object] = print,
+) -> list[dict]:
+    """Every broker of ``cluster`` recreated from ``tidelog:{tag}``, one at a time, each followed
+    by the upgrade's checks; returns one row per broker (rolled or already there, seconds).
+    Raises ClusterError if the image is missing or a broker does not come back, TimeoutError if
+    the replicas do not catch up in ``timeout`` seconds."""
+    image = f"tidelog:{tag}"
+    found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
+    if found.returncode != 0:
+        raise ClusterError(f"no image {image} in the engine (build or `docker tag` it first)")
+    checks.wait_in_sync(cluster, timeout)  # a roll starts from a cluster in sync
+    rows = []
+    for broker_id in cluster.broker_ids:
+        service = cluster.broker(broker_id).service
+        if cluster.inspect(service)["Config"]["Image"] == image:
+            progress(f"broker {broker_id} runs {image} already")
+            rows.append({"broker": broker_id, "rolled": False, "seconds": 0.0})
+            continue
+        started = time.monotonic()
+        cluster.set_image_tag(broker_id, tag)
+        cluster.restart_broker(broker_id, timeout=timeout, progress=progress)
+        checks.wait_in_sync(cluster, timeout)
+        seconds = round(time.monotonic() - started, 3)
+        progress(
+            f"broker {broker_id} runs {image}; back in every ISR, no under-replicated "
+            f"partitions ({seconds} s)"
+        )
+        rows.append({"broker": broker_id, "rolled": True, "seconds": seconds})
+    checks.elect_preferred_leaders(cluster, timeout)
+    checks.wait_in_sync(cluster, timeout)
+    progress(f"every broker runs {image}; leaders preferred")
+    return rows
+
+
+def add_roll(actions) -> None:
+    """Adds `roll` to `tidelog upgrade`'s actions."""
+    text = "recreate a compose cluster's brokers from another image tag, one at a time"
+    roll = actions.add_parser("roll", help=text, description=text[0].upper() + text[1:] + ".")
+    roll.add_argument(
+        "--dir", required=True, help="the compose cluster's directory (it holds compose.env)"
+    )
+    roll.add_argument("--image-tag", required=True, help="the brokers' new image: tidelog:TAG")
+    roll.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
+    roll.set_defaults(run=roll_command)
+
+
+def roll_command(args: argparse.Namespace) -> int:
+    try:
+        cluster = ComposeCluster(args.dir)
+        rows = roll_image(cluster, args.image_tag, timeout=args.timeout)
+    except (ClusterError, TimeoutError) as error:
+        print(f"tidelog upgrade roll: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps({"image": f"tidelog:{args.image_tag}", "brokers": rows}))
+    return 0
