@@ -188,6 +188,9 @@ def _offsets(progress) -> dict:
     return json.loads(progress) if isinstance(progress, str) else progress
 
 
+RECORDS = 1000
+
+
 def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
     spark, tmp_path_factory, tmp_path
 ):
@@ -196,8 +199,8 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
     start = int(time.time() * 1000) - 60_000
     try:
         topics = {  # topic -> (magic, codec, partitions)
-            create(tiered, 2, 2, message_format_version="0.10.0"): (1, "none", 2),
-            create(tiered, 2, 1, message_format_version="0.9.0"): (0, "gzip", 1),
+            create(tiered, 2, 1, message_format_version="0.10.0"): (1, "none", 1),
+            create(tiered, 2, 2, message_format_version="0.9.0"): (0, "gzip", 2),
         }
         for topic, (magic, codec, partitions) in topics.items():
             extra = (lambda n: {"timestamp_ms": start + n * 10}) if magic else (lambda n: {})
@@ -205,12 +208,15 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
                 tiered,
                 topic,
                 (0, 10, 1) if magic else (0, 9),
-                [(None, value(n), {"partition": n % partitions, **extra(n)}) for n in range(1500)],
+                [
+                    (None, value(n), {"partition": n % partitions, **extra(n)})
+                    for n in range(RECORDS)
+                ],
                 compression=None if codec == "none" else codec,
                 acks=-1,
             )
             for partition in range(partitions):
-                wait_offloaded(tiered, topic, 1500 // partitions, partition)
+                wait_offloaded(tiered, topic, RECORDS // partitions, partition)
         consumed = {topic: client_rows(consume_all(tiered, topic)) for topic in topics}
     finally:
         tiered.down(progress=lambda _: None)  # the files stay as they are from here on
@@ -225,7 +231,7 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
 
     for topic, (magic, codec, partitions) in topics.items():
         rows = load(topic, f"all-{topic}").collect()
-        assert spark_rows(rows) == consumed[topic] and len(rows) == 1500, topic
+        assert spark_rows(rows) == consumed[topic] and len(rows) == RECORDS, topic
         assert {(r.magic, r.codec) for r in rows} == {(magic, codec)}, topic
         for partition in range(partitions):
             tiers = [r.tier for r in sorted(rows, key=lambda r: r.offset)
@@ -240,7 +246,7 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
         )
 
     topic = next(iter(topics))  # format v1: a timestamp filter skips remote ranges
-    cutoff = start + 1000 * 10  # the 1000th record: older than what stays local
+    cutoff = start + 600 * 10  # the 600th record: older than what stays local
     recent = load(topic, "recent").where(f"timestamp >= {cutoff}").collect()
     assert spark_rows(recent) == [r for r in consumed[topic] if r[2] >= cutoff]
     assert any(r.tier == "remote" for r in recent)
