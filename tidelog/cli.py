@@ -777,12 +777,18 @@ def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
         description=(
             "Reads the run directories that perf, scenario and load runs write (--out), "
             "computes exact latency percentiles, average and max windowed p99, throughput, "
-            "delivery per partition and consumer lag with Spark in local mode, and writes CSV "
+            "delivery per partition, consumer lag and rebuild durations with Spark in local "
+            "mode, and writes CSV "
             "and Markdown tables, PNG plots and one self-contained report.html. Two runs or more "
             "are compared side by side."
         ),
     )
-    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    report.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directories, or directories of them (one run of several cases)",
+    )
     report.add_argument("--out", required=True, metavar="REPORT_DIR", help="where to write")
     report.add_argument(
         "--window-seconds",

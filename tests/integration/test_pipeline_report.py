@@ -1,13 +1,18 @@
 """``tidelog report`` from small real runs: a perf run and a chaos scenario on real brokers write
-their run directories, Spark computes the report, and every table cell and plot is there."""
+their run directories, Spark computes the report, and every table cell and plot is there. The
+consumer lag and rebuild tables, which no command here measures yet, are checked on a directory
+of run directories (one per case x workload x tiered, as the tiered-storage cases write them)
+made of hand-made rows, against figures computed from those rows directly."""
 
 from __future__ import annotations
 
 import asyncio
 import csv
 import math
+import random
 import re
 import struct
+from datetime import UTC, datetime
 
 import pyarrow.parquet as pq
 import pytest
@@ -58,12 +63,15 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def built(runs, tmp_path_factory):
-    spark = local_session(cores=2, app_name="tidelog-report-tests")
-    try:
-        data = compute(spark, load_runs(runs), window_seconds=1.0)
-    finally:
-        spark.stop()
+def spark():
+    session = local_session(cores=2, app_name="tidelog-report-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def built(runs, spark, tmp_path_factory):
+    data = compute(spark, load_runs(runs), window_seconds=1.0)
     out = tmp_path_factory.mktemp("report")
     return data, out, write_report(data, out)
 
@@ -104,7 +112,7 @@ def test_the_report_has_every_table_cell_and_every_plot(runs, built):
     assert all(all(v for v in row.values()) for row in design.values())
     comparison = read_csv(out / "comparison.csv")
     assert {"perf", "scenario", "scenario / perf"} <= set(comparison[0])
-    throughput = [r for r in comparison if r["figure"] == "records/s"]
+    throughput = [r for r in comparison if (r["case"], r["figure"]) == ("all", "records/s")]
     assert float(throughput[0]["scenario / perf"]) > 0
 
     delivery = read_csv(out / "delivery.csv")
@@ -143,3 +151,125 @@ def test_a_pipeline_percentile_equals_one_computed_from_the_raw_rows(runs, built
         assert row["windows"] == len(windows)
         assert row["avg_p99_ms"] == pytest.approx(sum(p99s) / len(p99s), rel=1e-12)
         assert row["max_p99_ms"] == max(p99s)
+
+
+START = datetime(2026, 5, 1, 12, 0, tzinfo=UTC).timestamp()
+CASES = {  # tiered -> (rebuild seconds, lag scale)
+    True: (120.0, 1),
+    False: (900.0, 7),
+}
+
+
+def write_case(run_dir, tiered: bool) -> None:
+    """A rebuild case's run directory: 20 s of acknowledgements, two in-sync and three
+    catching-up consumers of 3 partitions sampled every 0.5 s, a rebuild event."""
+    rebuild_s, scale = CASES[tiered]
+    chance = random.Random(int(tiered))
+    acks = [(START + i * 0.01, chance.lognormvariate(1.0, 0.7)) for i in range(2000)]
+    rundata.write_table(
+        run_dir,
+        "acks",
+        {
+            "acked_at": [rundata.epoch_microseconds(at) for at, _ in acks],
+            "latency_ms": [latency for _, latency in acks],
+            "partition": [i % 3 for i in range(len(acks))],
+            "offset": [i // 3 for i in range(len(acks))],
+            "bytes": [100] * len(acks),
+            "message": [None] * len(acks),
+        },
+    )
+    consumers = ["in-sync-1", "in-sync-2", "catching-up-1", "catching-up-2", "catching-up-3"]
+    samples = [
+        (START + n * 0.5, consumer, partition, chance.randrange(0, 50 if "in-sync" in consumer
+                                                                else 5000) * scale)
+        for n in range(40) for consumer in consumers for partition in range(3)
+    ]  # fmt: skip
+    rundata.write_table(
+        run_dir,
+        "consumer",
+        {
+            "sampled_at": [rundata.epoch_microseconds(at) for at, *_ in samples],
+            "consumer": [consumer for _, consumer, _, _ in samples],
+            "partition": [partition for _, _, partition, _ in samples],
+            "offset": [1000] * len(samples),
+            "lag": [lag for *_, lag in samples],
+        },
+    )
+    rundata.write_events(
+        run_dir,
+        [
+            rundata.Event(START + 2, "rebuild", "broker 2", rebuild_s * 1000, "wiped, rebuilt"),
+            rundata.Event(START + 1, "rebuild", "broker 3", None, "a moment: not a duration"),
+            rundata.Event(START + 3, "hard_bounce", "broker 1", 1500.0, "not a rebuild"),
+        ],
+    )
+    rundata.write_metadata(
+        run_dir, rundata.RunMetadata("perf-tiered-storage", "rebuild", "acks=all", tiered)
+    )
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    """One run of the rebuild case: a directory of two run directories, tiered on and off."""
+    run = tmp_path_factory.mktemp("cases") / "tiered-cases"
+    for tiered in CASES:
+        write_case(run / f"rebuild-acks-all-{'tiered' if tiered else 'local'}", tiered)
+    return run
+
+
+def test_consumer_lag_and_rebuild_tables_match_the_raw_rows(cases, spark, tmp_path):
+    runs = load_runs([cases])
+    assert {r.label for r in runs} == {"tiered-cases"} and len(runs) == 2
+    data = compute(spark, runs, window_seconds=1.0)
+    written = write_report(data, tmp_path)
+
+    for run in runs:
+        tiered = run.metadata.tiered
+        rows = pq.read_table(run.directory / "consumer.parquet").to_pylist()
+        totals: dict[tuple, int] = {}  # a consumer's lag over its partitions, per sample
+        for row in rows:
+            key = (row["consumer"], row["sampled_at"])
+            totals[key] = totals.get(key, 0) + row["lag"]
+        for kind in ("in-sync", "catching-up"):
+            lags = sorted(lag for (c, _), lag in totals.items() if c.startswith(kind))
+            (found,) = [r for r in data.consumer_lag if r["kind"] == kind and r["tiered"] == tiered]
+            assert found["samples"] == len(lags) == 40 * (2 if kind == "in-sync" else 3)
+            assert found["consumers"] == (2 if kind == "in-sync" else 3)
+            assert found["max_lag"] == lags[-1]
+            assert found["p99_lag"] == percentile(lags, 0.99)
+            assert found["p50_lag"] == percentile(lags, 0.5)
+            assert found["mean_lag"] == pytest.approx(sum(lags) / len(lags))
+            windows = [w for w in data.lag_windows if w["kind"] == kind and w["tiered"] == tiered]
+            assert len(windows) == 20 and max(w["max_lag"] for w in windows) == lags[-1]
+
+    rebuilds = {r["tiered"]: r for r in data.rebuilds}
+    for tiered, (seconds, _) in CASES.items():
+        assert (rebuilds[tiered]["rebuilds"], rebuilds[tiered]["total_s"]) == (1, seconds)
+    (ratio,) = data.ratios
+    assert ratio["rebuild_duration_ratio"] == pytest.approx(120 / 900)
+    with_tiered, without = (
+        next(r for r in data.latency if r["tiered"] is tiered) for tiered in (True, False)
+    )
+    assert ratio["max_p99_ratio"] == pytest.approx(
+        with_tiered["max_p99_ms"] / without["max_p99_ms"]
+    )
+
+    design = {(r["test case"], r["workload"]): r for r in read_csv(tmp_path / "design.csv")}
+    rebuild = design[("3 rebuild a broker (data wiped)", "acks=all")]
+    assert rebuild["reference: with tiered"] == "56 / 23 ms; 2 min"
+    assert rebuild["tiered-cases: with tiered"] == (
+        f"{with_tiered['max_p99_ms']:.1f} / {with_tiered['max_p95_ms']:.1f} ms; 2.0 min"
+    )
+    assert rebuild["tiered-cases: without"].endswith("; 15.0 min")
+    assert design[("1 normal traffic", "acks=all")]["tiered-cases: with tiered"] == "-"
+    lag_csv = read_csv(tmp_path / "consumer_lag.csv")
+    assert {(r["kind"], r["tiered"]) for r in lag_csv} == {
+        (kind, tiered) for kind in ("in-sync", "catching-up") for tiered in ("True", "False")
+    }
+    assert all(value != "" for row in lag_csv for value in row.values())
+    plot = tmp_path / "consumer_lag_over_time.png"
+    assert plot in written and plot.stat().st_size > 10_000 and png_size(plot) == PIXELS
+    for name in ("tiered-cases_rebuild_acks-all_tiered", "tiered-cases_rebuild_acks-all_local"):
+        assert png_size(tmp_path / f"latency_over_time_{name}.png") == PIXELS
+    page = (tmp_path / "report.html").read_text()
+    assert "Consumer lag per consumer kind" in page and "Rebuild duration" in page

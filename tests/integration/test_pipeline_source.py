@@ -1,6 +1,6 @@
 """Spark reads tidelog: the segment data source against kafka-python's consumption of the same
-topics from real brokers, a timestamp filter that skips bytes, and the streaming reader
-following a live topic."""
+topics from real brokers (local segments, and a remote tier), a timestamp filter that skips
+bytes, and the streaming reader following a live topic."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from kafka import KafkaProducer
 
 from tests.integration.test_kafka_python import consume_all
-from tidelog.cluster.local import wait_until
+from tests.integration.test_kafka_python import produce as produce_messages
+from tests.integration.test_tiered import TIERED_BROKER, create, value, wait_offloaded
+from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.pipeline.session import local_session
 from tidelog.pipeline.source import scan_stats
 
@@ -184,3 +186,70 @@ def _offsets(progress) -> dict:
     import json
 
     return json.loads(progress) if isinstance(progress, str) else progress
+
+
+RECORDS = 1000
+
+
+def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
+    spark, tmp_path_factory, tmp_path
+):
+    tiered = LocalCluster(tmp_path_factory.mktemp("pipeline-tiered"))
+    tiered.up(2, overrides=TIERED_BROKER, progress=lambda _: None)
+    start = int(time.time() * 1000) - 60_000
+    try:
+        topics = {  # topic -> (magic, codec, partitions)
+            create(tiered, 2, 1, message_format_version="0.10.0"): (1, "none", 1),
+            create(tiered, 2, 2, message_format_version="0.9.0"): (0, "gzip", 2),
+        }
+        for topic, (magic, codec, partitions) in topics.items():
+            extra = (lambda n: {"timestamp_ms": start + n * 10}) if magic else (lambda n: {})
+            produce_messages(
+                tiered,
+                topic,
+                (0, 10, 1) if magic else (0, 9),
+                [
+                    (None, value(n), {"partition": n % partitions, **extra(n)})
+                    for n in range(RECORDS)
+                ],
+                compression=None if codec == "none" else codec,
+                acks=-1,
+            )
+            for partition in range(partitions):
+                wait_offloaded(tiered, topic, RECORDS // partitions, partition)
+        consumed = {topic: client_rows(consume_all(tiered, topic)) for topic in topics}
+    finally:
+        tiered.down(progress=lambda _: None)  # the files stay as they are from here on
+
+    def load(topic: str, stats: str):
+        return (
+            spark.read.format("tidelog")
+            .option("topic", topic)
+            .option("scanStatsDir", str(tmp_path / stats))
+            .load(str(tiered.directory))
+        )
+
+    for topic, (magic, codec, partitions) in topics.items():
+        rows = load(topic, f"all-{topic}").collect()
+        assert spark_rows(rows) == consumed[topic] and len(rows) == RECORDS, topic
+        assert {(r.magic, r.codec) for r in rows} == {(magic, codec)}, topic
+        for partition in range(partitions):
+            tiers = [r.tier for r in sorted(rows, key=lambda r: r.offset)
+                     if r.partition == partition]  # fmt: skip
+            remote = tiers.count("remote")
+            # the older part from the tier, the newer from local segments, nothing in between
+            assert 0 < remote < len(tiers) and tiers == ["remote"] * remote + ["local"] * (
+                len(tiers) - remote
+            ), (topic, partition)
+        assert scan_stats(tmp_path / f"all-{topic}", "remote").rows == sum(
+            r.tier == "remote" for r in rows
+        )
+
+    topic = next(iter(topics))  # format v1: a timestamp filter skips remote ranges
+    cutoff = start + 600 * 10  # the 600th record: older than what stays local
+    recent = load(topic, "recent").where(f"timestamp >= {cutoff}").collect()
+    assert spark_rows(recent) == [r for r in consumed[topic] if r[2] >= cutoff]
+    assert any(r.tier == "remote" for r in recent)
+    full, filtered = (scan_stats(tmp_path / name, "remote") for name in (f"all-{topic}", "recent"))
+    assert filtered.segment_bytes == full.segment_bytes
+    assert 0 < filtered.bytes_read < full.bytes_read / 2

@@ -79,3 +79,22 @@ def test_a_flipped_byte_is_caught_by_the_entry_crc(tmp_path):
     reopened = open_index(tmp_path)
     assert [e.first_offset for e in reopened.entries()] == [0]
     assert len(log_file.with_suffix(".remoteOffsetIndex").read_bytes()) == 8
+
+
+def test_a_read_only_index_changes_no_file(tmp_path):
+    index = open_index(tmp_path)
+    index.append([entry(0, 9), entry(10, 19)], now_ms=0)
+    [log_file] = tmp_path.glob("*.remoteLogIndex")
+    torn = log_file.read_bytes() + entry(20, 29).encode()[:-3]  # an append cut short
+    log_file.write_bytes(torn)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+
+    reader = RemoteLogIndex.open_read_only(tmp_path)
+
+    assert [e.first_offset for e in reader.entries()] == [0, 10]
+    assert reader.lookup(15).first_offset == 10 and reader.search(3).first_offset == 0
+    with pytest.raises(ValueError, match="read-only"):
+        reader.append([entry(20, 29)], now_ms=0)
+    with pytest.raises(ValueError, match="read-only"):
+        reader.delete_below(100)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before

@@ -1,5 +1,9 @@
 """The report's PNG plots (matplotlib, no display): every figure is FIGURE_SIZE inches at DPI,
-so every image is PIXELS wide and high."""
+so every image is PIXELS wide and high.
+
+Plots draw the report's per-window and per-second rows, never raw rows; a line longer than
+MAX_POINTS points is thinned to every k-th point for drawing (THINNED says so on the page; the
+CSV tables keep every row, and every figure in the tables is computed from all of them)."""
 
 from __future__ import annotations
 
@@ -11,11 +15,27 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from tidelog.pipeline.report import ReportData
+from tidelog.pipeline.report import GROUP, ReportData, group_key
 
 FIGURE_SIZE = (10, 4)
 DPI = 100
 PIXELS = (FIGURE_SIZE[0] * DPI, FIGURE_SIZE[1] * DPI)
+MAX_POINTS = 2000
+THINNED = (
+    f"Plots draw at most {MAX_POINTS} points per line (longer series: every k-th window); "
+    "the tables and CSV files hold every window."
+)
+
+
+def thin(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
+    """Every k-th point of a series longer than MAX_POINTS (the last one kept)."""
+    step = -(-len(xs) // MAX_POINTS)
+    if step <= 1:
+        return xs, ys
+    keep = [*range(0, len(xs), step)]
+    if keep[-1] != len(xs) - 1:
+        keep.append(len(xs) - 1)
+    return [xs[i] for i in keep], [ys[i] for i in keep]
 
 
 def file_label(label: str) -> str:
@@ -26,6 +46,23 @@ def _group_name(row: dict[str, Any], runs: int) -> str:
     tiered = "tiered" if row["tiered"] else "no tiered"
     name = f"{row['case']}, {row['workload']}, {tiered}"
     return f"{row['run']}: {name}" if runs > 1 else name
+
+
+def _groups(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The rows of each group, in order."""
+    found: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(group_key(row), []).append(row)
+    return found
+
+
+def _plot_label(data: ReportData, key: tuple) -> str:
+    """A run's own label when it is one group; with the group's case, workload and tiered
+    when its run has several."""
+    label = key[0]
+    if sum(1 for other in data.starts if other[0] == label) > 1:
+        label += f"_{key[1]}_{key[2]}_{'tiered' if key[3] else 'local'}"
+    return file_label(label)
 
 
 def _figure() -> tuple[Figure, Axes]:
@@ -56,20 +93,18 @@ def _with_gaps(
 
 
 def latency_over_time(data: ReportData, out: Path) -> list[Path]:
-    """One plot per run: p50, p95 and p99 of each window, the run's events marked."""
+    """One plot per group: p50, p95 and p99 of each window, the group's events marked."""
     paths = []
-    for run in data.runs:
-        windows = [w for w in data.windows if w["run"] == run.label]
-        if not windows:
-            continue
+    events = _groups(data.events)
+    for key, windows in _groups(data.windows).items():
         figure, axes = _figure()
         # each window's point sits at its middle; a window without acknowledgements has none
         middle = data.window_seconds / 2
-        for column, style in [("p50_ms", ".-"), ("p95_ms", ".--"), ("p99_ms", ".-")]:
-            seconds, values = _with_gaps(windows, column, data.window_seconds)
+        for column, style in [("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", "-")]:
+            seconds, values = thin(*_with_gaps(windows, column, data.window_seconds))
             axes.plot([s + middle for s in seconds], values, style, label=column[:-3])
-        first_ack = data.run_starts[run.label]
-        for event in (e for e in data.events if e["run"] == run.label):
+        first_ack = data.starts[key]
+        for event in events.get(key, []):
             at = (event["at"] - first_ack).total_seconds()
             length = (event["duration_ms"] or 0) / 1000
             if length:
@@ -86,10 +121,10 @@ def latency_over_time(data: ReportData, out: Path) -> list[Path]:
         axes.set_yscale("log")
         axes.set_xlabel("seconds since the first acknowledgement")
         axes.set_ylabel(f"produce latency per {data.window_seconds:g} s window (ms)")
-        axes.set_title(f"{run.label}: latency percentiles over time")
+        axes.set_title(f"{_group_name(dict(zip(GROUP, key, strict=True)), 2)}: latency over time")
         axes.legend(loc="upper right")
         axes.grid(True, alpha=0.3)
-        paths.append(_save(figure, out / f"latency_over_time_{file_label(run.label)}.png"))
+        paths.append(_save(figure, out / f"latency_over_time_{_plot_label(data, key)}.png"))
     return paths
 
 
@@ -97,9 +132,9 @@ def throughput_over_time(data: ReportData, out: Path) -> Path | None:
     if not data.throughput:
         return None
     figure, axes = _figure()
-    for run in data.runs:
-        seconds = [r for r in data.throughput if r["run"] == run.label]
-        axes.plot([r["second"] for r in seconds], [r["records"] for r in seconds], label=run.label)
+    for key, seconds in _groups(data.throughput).items():
+        xs, ys = thin([r["second"] for r in seconds], [r["records"] for r in seconds])
+        axes.plot(xs, ys, label=_group_name(dict(zip(GROUP, key, strict=True)), 2))
     axes.set_xlabel("seconds since the first acknowledgement")
     axes.set_ylabel("records acknowledged per second")
     axes.set_title("throughput over time")
@@ -117,7 +152,7 @@ def latency_cdf(data: ReportData, out: Path) -> Path | None:
         values = [v for v, _ in row["points"]]
         fractions = [f for _, f in row["points"]]
         style = "-" if row["tiered"] else "--"
-        axes.plot(values, fractions, style, label=_group_name(row, len(data.runs)))
+        axes.plot(values, fractions, style, label=_group_name(row, len(data.labels)))
     axes.set_xscale("log")
     axes.set_xlabel("produce latency (ms)")
     axes.set_ylabel("fraction of acknowledgements")
@@ -127,7 +162,28 @@ def latency_cdf(data: ReportData, out: Path) -> Path | None:
     return _save(figure, out / "latency_cdf.png")
 
 
+def consumer_lag_over_time(data: ReportData, out: Path) -> Path | None:
+    """The largest lag of each consumer kind per window, a line per group and kind."""
+    if not data.lag_windows:
+        return None
+    figure, axes = _figure()
+    lines: dict[tuple, list[dict[str, Any]]] = {}
+    for row in data.lag_windows:
+        lines.setdefault((*group_key(row), row["kind"]), []).append(row)
+    for (*key, kind), rows in lines.items():
+        xs, ys = thin([r["second"] for r in rows], [r["max_lag"] for r in rows])
+        name = _group_name(dict(zip(GROUP, key, strict=True)), len(data.labels))
+        axes.plot(xs, ys, label=f"{kind} ({name})")
+    axes.set_xlabel("seconds since the first acknowledgement")
+    axes.set_ylabel(f"largest consumer lag per {data.window_seconds:g} s window (records)")
+    axes.set_title("consumer lag over time")
+    axes.legend(loc="upper right", fontsize=8)
+    axes.grid(True, alpha=0.3)
+    return _save(figure, out / "consumer_lag_over_time.png")
+
+
 def draw_all(data: ReportData, out: Path) -> list[Path]:
     paths = latency_over_time(data, out)
-    paths += [p for p in (throughput_over_time(data, out), latency_cdf(data, out)) if p]
+    others = (throughput_over_time(data, out), latency_cdf(data, out))
+    paths += [p for p in (*others, consumer_lag_over_time(data, out)) if p]
     return paths

@@ -5,7 +5,10 @@ one self-contained HTML page (tables inline, images as data URIs).
 
 The design table has the design's shape (test case, workload, figure, with and without tiered
 storage) with the design's reference figures beside each run's; "-" marks what a run did not
-measure. With two runs or more, the comparison table puts their figures side by side.
+measure. Its figures are: the average of the windows' p99 / p95 for normal traffic and with
+out-of-sync consumers (as ``tidelog perf tiered-storage`` prints them), the largest window's
+p99 / p95 and the rebuild's duration for a rebuild. With two runs or more, the comparison table
+puts their figures side by side.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tidelog.pipeline.plots import draw_all
-from tidelog.pipeline.report import ReportData
+from tidelog.pipeline.plots import THINNED, draw_all
+from tidelog.pipeline.report import ReportData, group_key
 
 NOT_MEASURED = "-"
 
@@ -35,20 +38,25 @@ class ReferenceFigure:
     figure: str
     with_tiered: str
     without: str
+    columns: tuple[str, str]  # the latency table's p99 and p95 columns the figure is
 
 
+AVERAGE = ("avg_p99_ms", "avg_p95_ms")
+LARGEST = ("max_p99_ms", "max_p95_ms")
 REFERENCE = [
     ReferenceFigure("normal", "1 normal traffic", "acks=all", "avg P99 / P95 produce latency",
-                    "25 / 14 ms", "21 / 13 ms"),
+                    "25 / 14 ms", "21 / 13 ms", AVERAGE),
     ReferenceFigure("normal", "1 normal traffic", "acks=1", "avg P99 / P95 produce latency",
-                    "9 / 4 ms", "9 / 4 ms"),
+                    "9 / 4 ms", "9 / 4 ms", AVERAGE),
     ReferenceFigure("consumers", "2 plus 9 out-of-sync consumers reading 180 MB/s of old data "
-                    "per broker", "acks=all", "P99 / P95", "42 / 18 ms", "60 / 30 ms"),
-    ReferenceFigure("consumers", "2 same", "acks=1", "P99 / P95", "10 / 5 ms", "10 / 4 ms"),
+                    "per broker", "acks=all", "P99 / P95", "42 / 18 ms", "60 / 30 ms", AVERAGE),
+    ReferenceFigure("consumers", "2 same", "acks=1", "P99 / P95", "10 / 5 ms", "10 / 4 ms",
+                    AVERAGE),
     ReferenceFigure("rebuild", "3 rebuild a broker (data wiped)", "acks=all",
-                    "max P99 / P95; duration", "56 / 23 ms; 2 min", "490 / 290 ms; 230 min"),
+                    "max P99 / P95; duration", "56 / 23 ms; 2 min", "490 / 290 ms; 230 min",
+                    LARGEST),
     ReferenceFigure("rebuild", "3 same", "acks=1", "max P99 / P95; duration",
-                    "12 / 6 ms; 4 min", "10 / 5 ms; 520 min"),
+                    "12 / 6 ms; 4 min", "10 / 5 ms; 520 min", LARGEST),
 ]  # fmt: skip
 
 
@@ -79,21 +87,13 @@ def _from_dicts(name: str, title: str, rows: list[dict[str, Any]]) -> Table | No
     return Table(name, title, columns, [[row[c] for c in columns] for row in rows])
 
 
-def _rebuild_minutes(data: ReportData, run: str) -> float | None:
-    durations = [
-        e["duration_ms"]
-        for e in data.events
-        if e["run"] == run and e["kind"] == "rebuild" and e["duration_ms"] is not None
-    ]
-    return sum(durations) / 60000 if durations else None
-
-
 def design_table(data: ReportData) -> Table:
     """The design's reference table with each run's figures beside it."""
-    by_key = {(r["run"], r["case"], r["workload"], r["tiered"]): r for r in data.latency}
+    by_key = {group_key(r): r for r in data.latency}
+    rebuilds = {group_key(r): r for r in data.rebuilds}
     columns = ["test case", "workload", "figure", "reference: with tiered", "reference: without"]
-    for run in data.runs:
-        columns += [f"{run.label}: with tiered", f"{run.label}: without"]
+    for label in data.labels:
+        columns += [f"{label}: with tiered", f"{label}: without"]
     rows = []
     for reference in REFERENCE:
         row: list[Any] = [
@@ -103,52 +103,75 @@ def design_table(data: ReportData) -> Table:
             reference.with_tiered,
             reference.without,
         ]
-        for run in data.runs:
+        for label in data.labels:
             for tiered in (True, False):
-                found = by_key.get((run.label, reference.case, reference.workload, tiered))
-                row.append(_design_cell(data, reference, run.label, found))
+                key = (label, reference.case, reference.workload, tiered)
+                row.append(_design_cell(reference, by_key.get(key), rebuilds.get(key)))
         rows.append(row)
     return Table("design", "The design's reference figures beside this run's", columns, rows)
 
 
-def _design_cell(data: ReportData, reference: ReferenceFigure, run: str, found: dict | None) -> str:
+def _design_cell(reference: ReferenceFigure, found: dict | None, rebuild: dict | None) -> str:
     if found is None:
         return NOT_MEASURED
-    if reference.case == "rebuild":
-        minutes = _rebuild_minutes(data, run)
-        duration = NOT_MEASURED if minutes is None else f"{minutes:.1f} min"
-        return f"{found['max_p99_ms']:.1f} / {found['max_p95_ms']:.1f} ms; {duration}"
-    return f"{found['avg_p99_ms']:.1f} / {found['avg_p95_ms']:.1f} ms"
+    p99, p95 = reference.columns
+    latency = f"{found[p99]:.1f} / {found[p95]:.1f} ms"
+    if reference.case != "rebuild":
+        return latency
+    duration = NOT_MEASURED if rebuild is None else f"{rebuild['total_s'] / 60:.1f} min"
+    return f"{latency}; {duration}"
 
 
 COMPARED = [
-    ("records", "records acknowledged"),
-    ("p50_ms", "p50 (ms)"),
-    ("p95_ms", "p95 (ms)"),
-    ("p99_ms", "p99 (ms)"),
-    ("max_ms", "max (ms)"),
-    ("avg_p99_ms", "average p99 (ms)"),
-    ("max_p99_ms", "max window p99 (ms)"),
+    ("latency", "records", "records acknowledged"),
+    ("latency", "p50_ms", "p50 (ms)"),
+    ("latency", "p95_ms", "p95 (ms)"),
+    ("latency", "p99_ms", "p99 (ms)"),
+    ("latency", "max_ms", "max (ms)"),
+    ("latency", "avg_p99_ms", "average p99 (ms)"),
+    ("latency", "max_p99_ms", "max window p99 (ms)"),
+    ("throughput", "mean_records_per_s", "records/s"),
+    ("throughput", "mean_mb_per_s", "MB/s"),
+    ("rebuild", "total_s", "rebuild duration (s)"),
 ]
 
 
 def comparison_table(data: ReportData) -> Table | None:
     """Each figure of each case x workload x tiered, one column per run, last over first."""
-    if len(data.runs) < 2:
+    labels = data.labels
+    if len(labels) < 2:
         return None
-    labels = [run.label for run in data.runs]
-    by_key = {(r["run"], r["case"], r["workload"], r["tiered"]): r for r in data.latency}
-    groups = sorted({(r["case"], r["workload"], r["tiered"]) for r in data.latency})
-    throughput = {r["run"]: r for r in data.throughput_summary}
+    by_key = {group_key(r): r for r in data.latency}
+    throughput = {group_key(r): r for r in data.throughput_summary}
+    lag = {(*group_key(r), r["kind"]): r for r in data.consumer_lag}
+    rebuilds = {group_key(r): r for r in data.rebuilds}
+    groups = sorted({group_key(r)[1:] for r in data.latency})
     rows = []
     for case, workload, tiered in groups:
-        for column, text in COMPARED:
+        for table, column, text in COMPARED:
+            found = {"latency": by_key, "throughput": throughput, "rebuild": rebuilds}[table]
             values = [
-                by_key.get((label, case, workload, tiered), {}).get(column) for label in labels
+                found.get((label, case, workload, tiered), {}).get(column) for label in labels
             ]
             rows.append([case, workload, tiered, text, *values, _ratio(values)])
-    for column, text in [("mean_records_per_s", "records/s"), ("mean_mb_per_s", "MB/s")]:
-        values = [throughput.get(label, {}).get(column) for label in labels]
+        for kind in sorted({r["kind"] for r in data.consumer_lag}):
+            for column, text in [("p99_lag", "p99 lag"), ("max_lag", "max lag")]:
+                values = [
+                    lag.get((label, case, workload, tiered, kind), {}).get(column)
+                    for label in labels
+                ]
+                rows.append([case, workload, tiered, f"{kind}: {text}", *values, _ratio(values)])
+    # every group of a run at once: its records over the seconds its groups lasted
+    totals = {label: [r for r in data.throughput_summary if r["run"] == label] for label in labels}
+    for text, column in [("records/s", "records"), ("MB/s", "mean_mb_per_s")]:
+        values = []
+        for label in labels:
+            seconds = sum(r["seconds"] for r in totals[label])
+            done = sum(
+                r[column] * (r["seconds"] if column == "mean_mb_per_s" else 1)
+                for r in totals[label]
+            )
+            values.append(done / seconds if seconds else None)
         rows.append(["all", "all", "-", text, *values, _ratio(values)])
     columns = ["case", "workload", "tiered", "figure", *labels, f"{labels[-1]} / {labels[0]}"]
     return Table("comparison", "The runs side by side", columns, rows)
@@ -168,21 +191,26 @@ def tables(data: ReportData) -> list[Table]:
         _from_dicts(
             "latency", "Produce latency per case x workload x tiered (exact)", data.latency
         ),
-        _from_dicts("throughput", "Throughput per run", data.throughput_summary),
+        _from_dicts("throughput", "Throughput per case x workload x tiered",
+                    data.throughput_summary),
         _from_dicts("tiered_ratios", "With over without tiered storage", data.ratios),
+        _from_dicts("rebuilds", "Rebuild duration (events of kind rebuild)", data.rebuilds),
         _from_dicts(
             "delivery", "Delivery per partition: lost, duplicated, reordered", data.delivery
         ),
-        _from_dicts("consumer_lag", "Consumer lag (records)", data.consumer_lag),
+        _from_dicts("consumer_lag", "Consumer lag per consumer kind (records; exact "
+                    "percentiles over the samples of a consumer's total lag)", data.consumer_lag),
         _from_dicts("events", "Events", data.events),
         _from_dicts("throughput_per_second", "Records per second", data.throughput),
         _from_dicts("latency_per_window", "Latency per window", data.windows),
-    ]
+        _from_dicts("consumer_lag_per_window", "Largest consumer lag per window",
+                    data.lag_windows),
+    ]  # fmt: skip
     return [table for table in found if table is not None]
 
 
 # Tables too long to read on a page: CSV only.
-CSV_ONLY = {"throughput_per_second", "latency_per_window"}
+CSV_ONLY = {"throughput_per_second", "latency_per_window", "consumer_lag_per_window"}
 
 
 def markdown(table: Table) -> str:
@@ -224,7 +252,8 @@ def _runs_html(data: ReportData) -> str:
         meta = run.metadata
         machine = meta.machine
         items.append(
-            f"<li><b>{html.escape(run.label)}</b>: {html.escape(meta.kind)}, case "
+            f"<li><b>{html.escape(run.label)}</b> ({html.escape(run.directory.name)}): "
+            f"{html.escape(meta.kind)}, case "
             f"{html.escape(meta.case)}, {html.escape(meta.workload)}, tiered "
             f"{'on' if meta.tiered else 'off'}; {html.escape(meta.started_at)} to "
             f"{html.escape(meta.ended_at)}; {machine.get('cores')} cores, "
@@ -250,9 +279,9 @@ def write_report(data: ReportData, out: str | Path) -> list[Path]:
     written += images
     shown = [t for t in found if t.name not in CSV_ONLY]
     intro = (
-        f"Runs: {', '.join(r.label for r in data.runs)}. Percentiles are exact (nearest rank); "
+        f"Runs: {', '.join(data.labels)}. Percentiles are exact (nearest rank); "
         f"windows are {data.window_seconds:g} s; '{NOT_MEASURED}' marks what a run did not "
-        "measure."
+        f"measure. {THINNED}"
     )
     report_md = out / "report.md"
     report_md.write_text(

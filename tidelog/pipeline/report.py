@@ -5,6 +5,11 @@ n latencies is the ceil(p * n)-th smallest (nearest rank, as tidelog.perf.stats.
 "Average p99" is the design's figure: the p99 of each window of ``window_seconds`` (by the
 acknowledgement's time), averaged over the windows; "max p99" is the largest window's. The
 driver only ever collects aggregates (a row per window, group or partition), never raw rows.
+
+A run is a run directory, or a directory of run directories (``tidelog perf tiered-storage``
+writes one per case x workload x tiered): its parts share the run's label, and a group (run,
+case, workload, tiered) is one part's data. Times in the tables and plots are seconds since the
+group's first acknowledgement (or first consumer sample, if it has none).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from tidelog import rundata
@@ -26,7 +31,8 @@ CDF_FRACTIONS = [i / 100 for i in range(1, 100)] + [0.995, 0.999, 0.9999, 1.0]
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory, with the label its rows carry in the report."""
+    """A run directory, with the label its rows carry in the report (shared by the parts of a
+    directory of run directories)."""
 
     label: str
     directory: Path
@@ -39,7 +45,7 @@ class ReportData:
 
     runs: list[Run]
     window_seconds: float
-    run_starts: dict[str, datetime] = field(default_factory=dict)  # each run's first ack
+    starts: dict[tuple, datetime] = field(default_factory=dict)  # per group: its time zero
     latency: list[dict[str, Any]] = field(default_factory=list)
     windows: list[dict[str, Any]] = field(default_factory=list)  # per run, group and window
     throughput: list[dict[str, Any]] = field(default_factory=list)  # per run and second
@@ -48,11 +54,23 @@ class ReportData:
     cdf: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     delivery: list[dict[str, Any]] = field(default_factory=list)
-    consumer_lag: list[dict[str, Any]] = field(default_factory=list)
+    consumer_lag: list[dict[str, Any]] = field(default_factory=list)  # per group and kind
+    lag_windows: list[dict[str, Any]] = field(default_factory=list)  # per group, kind, window
+    rebuilds: list[dict[str, Any]] = field(default_factory=list)  # per group
+
+    @property
+    def labels(self) -> list[str]:
+        """The runs' labels, in the order given."""
+        return list(dict.fromkeys(run.label for run in self.runs))
+
+
+def group_key(row: dict[str, Any]) -> tuple:
+    return tuple(row[name] for name in GROUP)
 
 
 def load_runs(directories: Sequence[str | Path]) -> list[Run]:
-    """The runs, labelled by directory name (made unique with a number when two share one)."""
+    """The runs, labelled by directory name (made unique with a number when two share one); a
+    directory without metadata.json whose sub-directories have one is a run of those parts."""
     runs: list[Run] = []
     seen: set[str] = set()
     for number, directory in enumerate(directories, 1):
@@ -61,12 +79,28 @@ def load_runs(directories: Sequence[str | Path]) -> list[Run]:
         if label in seen:
             label = f"{label}-{number}"
         seen.add(label)
-        runs.append(Run(label, path, rundata.read_metadata(path)))
+        parts = [path] if (path / rundata.METADATA).exists() else []
+        parts = parts or sorted(found.parent for found in path.glob(f"*/{rundata.METADATA}"))
+        if not parts:
+            raise FileNotFoundError(
+                f"{path}: not a run directory (no {rundata.METADATA}), nor a directory of them"
+            )
+        runs += [Run(label, part, rundata.read_metadata(part)) for part in parts]
     return runs
 
 
+def group_ids(runs: list[Run]) -> list[tuple]:
+    """Every group (run, case, workload, tiered) of the runs, sorted: a group's id is its
+    index. Spark's sorts, shuffles and joins key on the id, an int, not on four columns."""
+    return sorted(
+        {(run.label, run.metadata.case, run.metadata.workload, bool(run.metadata.tiered))
+         for run in runs}
+    )  # fmt: skip
+
+
 def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
-    """Table ``name`` of every run that has it, with the run's label, case, workload, tiered."""
+    """Table ``name`` of every run that has it, with its group's id in column ``group``."""
+    ids = {key: number for number, key in enumerate(group_ids(runs))}
     frames = []
     for run in runs:
         path = rundata.table_path(run.directory, name)
@@ -74,15 +108,8 @@ def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
             continue
         frame = spark.read.parquet(str(path))
         meta = run.metadata
-        frames.append(
-            frame.select(
-                F.lit(run.label).alias("run"),
-                F.lit(meta.case).alias("case"),
-                F.lit(meta.workload).alias("workload"),
-                F.lit(bool(meta.tiered)).alias("tiered"),
-                *frame.columns,
-            )
-        )
+        key = (run.label, meta.case, meta.workload, bool(meta.tiered))
+        frames.append(frame.select(F.lit(ids[key]).alias("group"), *frame.columns))
     if not frames:
         return None
     union = frames[0]
@@ -94,65 +121,81 @@ def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
 def nearest_rank(
     frame: DataFrame, keys: Sequence[str], fractions: Sequence[float], column: str = "latency_ms"
 ) -> DataFrame:
-    """Per group of ``keys``: records (count), max, and the nearest-rank percentile of ``column``
-    for each fraction (columns q0, q1, ...): the ceil(f * n)-th smallest of the n values.
+    """Per group of ``keys``: records (count), max_ms (the largest of ``column``), and the
+    nearest-rank percentile of ``column`` for each fraction (columns q0, q1, ...): the
+    ceil(f * n)-th smallest of the n values.
 
-    One sort per group serves every fraction: each row gets its rank, and only the rows at a
-    wanted rank are kept (a few per group) before the aggregation.
+    One sort per group serves every fraction: each row gets its rank in its group, and a hash
+    join with the small table of wanted ranks (a few per group, broadcast) keeps the rows at
+    those ranks, so only they reach the final aggregation. The group sizes come from an
+    aggregation, not from a window over the whole group (which would buffer it).
     """
+    keys = list(keys)
+    counts = frame.groupBy(*keys).agg(F.count("*").alias("records"), F.max(column).alias("max_ms"))
+    ranks = [
+        F.greatest(F.lit(1), F.ceil(F.lit(fraction) * F.col("records"))).cast("long")
+        for fraction in fractions
+    ]
+    wanted = counts.select(*keys, F.posexplode(F.array(*ranks)).alias("q", "rank"))
     order = Window.partitionBy(*keys).orderBy(column)
-    whole = Window.partitionBy(*keys)
-    ranked = frame.select(
-        *keys,
-        column,
-        F.row_number().over(order).alias("rank"),
-        F.count("*").over(whole).alias("n"),
-    )
-    ranks = [F.greatest(F.lit(1), F.ceil(F.lit(f) * F.col("n"))) for f in fractions]
-    picked = ranked.where(
-        F.array_contains(F.array(*ranks), F.col("rank")) | (F.col("rank") == F.col("n"))
-    )
-    return picked.groupBy(*keys).agg(
-        F.first("n").alias("records"),
-        F.max(column).alias("max_ms"),
+    ranked = frame.select(*keys, column, F.row_number().over(order).cast("long").alias("rank"))
+    picked = ranked.join(F.broadcast(wanted), [*keys, "rank"])
+    values = picked.groupBy(*keys).agg(
         *[
-            F.max(F.when(F.col("rank") == rank, F.col(column))).alias(f"q{i}")
-            for i, rank in enumerate(ranks)
-        ],
+            F.max(F.when(F.col("q") == number, F.col(column))).alias(f"q{number}")
+            for number in range(len(fractions))
+        ]
     )
+    return counts.join(values, keys)
 
 
-def _rows(frame: DataFrame, order: Sequence[str]) -> list[dict[str, Any]]:
-    return [row.asDict() for row in frame.orderBy(*order).collect()]
+def _rows(frame: DataFrame, order: Sequence[str], groups: list[tuple]) -> list[dict[str, Any]]:
+    """The rows, collected, ``group`` replaced by the group's run, case, workload, tiered."""
+    found = []
+    for row in frame.orderBy(*order).collect():
+        fields = row.asDict()
+        named = dict(zip(GROUP, groups[fields.pop("group")], strict=True))
+        found.append(named | fields)
+    return found
 
 
 SUMMARY_FRACTIONS = {"p50_ms": 0.50, "p95_ms": 0.95, "p99_ms": 0.99}
 
 
+def _window(column: str, window_seconds: float) -> Column:
+    """The number of the ``window_seconds`` window (counted from the epoch) a time falls in."""
+    return F.floor(F.unix_micros(column) / int(window_seconds * 1_000_000)).cast("long")
+
+
+def _seconds(row: dict[str, Any], starts: dict[tuple, datetime], window_seconds: float) -> float:
+    """Where window ``row["window"]`` starts, in seconds since its group's time zero."""
+    return row["window"] * window_seconds - starts[group_key(row)].timestamp()
+
+
 def latency_tables(
-    acks: DataFrame, window_seconds: float, run_starts: dict[str, datetime]
+    acks: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
 ) -> tuple[list, list, list]:
-    """(summary per group, p50/p95/p99 per window, CDF points per group). Windows are counted
-    in seconds since each run's first acknowledgement; the averages and maxima over windows are
-    taken on the driver from the per-window rows."""
-    window_us = int(window_seconds * 1_000_000)
+    """(summary per group, p50/p95/p99 per window, CDF points per group). The averages and
+    maxima over windows are taken on the driver from the per-window rows."""
     fractions = list(SUMMARY_FRACTIONS.values())
-    with_window = acks.withColumn(
-        "window", F.floor(F.unix_micros("acked_at") / window_us).cast("long")
-    )
+    with_window = acks.withColumn("window", _window("acked_at", window_seconds))
     windows = []
-    for row in _rows(nearest_rank(with_window, [*GROUP, "window"], fractions), [*GROUP, "window"]):
-        start = run_starts[row["run"]].timestamp()
+    for row in _rows(
+        nearest_rank(with_window, ["group", "window"], fractions), ["group", "window"], groups
+    ):
         windows.append(
             {key: row[key] for key in GROUP}
-            | {"second": row["window"] * window_seconds - start, "records": row["records"]}
+            | {"second": _seconds(row, starts, window_seconds), "records": row["records"]}
             | {name: row[f"q{i}"] for i, name in enumerate(SUMMARY_FRACTIONS)}
             | {"max_ms": row["max_ms"]}
         )
+    by_group: dict[tuple, list[dict[str, Any]]] = {}
+    for window in windows:
+        by_group.setdefault(group_key(window), []).append(window)
     summary, cdf = [], []
-    for row in _rows(nearest_rank(acks, GROUP, fractions + CDF_FRACTIONS), GROUP):
+    for row in _rows(nearest_rank(acks, ["group"], fractions + CDF_FRACTIONS), ["group"], groups):
         key = {name: row[name] for name in GROUP}
-        mine = [w for w in windows if all(w[name] == key[name] for name in GROUP)]
+        mine = by_group[group_key(row)]
         summary.append(
             key
             | {"records": row["records"]}
@@ -172,32 +215,35 @@ def latency_tables(
     return summary, windows, cdf
 
 
-def throughput_tables(acks: DataFrame, run_starts: dict[str, datetime]) -> tuple[list, list]:
-    """(records and bytes acknowledged in each second of each run, counted from its first
-    acknowledgement's whole second, and a summary per run)."""
+def throughput_tables(
+    acks: DataFrame, starts: dict[tuple, datetime], groups: list[tuple]
+) -> tuple[list, list]:
+    """(records and bytes acknowledged in each second of each group, counted from its first
+    acknowledgement's whole second, and a summary per group)."""
     per_second = (
-        acks.withColumn("epoch_second", F.floor(F.unix_micros("acked_at") / 1_000_000))
-        .groupBy("run", "epoch_second")
+        acks.withColumn("window", _window("acked_at", 1.0))
+        .groupBy("group", "window")
         .agg(F.count("*").alias("records"), F.sum("bytes").alias("bytes"))
     )
-    found: dict[str, dict[int, tuple[int, float]]] = {}
-    for row in _rows(per_second, ["run", "epoch_second"]):
-        second = row["epoch_second"] - int(run_starts[row["run"]].timestamp())
-        found.setdefault(row["run"], {})[second] = (row["records"], row["bytes"] / 1_000_000)
+    found: dict[tuple, dict[int, tuple[int, float]]] = {}
+    for row in _rows(per_second, ["group", "window"], groups):
+        second = row["window"] - int(starts[group_key(row)].timestamp())
+        found.setdefault(group_key(row), {})[second] = (row["records"], row["bytes"] / 1_000_000)
     seconds: list[dict[str, Any]] = []
     summary: list[dict[str, Any]] = []
-    for run, counts in sorted(found.items()):
+    for key, counts in sorted(found.items()):
+        group = dict(zip(GROUP, key, strict=True))
         # a second in which nothing was acknowledged is a zero, not a gap
         duration = max(counts) + 1
         in_order = [counts.get(second, (0, 0.0)) for second in range(duration)]
         seconds += [
-            {"run": run, "second": second, "records": records, "megabytes": megabytes}
+            group | {"second": second, "records": records, "megabytes": megabytes}
             for second, (records, megabytes) in enumerate(in_order)
         ]
         records = sum(count for count, _ in in_order)
         summary.append(
-            {
-                "run": run,
+            group
+            | {
                 "seconds": duration,
                 "records": records,
                 "mean_records_per_s": records / duration,
@@ -208,107 +254,196 @@ def throughput_tables(acks: DataFrame, run_starts: dict[str, datetime]) -> tuple
     return seconds, summary
 
 
-def tiered_ratios(latency: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """avg p99 and p95 with tiered storage over without, where a run has both for a case."""
-    by_key = {(r["run"], r["case"], r["workload"], r["tiered"]): r for r in latency}
+def tiered_ratios(
+    latency: list[dict[str, Any]], rebuilds: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per run, case and workload measured with and without tiered storage: avg p99 and p95,
+    max window p99 and rebuild duration with over without."""
+    by_key = {group_key(r): r for r in latency}
+    rebuilt = {group_key(r): r for r in rebuilds}
     rows = []
     for (run, case, workload, tiered), with_tiered in sorted(by_key.items()):
         without = by_key.get((run, case, workload, False))
         if not tiered or without is None:
             continue
-        rows.append(
-            {
-                "run": run,
-                "case": case,
-                "workload": workload,
-                "avg_p99_with_ms": with_tiered["avg_p99_ms"],
-                "avg_p99_without_ms": without["avg_p99_ms"],
-                "avg_p99_ratio": with_tiered["avg_p99_ms"] / without["avg_p99_ms"],
-                "avg_p95_ratio": with_tiered["avg_p95_ms"] / without["avg_p95_ms"],
-            }
+        row = {
+            "run": run,
+            "case": case,
+            "workload": workload,
+            "avg_p99_with_ms": with_tiered["avg_p99_ms"],
+            "avg_p99_without_ms": without["avg_p99_ms"],
+            "avg_p99_ratio": _ratio(with_tiered["avg_p99_ms"], without["avg_p99_ms"]),
+            "avg_p95_ratio": _ratio(with_tiered["avg_p95_ms"], without["avg_p95_ms"]),
+            "max_p99_ratio": _ratio(with_tiered["max_p99_ms"], without["max_p99_ms"]),
+        }
+        rebuild_with = rebuilt.get((run, case, workload, True))
+        rebuild_without = rebuilt.get((run, case, workload, False))
+        row["rebuild_duration_ratio"] = (
+            _ratio(rebuild_with["total_s"], rebuild_without["total_s"])
+            if rebuild_with and rebuild_without
+            else None
         )
+        rows.append(row)
     return rows
 
 
-def delivery_table(acks: DataFrame, consumed: DataFrame) -> list[dict[str, Any]]:
-    """Per run and partition: acknowledged, consumed, lost (acknowledged, never consumed),
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def delivery_table(
+    acks: DataFrame, consumed: DataFrame, groups: list[tuple]
+) -> list[dict[str, Any]]:
+    """Per group and partition: acknowledged, consumed, lost (acknowledged, never consumed),
     duplicated (consumed copies beyond the first), reordered (a sequence number below the one
     consumed before it, in offset order)."""
     acked = acks.where(F.col("message").isNotNull())
-    keys = ["run", "partition", "message"]
+    keys = ["group", "partition", "message"]
     lost = (
         acked.select(*keys)
         .join(consumed.select(*keys), keys, "left_anti")
-        .groupBy("run", "partition")
+        .groupBy("group", "partition")
         .agg(F.count("*").alias("lost"))
     )
     duplicated = (
         consumed.groupBy(*keys)
         .count()
-        .groupBy("run", "partition")
+        .groupBy("group", "partition")
         .agg(F.sum(F.col("count") - 1).alias("duplicated"))
     )
-    in_order = Window.partitionBy("run", "partition").orderBy("offset")
+    in_order = Window.partitionBy("group", "partition").orderBy("offset")
     sequence = F.element_at(F.split("message", "-"), -1).cast("long")
     reordered = (
         consumed.withColumn("sequence", sequence)
         .withColumn("previous", F.lag("sequence").over(in_order))
-        .groupBy("run", "partition")
+        .groupBy("group", "partition")
         .agg(F.sum((F.col("sequence") <= F.col("previous")).cast("int")).alias("reordered"))
     )
     counts = (
-        acked.groupBy("run", "partition")
+        acked.groupBy("group", "partition")
         .agg(F.count("*").alias("acknowledged"))
         .join(
-            consumed.groupBy("run", "partition").agg(F.count("*").alias("consumed")),
-            ["run", "partition"],
+            consumed.groupBy("group", "partition").agg(F.count("*").alias("consumed")),
+            ["group", "partition"],
             "full",
         )
     )
     table = (
-        counts.join(lost, ["run", "partition"], "left")
-        .join(duplicated, ["run", "partition"], "left")
-        .join(reordered, ["run", "partition"], "left")
+        counts.join(lost, ["group", "partition"], "left")
+        .join(duplicated, ["group", "partition"], "left")
+        .join(reordered, ["group", "partition"], "left")
         .na.fill(0, ["acknowledged", "consumed", "lost", "duplicated", "reordered"])
     )
     return _rows(
         table.select(
-            "run", "partition", "acknowledged", "consumed", "lost", "duplicated", "reordered"
+            "group", "partition", "acknowledged", "consumed", "lost", "duplicated", "reordered"
         ),
-        ["run", "partition"],
+        ["group", "partition"],
+        groups,
     )
 
 
-def lag_table(consumer: DataFrame) -> list[dict[str, Any]]:
-    """Per run and consumer: the largest and the mean lag summed over its partitions."""
-    total = consumer.groupBy("run", "consumer", "sampled_at").agg(F.sum("lag").alias("lag"))
-    summary = total.groupBy("run", "consumer").agg(
-        F.count("*").alias("samples"), F.max("lag").alias("max_lag"), F.avg("lag").alias("mean_lag")
+CONSUMER_KIND = r"-\d+$"  # "catching-up-3" is one consumer of kind "catching-up"
+LAG_FRACTIONS = {"p50_lag": 0.50, "p99_lag": 0.99}
+
+
+def consumer_lag_tables(
+    consumer: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
+) -> tuple[list, list]:
+    """(per group and consumer kind: consumers, samples, mean, exact p50 and p99 and max lag;
+    per group, kind and window: the largest lag of a consumer of that kind in the window).
+
+    A sample is one consumer's lag summed over its partitions at one ``sampled_at``: the
+    records it has yet to read. Percentiles are nearest rank over the samples of a kind.
+    """
+    samples = (
+        consumer.groupBy("group", "consumer", "sampled_at")
+        .agg(F.sum("lag").alias("lag"))
+        .withColumn("kind", F.regexp_replace("consumer", CONSUMER_KIND, ""))
+        .cache()
     )
-    return _rows(summary, ["run", "consumer"])
+    keys = ["group", "kind"]
+    ranked = nearest_rank(samples, keys, list(LAG_FRACTIONS.values()), column="lag")
+    counted = samples.groupBy(*keys).agg(
+        F.countDistinct("consumer").alias("consumers"), F.avg("lag").alias("mean_lag")
+    )
+    summary = [
+        {name: row[name] for name in [*GROUP, "kind"]}
+        | {"consumers": row["consumers"], "samples": row["records"], "mean_lag": row["mean_lag"]}
+        | {name: row[f"q{i}"] for i, name in enumerate(LAG_FRACTIONS)}
+        | {"max_lag": row["max_ms"]}
+        for row in _rows(ranked.join(counted, keys), keys, groups)
+    ]
+    per_window = (
+        samples.withColumn("window", _window("sampled_at", window_seconds))
+        .groupBy(*keys, "window")
+        .agg(F.max("lag").alias("max_lag"))
+    )
+    windows = [
+        {name: row[name] for name in [*GROUP, "kind"]}
+        | {"second": _seconds(row, starts, window_seconds), "max_lag": row["max_lag"]}
+        for row in _rows(per_window, [*keys, "window"], groups)
+    ]
+    samples.unpersist()
+    return summary, windows
+
+
+# Events that are a broker rebuilt from its replicas: the load runs' "rebuild", and the chaos
+# scenario's "wipe_and_rebuild" (its duration lasts until the partitions' ISR is full again).
+REBUILDS = ["rebuild", "wipe_and_rebuild"]
+
+
+def rebuild_table(events: DataFrame, groups: list[tuple]) -> list[dict[str, Any]]:
+    """Per group: the rebuilds (events of a REBUILDS kind with a duration), their total and
+    longest duration in seconds."""
+    rebuilds = events.where(F.col("kind").isin(REBUILDS) & F.col("duration_ms").isNotNull())
+    summary = rebuilds.groupBy("group").agg(
+        F.count("*").alias("rebuilds"),
+        (F.sum("duration_ms") / 1000).alias("total_s"),
+        (F.max("duration_ms") / 1000).alias("longest_s"),
+    )
+    return _rows(summary, ["group"], groups)
+
+
+def _starts(
+    frames: list[tuple[DataFrame | None, str]], groups: list[tuple]
+) -> dict[tuple, datetime]:
+    """Each group's time zero: its first acknowledgement, or else its first consumer sample or
+    event (the first frame that has the group decides)."""
+    starts: dict[tuple, datetime] = {}
+    for frame, column in frames:
+        if frame is None:
+            continue
+        for row in frame.groupBy("group").agg(F.min(column).alias("first")).collect():
+            starts.setdefault(groups[row["group"]], row["first"])
+    return starts
 
 
 def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -> ReportData:
     """Every figure of the report."""
     data = ReportData(runs, window_seconds)
+    groups = group_ids(runs)
     acks = _table(spark, runs, "acks")
+    consumer = _table(spark, runs, "consumer")
+    events = _table(spark, runs, "events")
     if acks is not None:
         acks = acks.cache()
-        first = acks.groupBy("run").agg(F.min("acked_at").alias("first")).collect()
-        data.run_starts = {row["run"]: row["first"] for row in first}
-        data.latency, data.windows, data.cdf = latency_tables(acks, window_seconds, data.run_starts)
-        data.throughput, data.throughput_summary = throughput_tables(acks, data.run_starts)
-        data.ratios = tiered_ratios(data.latency)
+    data.starts = _starts([(acks, "acked_at"), (consumer, "sampled_at"), (events, "at")], groups)
+    if events is not None:
+        data.events = _rows(events, ["group", "at"], groups)
+        data.rebuilds = rebuild_table(events, groups)
+    if acks is not None:
+        data.latency, data.windows, data.cdf = latency_tables(
+            acks, window_seconds, data.starts, groups
+        )
+        data.throughput, data.throughput_summary = throughput_tables(acks, data.starts, groups)
         consumed = _table(spark, runs, "consumed")
         if consumed is not None:
-            data.delivery = delivery_table(acks, consumed)
+            data.delivery = delivery_table(acks, consumed, groups)
         acks.unpersist()
-    events = _table(spark, runs, "events")
-    if events is not None:
-        data.events = _rows(
-            events.select("run", "at", "kind", "target", "duration_ms", "detail"), ["run", "at"]
-        )
-    consumer = _table(spark, runs, "consumer")
+    data.ratios = tiered_ratios(data.latency, data.rebuilds)
     if consumer is not None:
-        data.consumer_lag = lag_table(consumer)
+        data.consumer_lag, data.lag_windows = consumer_lag_tables(
+            consumer, window_seconds, data.starts, groups
+        )
     return data

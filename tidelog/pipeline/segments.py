@@ -153,30 +153,54 @@ def _replica_extent(directory: Path) -> tuple[int, int]:
     return int(logs[-1].stem), logs[-1].stat().st_size
 
 
-def find_segments(root: str | Path, topic: str | None = None) -> list[Segment]:
-    """Every segment of every partition under ``root`` (only ``topic``'s, if given).
-
-    Where a cluster directory holds several replicas of a partition, the one that holds the most
-    (the newest segment with the highest base offset, then the largest) is read: in-sync replicas
-    hold the same bytes, and a lagging one holds less.
-    """
-    replicas: dict[tuple[str, int], Path] = {}
+def partition_replicas(
+    root: str | Path, topic: str | None = None
+) -> dict[tuple[str, int], list[Path]]:
+    """The directories of every replica of every partition under ``root`` (only ``topic``'s,
+    if given), by (topic, partition)."""
+    replicas: dict[tuple[str, int], list[Path]] = {}
     for directory in partition_directories(Path(root)):
         match = PARTITION_DIRECTORY.match(directory.name)
         assert match is not None
-        key = (match["topic"], int(match["partition"]))
-        if topic is not None and key[0] != topic:
+        if topic is not None and match["topic"] != topic:
             continue
-        best = replicas.get(key)
-        if best is None or _replica_extent(directory) > _replica_extent(best):
-            replicas[key] = directory
+        replicas.setdefault((match["topic"], int(match["partition"])), []).append(directory)
+    return dict(sorted(replicas.items()))
+
+
+def segments_of(replicas: dict[tuple[str, int], list[Path]]) -> list[Segment]:
+    """Every segment of each partition, from the replica that holds the most (the newest
+    segment with the highest base offset, then the largest): in-sync replicas hold the same
+    bytes, and a lagging one holds less."""
     segments = []
-    for (name, partition), directory in sorted(replicas.items()):
+    for (name, partition), directories in replicas.items():
+        directory = max(directories, key=_replica_extent)
         bases = sorted(int(path.stem) for path in directory.glob("*.log"))
         for base, next_base in zip(bases, [*bases[1:], None], strict=True):
             size = segment_file(directory, base, ".log").stat().st_size
             segments.append(Segment(name, partition, str(directory), base, next_base, size))
     return segments
+
+
+def find_segments(root: str | Path, topic: str | None = None) -> list[Segment]:
+    """Every local segment of every partition under ``root`` (only ``topic``'s, if given),
+    one replica's of each (``segments_of``)."""
+    return segments_of(partition_replicas(root, topic))
+
+
+def first_offset(segment: Segment) -> int:
+    """The smallest offset a segment holds: its first entry's first message, which may be below
+    the base offset (a compressed wrapper carries its last inner offset); the base offset when
+    the segment is empty."""
+    with open(segment.log_path, "rb", buffering=0) as file:
+        header = os.pread(file.fileno(), LOG_OVERHEAD, 0)
+        if len(header) < LOG_OVERHEAD:
+            return segment.base_offset
+        _, size = OFFSET_AND_SIZE.unpack(header)
+        entry = os.pread(file.fileno(), LOG_OVERHEAD + size, 0)
+    batch, _ = decode_message_set(entry, segment.topic, segment.partition, None)
+    offsets = batch.column("offset").to_pylist()
+    return min(offsets) if offsets else segment.base_offset
 
 
 # -- planning ------------------------------------------------------------------------------------

@@ -4,16 +4,21 @@
         .where("timestamp >= 1700000000000")
 
 The path is a cluster directory, a broker's log directory or one partition directory; every
-segment is one input partition (tidelog/pipeline/segments.py reads it). Filters on ``offset``
-and ``timestamp`` (>, >=, =, <, <=) and on ``topic`` and ``partition`` (=, IN) are pushed down:
-they skip segments and seek inside them with the indexes. Spark still applies every filter to
-the rows, so a query's result never depends on how much was skipped.
+local segment is one input partition (tidelog/pipeline/segments.py reads it, ``tier = 'local'``),
+and so is every remote segment holding offsets below the local log start (KIP-405's remote tier,
+read range by range through the partition's remoteLogIndex by tidelog/pipeline/remote.py,
+``tier = 'remote'``). Filters on ``offset`` and ``timestamp`` (>, >=, =, <, <=) and on ``topic``
+and ``partition`` (=, IN) are pushed down: they skip segments and seek inside them with the
+indexes (``.index``/``.timeindex`` locally, remoteOffsetIndex/remoteTimeIndex for the tier).
+Spark still applies every filter to the rows, so a query's result never depends on how much was
+skipped. Options ``rsm.config.*`` reach the tier's fsspec file system as the broker's do (an
+``s3://`` tier's ``rsm.config.endpoint_url``, say); a ``file://`` tier needs none.
 
 Option ``scanStatsDir``: a directory (one per query) where each segment's ScanStats is written
-as JSON; ``scan_stats(directory)`` adds them up, so a person can see the bytes a filter skipped.
+as JSON; ``scan_stats(directory)`` adds them up (``scan_stats(directory, "remote")`` those of the
+remote tier alone), so a person can see the bytes a filter skipped.
 
-Rows carry ``tier = 'local'``: the remote tier (KIP-405 segments through their remoteLogIndex)
-is not read yet. ``spark.readStream.format("tidelog")`` is tidelog/pipeline/stream.py.
+``spark.readStream.format("tidelog")`` is tidelog/pipeline/stream.py.
 """
 
 from __future__ import annotations
@@ -40,22 +45,26 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from tidelog.pipeline.remote import RemoteSegmentScan, plan_remote, read_remote
 from tidelog.pipeline.segments import (
     SPARK_SCHEMA,
     Bounds,
     ScanStats,
     SegmentScan,
-    find_segments,
+    first_offset,
+    partition_replicas,
     plan_segment,
     read_segment,
+    segments_of,
 )
+from tidelog.tiered.storage import split_rsm_config
 
 log = logging.getLogger(__name__)
 
 
 class TidelogDataSource(DataSource):
-    """Options: ``path`` (what ``load`` is given), ``topic``, ``scanStatsDir``; for streaming,
-    tidelog/pipeline/stream.py lists its own."""
+    """Options: ``path`` (what ``load`` is given), ``topic``, ``scanStatsDir``,
+    ``rsm.config.*``; for streaming, tidelog/pipeline/stream.py lists its own."""
 
     @classmethod
     def name(cls) -> str:
@@ -68,7 +77,10 @@ class TidelogDataSource(DataSource):
         if "path" not in self.options:
             raise ValueError('spark.read.format("tidelog") needs a path: .load(DIRECTORY)')
         return SegmentReader(
-            self.options["path"], self.options.get("topic"), self.options.get("scanStatsDir")
+            self.options["path"],
+            self.options.get("topic"),
+            self.options.get("scanStatsDir"),
+            split_rsm_config(dict(self.options)),
         )
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -78,10 +90,10 @@ class TidelogDataSource(DataSource):
 
 
 class SegmentInput(InputPartition):
-    """One segment's planned scan."""
+    """One segment's planned scan: a local SegmentScan or a RemoteSegmentScan."""
 
-    def __init__(self, scan: SegmentScan) -> None:
-        super().__init__(scan.segment.name)
+    def __init__(self, scan: SegmentScan | RemoteSegmentScan) -> None:
+        super().__init__(scan.segment.name if isinstance(scan, SegmentScan) else scan.name)
         self.scan = scan
 
 
@@ -105,10 +117,18 @@ def _integer_bound(filter_: Filter) -> tuple[str, int | None, int | None] | None
 
 
 class SegmentReader(DataSourceReader):
-    """Plans one input partition per segment that the pushed filters do not rule out."""
+    """Plans one input partition per segment, local or remote, that the pushed filters do not
+    rule out."""
 
-    def __init__(self, path: str, topic: str | None, stats_dir: str | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        topic: str | None,
+        stats_dir: str | None,
+        remote_options: dict[str, str] | None = None,
+    ) -> None:
         self.path, self.topic, self.stats_dir = path, topic, stats_dir
+        self.remote_options = remote_options or {}
         self.bounds = Bounds()
         self.partitions_wanted: set[int] | None = None
 
@@ -143,27 +163,44 @@ class SegmentReader(DataSourceReader):
         self.bounds = bounds
 
     def partitions(self) -> Sequence[InputPartition]:
+        replicas = partition_replicas(self.path, self.topic)
+        if self.partitions_wanted is not None:
+            wanted = self.partitions_wanted
+            replicas = {key: found for key, found in replicas.items() if key[1] in wanted}
+        scans: list[SegmentScan | RemoteSegmentScan] = []
+        local_starts: dict[tuple[str, int], int] = {}
+        for segment in segments_of(replicas):
+            key = (segment.topic, segment.partition)
+            try:
+                scans.append(plan_segment(segment, self.bounds))
+                # by base offset within a partition: the first planned holds the local log start
+                if key not in local_starts:
+                    local_starts[key] = first_offset(segment)
+            except FileNotFoundError:  # deleted since it was listed: the tier may hold it
+                log.info("%s: deleted while the scan was planned", segment.name)
+        for (topic, partition), directories in replicas.items():
+            local_start = local_starts.get((topic, partition))
+            scans += plan_remote(topic, partition, directories, local_start, self.bounds)
         planned = []
-        for segment in find_segments(self.path, self.topic):
-            if (
-                self.partitions_wanted is not None
-                and segment.partition not in self.partitions_wanted
-            ):
-                continue
-            scan = plan_segment(segment, self.bounds)
-            if scan.skipped:
-                _write_stats(self.stats_dir, scan, ScanStats(segment.size, 0, 0))
-            else:
+        for scan in scans:
+            if not scan.skipped:
                 planned.append(SegmentInput(scan))
+            elif isinstance(scan, SegmentScan):
+                _write_stats(self.stats_dir, scan, ScanStats(scan.segment.size, 0, 0))
+            else:
+                _write_stats(self.stats_dir, scan, ScanStats(scan.segment_bytes, 0, 0))
         return planned
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         scan = partition.scan  # type: ignore[attr-defined]
         stats: list[ScanStats] = []
-        yield from read_segment(scan, stats=stats)
+        if isinstance(scan, RemoteSegmentScan):
+            yield from read_remote(scan, self.remote_options, stats=stats)
+        else:
+            yield from read_segment(scan, stats=stats)
         log.info(
             "%s: read %d of %d bytes (%d skipped), %d rows",
-            scan.segment.name,
+            partition.value,
             stats[0].bytes_read,
             stats[0].segment_bytes,
             stats[0].bytes_skipped,
@@ -172,19 +209,32 @@ class SegmentReader(DataSourceReader):
         _write_stats(self.stats_dir, scan, stats[0])
 
 
-def _write_stats(directory: str | None, scan: SegmentScan, stats: ScanStats) -> None:
+def _write_stats(
+    directory: str | None, scan: SegmentScan | RemoteSegmentScan, stats: ScanStats
+) -> None:
+    """``{topic}-{partition}-{first offset}.{tier}.json``: one file per segment scanned."""
     if directory is None:
         return
-    segment = scan.segment
-    path = Path(directory) / f"{segment.topic}-{segment.partition}-{segment.base_offset:020d}.json"
+    if isinstance(scan, SegmentScan):
+        segment = scan.segment
+        topic, partition, first, name = (
+            segment.topic, segment.partition, segment.base_offset, segment.name
+        )  # fmt: skip
+        tier = "local"
+    else:
+        topic, partition, first, name = scan.topic, scan.partition, scan.first_offset, scan.name
+        tier = "remote"
+    path = Path(directory) / f"{topic}-{partition}-{first:020d}.{tier}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(asdict(stats) | {"segment": segment.name}))
+    path.write_text(json.dumps(asdict(stats) | {"segment": name, "tier": tier}))
 
 
-def scan_stats(directory: str | Path) -> ScanStats:
-    """The ScanStats of every segment a query with ``scanStatsDir=directory`` covered."""
+def scan_stats(directory: str | Path, tier: str | None = None) -> ScanStats:
+    """The ScanStats of every segment a query with ``scanStatsDir=directory`` covered (only
+    those of ``tier``, "local" or "remote", if given)."""
     total = ScanStats()
     for path in sorted(Path(directory).glob("*.json")):
         fields = json.loads(path.read_text())
-        total += ScanStats(fields["segment_bytes"], fields["bytes_read"], fields["rows"])
+        if tier is None or fields["tier"] == tier:
+            total += ScanStats(fields["segment_bytes"], fields["bytes_read"], fields["rows"])
     return total

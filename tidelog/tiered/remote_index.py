@@ -213,16 +213,32 @@ class RemoteLogIndex:
     ``search(t)`` returns the first entry whose messages may have a timestamp >= t, found
     through remoteTimeIndex. At open a torn or corrupt tail of the last remoteLogIndex file is
     cut and the offset and time indexes are rebuilt from remoteLogIndex, which is the truth.
+    Opened with ``read_only`` (a reader beside a live broker, such as Spark's data source) it
+    changes no file: a bad tail is left out in memory only, and ``append`` raises.
     Safe to use from several threads.
     """
 
-    def __init__(self, directory: Path, *, max_file_bytes: int, roll_ms: int, now_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_file_bytes: int,
+        roll_ms: int,
+        now_ms: int,
+        read_only: bool = False,
+    ) -> None:
         self.directory = Path(directory)
         self.max_file_bytes = max_file_bytes
         self.roll_ms = roll_ms
+        self.read_only = read_only
         self._lock = threading.Lock()
         self._files: list[_IndexFile] = []
         self._load(now_ms)
+
+    @classmethod
+    def open_read_only(cls, directory: Path) -> RemoteLogIndex:
+        """The indexes as the files hold them now, for reading only."""
+        return cls(directory, max_file_bytes=0, roll_ms=0, now_ms=0, read_only=True)
 
     def _load(self, now_ms: int) -> None:
         for path in segment_files(self.directory, LOG_INDEX_SUFFIX):
@@ -237,7 +253,10 @@ class RemoteLogIndex:
                     break
                 index_file.add(entry)
                 position = position_after
-            if index_file.entries:
+            if self.read_only:
+                if index_file.entries:
+                    self._files.append(index_file)
+            elif index_file.entries:
                 index_file.write_all()  # the offset and time indexes follow remoteLogIndex
                 self._files.append(index_file)
             else:
@@ -248,6 +267,8 @@ class RemoteLogIndex:
 
     def append(self, entries: list[RemoteLogIndexEntry], now_ms: int) -> None:
         """Appends ``entries`` (in offset order, above everything indexed) and flushes them."""
+        if self.read_only:
+            raise ValueError(f"{self.directory}: the remote indexes were opened read-only")
         if not entries:
             return
         with self._lock:
@@ -274,6 +295,8 @@ class RemoteLogIndex:
 
     def delete_below(self, offset: int) -> int:
         """Deletes the files whose every entry is below ``offset``; returns how many sets."""
+        if self.read_only:
+            raise ValueError(f"{self.directory}: the remote indexes were opened read-only")
         with self._lock:
             removed = 0
             while self._files and self._files[0].last_offset < offset:
