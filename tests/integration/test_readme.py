@@ -14,14 +14,27 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # one), a Docker engine, locust and Spark; their own tests run them.
 PYTHON = ("from ", "import ")  # a block of Python, not shell commands
 NOT_HERE = ("make ", "docker ", "locust ", "spark-submit ")
-# The compose cluster's (README "Containers"): tests/containers runs what they do.
-NOT_HERE += (
-    "kcat -b 127.0.0.1:19091",
-    "tidelog topic create --zookeeper 127.0.0.1:12181",
-    "tidelog scenario replication --compose",
-)
 # Minutes of load: tests/integration/test_perf_cases.py runs the command with shorter settings.
-NOT_HERE += ("tidelog perf tiered-storage", "tidelog report runs/ts/")
+NOT_HERE += ("tidelog perf tiered-storage", "tidelog report runs/ts")
+# The compose cluster's section needs a Docker engine and the images: tests/containers runs
+# what its examples do.
+NOT_HERE_SECTIONS = ("## Containers",)
+
+
+def readme_without_sections(text: str, skipped: tuple[str, ...]) -> str:
+    """The README with the sections whose heading is in ``skipped`` left out (up to the next
+    heading of the same or a higher level)."""
+    kept: list[str] = []
+    skipping_level = 0
+    for line in text.splitlines():
+        level = len(line) - len(line.lstrip("#")) if line.startswith("#") else 0
+        if level and skipping_level and level <= skipping_level:
+            skipping_level = 0
+        if level and line.strip() in skipped:
+            skipping_level = level
+        if not skipping_level:
+            kept.append(line)
+    return "\n".join(kept)
 
 
 def code_blocks(text: str) -> list[list[str]]:
@@ -44,7 +57,7 @@ def code_blocks(text: str) -> list[list[str]]:
 def examples() -> list[str]:
     return [
         command
-        for block in code_blocks(README.read_text())
+        for block in code_blocks(readme_without_sections(README.read_text(), NOT_HERE_SECTIONS))
         if not block[0].startswith(PYTHON)
         for command in block
         if command.strip() and not command.startswith(NOT_HERE)
