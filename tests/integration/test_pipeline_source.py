@@ -5,6 +5,8 @@ bytes, and the streaming reader following a live topic."""
 from __future__ import annotations
 
 import time
+from functools import partial
+from pathlib import Path
 
 import pytest
 from kafka import KafkaProducer
@@ -191,6 +193,16 @@ def _offsets(progress) -> dict:
 RECORDS = 1000
 
 
+def every_copy_starts_above_zero(cluster_dir, topic: str, partition: int) -> bool:
+    """Whether every broker's copy of the partition has deleted its oldest local segments (a
+    follower does so a task interval after its leader): the data source reads one copy, and
+    rows it reads from local segments are tier 'local'."""
+    copies = list(Path(cluster_dir).glob(f"broker-*/logs/{topic}-{partition}"))
+    return bool(copies) and all(
+        min((int(log.stem) for log in copy.glob("*.log")), default=0) > 0 for copy in copies
+    )
+
+
 def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
     spark, tmp_path_factory, tmp_path
 ):
@@ -217,6 +229,11 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
             )
             for partition in range(partitions):
                 wait_offloaded(tiered, topic, RECORDS // partitions, partition)
+                wait_until(
+                    partial(every_copy_starts_above_zero, tiered.directory, topic, partition),
+                    60,
+                    f"every replica of {topic}-{partition} to delete what the tier holds",
+                )
         consumed = {topic: client_rows(consume_all(tiered, topic)) for topic in topics}
     finally:
         tiered.down(progress=lambda _: None)  # the files stay as they are from here on
