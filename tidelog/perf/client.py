@@ -25,6 +25,26 @@ def partition_leaders(described: dict) -> list[PartitionLeader] | None:
     return sorted(PartitionLeader(p["partition"], p["leader"]) for p in partitions)
 
 
+def fetch_body(topic: str, offsets: dict[int, int], fetch_size: int) -> dict:
+    """A consumer's Fetch request (v0-v3 fields) for ``offsets`` (partition -> next offset) of
+    one topic: ``fetch_size`` bytes at most per partition, an answer within 100 ms."""
+    return {
+        "replica_id": -1,
+        "max_wait_time": 100,
+        "min_bytes": 1,
+        "max_bytes": fetch_size * len(offsets),
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {"partition": p, "fetch_offset": offset, "max_bytes": fetch_size}
+                    for p, offset in offsets.items()
+                ],
+            }
+        ],
+    }
+
+
 class Client:
     """Bootstrap, metadata, and a connection per broker."""
 

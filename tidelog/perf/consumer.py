@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tidelog.perf.client import Client, Connection
+from tidelog.perf.client import Client, Connection, fetch_body
 from tidelog.perf.stats import Summary
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.compression import decompress
@@ -138,21 +138,7 @@ async def run_consumer(
         connection = await client.connection(leader)
         offsets = await earliest(connection, numbers)
         while not stop.is_set():
-            body = {
-                "replica_id": -1,
-                "max_wait_time": 100,
-                "min_bytes": 1,
-                "max_bytes": fetch_size * len(numbers),
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {"partition": p, "fetch_offset": offsets[p], "max_bytes": fetch_size}
-                            for p in numbers
-                        ],
-                    }
-                ],
-            }
+            body = fetch_body(topic, {p: offsets[p] for p in numbers}, fetch_size)
             sent = time.perf_counter()
             response = await connection.request(ApiKey.FETCH, 3, body)
             latencies.append((time.perf_counter() - sent) * 1000)

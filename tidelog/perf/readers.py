@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tidelog import rundata
 from tidelog.errors import KafkaError
-from tidelog.perf.client import Client, Connection
+from tidelog.perf.client import Client, Connection, fetch_body
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import scan_entries
 
@@ -115,25 +115,7 @@ class Reader:
             self.offsets.update(await self._list_offsets(connection, missing, start))
         topic, fetch_size = self.settings.topic, self.settings.fetch_size
         while not stop.is_set():
-            body = {
-                "replica_id": -1,
-                "max_wait_time": 100,
-                "min_bytes": 1,
-                "max_bytes": fetch_size * len(numbers),
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": p,
-                                "fetch_offset": self.offsets[p],
-                                "max_bytes": fetch_size,
-                            }
-                            for p in numbers
-                        ],
-                    }
-                ],
-            }
+            body = fetch_body(topic, {p: self.offsets[p] for p in numbers}, fetch_size)
             response = await connection.request(ApiKey.FETCH, 3, body)
             moved = False
             for answer in response["responses"][0]["partition_responses"]:

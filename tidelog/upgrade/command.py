@@ -28,21 +28,21 @@ def add_commands(commands) -> None:
         action.add_argument("--dir", required=True, help="the cluster's state directory")
         action.add_argument("--to", required=True, choices=TARGETS, help="the target release")
         if name == "run":
-            action.add_argument("--dry-run", action="store_true", help="print, do nothing")
-            action.add_argument(
-                "--timeout", type=float, default=120.0, help="seconds each check may take"
-            )
-            action.add_argument(
-                "--settle-seconds",
-                type=float,
-                default=0.0,
-                help="wait this long after the last step before checking its format",
-            )
+            add_acting_options(action, "after the last step before checking its format")
     add_canary_commands(actions)
     upgrade.set_defaults(run=run_command)
     from tidelog.upgrade.roll import add_roll  # a compose cluster to another image
 
     add_roll(actions)
+
+
+def add_acting_options(action: argparse.ArgumentParser, settle_before: str) -> None:
+    """--dry-run, --timeout and --settle-seconds of the commands that change a cluster."""
+    action.add_argument("--dry-run", action="store_true", help="print, do nothing")
+    action.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
+    action.add_argument(
+        "--settle-seconds", type=float, default=0.0, help=f"wait this long {settle_before}"
+    )
 
 
 def add_canary_commands(actions) -> None:
@@ -62,16 +62,7 @@ def add_canary_commands(actions) -> None:
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])
         action.add_argument("broker_id", type=int, metavar="BROKER_ID")
         action.add_argument("--dir", required=True, help="the cluster's state directory")
-        action.add_argument("--dry-run", action="store_true", help="print, do nothing")
-        action.add_argument(
-            "--timeout", type=float, default=120.0, help="seconds each check may take"
-        )
-        action.add_argument(
-            "--settle-seconds",
-            type=float,
-            default=0.0,
-            help="wait this long before checking the format of new messages",
-        )
+        add_acting_options(action, "before checking the format of new messages")
         if name == "canary":
             action.add_argument(
                 "--leaders",
