@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -108,3 +110,14 @@ def magics_on_disk(cluster: LocalCluster, broker_id: int, topic: str, partition:
             found.append(magic)
             position += 12 + size
     return found
+
+
+def run_tidelog(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The tidelog command in a new interpreter, as a user runs it; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidelog.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

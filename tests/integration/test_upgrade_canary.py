@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from tests.integration.conftest import run_tidelog
 from tidelog import cli, runtime
 from tidelog.cluster.delivery import Acked, verify
 from tidelog.cluster.local import LocalCluster, wait_until
@@ -152,13 +153,7 @@ def command(*args: str) -> subprocess.CompletedProcess:
 
 
 def tidelog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_tidelog(*args, timeout=300)
 
 
 def crash_once(point: str, then=None):

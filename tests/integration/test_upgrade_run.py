@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
+from tests.integration.conftest import run_tidelog
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 
@@ -18,13 +18,7 @@ FROM_0_10_0 = {
 
 
 def tidelog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_tidelog(*args, timeout=600)
 
 
 def test_a_failed_step_stops_the_run_and_the_same_command_resumes_it(tmp_path):
