@@ -1,8 +1,9 @@
-"""Shared fixtures: a manual clock, and logs built on it in a temporary directory."""
+"""Shared fixtures: a manual clock, logs built on it in a temporary directory, one Spark
+session."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,16 @@ from tidelog.clock import ManualClock
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.records.format import Codec, MessageView, Record, build_message_set, iter_deep
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session for every test that needs one (starting one takes seconds)."""
+    from tidelog.pipeline.session import local_session
+
+    session = local_session(cores=2, app_name="tidelog-tests")
+    yield session
+    session.stop()
 
 
 @pytest.fixture
