@@ -115,15 +115,18 @@ def process_cpu_seconds(pid: int | None) -> float:
 
 def timeline(cluster: LocalCluster, broker_id: int, since: float, ended: float) -> str:
     """Where a rebuild's seconds went, from the brokers' logs: the rebuilt broker's start,
-    registration, first fetches, reset to the leader's local log start, and the last ISR
-    expansion on the leaders, each as seconds after the restart."""
+    registration, first fetches, LeaderAndIsr, reset to the leader's local log start, its remote
+    indexes built from the tier, and the last ISR expansion on the leaders, each as seconds
+    after the restart (in the order they happened)."""
     own = Path(cluster.directory) / f"broker-{broker_id}" / "broker.log"
     steps = [
         ("process up (imports done)", log_times(own, since, "starting: loading logs")[:1]),
         ("registered in ZooKeeper", log_times(own, since, "registered in ZooKeeper")[:1]),
         ("serving", log_times(own, since, f"broker {broker_id} started:")[:1]),
         ("first partition followed", log_times(own, since, ": following broker")[:1]),
+        ("LeaderAndIsr received", log_times(own, since, "LeaderAndIsr from controller")[:1]),
         ("last reset to local log start", log_times(own, since, "local log start")[-1:]),
+        ("remote indexes built", log_times(own, since, "remote segments from the tier")[-1:]),
     ]
     expansions = [
         stamp
@@ -135,7 +138,8 @@ def timeline(cluster: LocalCluster, broker_id: int, since: float, ended: float) 
     ]
     steps.append(("last ISR expansion on a leader", sorted(expansions)[-1:]))
     steps.append(("seen in ZooKeeper by the benchmark", [ended]))
-    return ", ".join(f"{what} {found[0] - since:.2f}" for what, found in steps if found)
+    found = sorted((stamps[0], what) for what, stamps in steps if stamps)
+    return ", ".join(f"{what} {stamp - since:.2f}" for stamp, what in found)
 
 
 def rebuild(cluster: LocalCluster, broker_id: int) -> tuple[float, int, str]:
