@@ -306,7 +306,9 @@ def latency_only(directory: Path, args: argparse.Namespace) -> None:
     }
     try:
         for tiered, cluster in clusters.items():
-            cluster.up(3, overrides=TIERED_BROKER if tiered else {}, progress=quiet)
+            # retention checked as often on both sides: they delete local segments alike
+            overrides = TIERED_BROKER if tiered else {"log.retention.check.interval.ms": "1000"}
+            cluster.up(3, overrides=overrides, progress=quiet)
             create_topic(cluster, TOPIC, PARTITIONS, 3, latency_topic(tiered))
         rate, seconds = args.latency_rate, args.seconds
         latencies: dict[bool, list] = {False: [], True: []}
