@@ -72,13 +72,21 @@ TIERED_BROKER = {
 }
 
 
-def topic_config(tiered: bool, megabytes_per_broker: float) -> dict[str, str]:
+def topic_config(tiered: bool, local_megabytes_per_broker: float) -> dict[str, str]:
     config = {"segment.bytes": str(SEGMENT), "min.insync.replicas": "2"}
     if tiered:
-        per_partition = megabytes_per_broker * MB / PARTITIONS
+        per_partition = local_megabytes_per_broker * MB / PARTITIONS
         config["remote.storage.enable"] = "true"
-        config["local.retention.bytes"] = str(max(SEGMENT, int(per_partition / 100)))
+        config["local.retention.bytes"] = str(max(SEGMENT, int(per_partition)))
     return config
+
+
+def local_megabytes(args: argparse.Namespace) -> float:
+    """What the tiered cluster keeps locally per broker: --local-megabytes-per-broker, or 1%
+    of the history (the issue's)."""
+    if args.local_megabytes_per_broker is not None:
+        return float(args.local_megabytes_per_broker)
+    return args.megabytes_per_broker / 100
 
 
 def broker_bytes(cluster: LocalCluster, broker_id: int) -> int:
@@ -180,9 +188,9 @@ def rebuild(cluster: LocalCluster, broker_id: int, tiered: bool) -> tuple[float,
     return taken, broker_bytes(cluster, broker_id), f"{where}; the broker used {cpu:.2f} s of CPU"
 
 
-def wait_offloaded(cluster: LocalCluster, megabytes_per_broker: float) -> None:
+def wait_offloaded(cluster: LocalCluster, local_megabytes_per_broker: float) -> None:
     """Until the leaders keep about their local retention: all older data is in the tier."""
-    limit = 3 * SEGMENT + megabytes_per_broker * MB / 100
+    limit = 3 * SEGMENT + local_megabytes_per_broker * MB
 
     def small() -> bool:
         return all(broker_bytes(cluster, b) / PARTITIONS < limit for b in (1, 2, 3))
@@ -237,7 +245,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
     cluster = LocalCluster(directory / name)
     cluster.up(3, overrides=TIERED_BROKER if tiered else {}, progress=quiet)
     try:
-        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, megabytes))
+        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local_megabytes(args)))
         loaded = runtime.run(produce(cluster, megabytes, -1, 1))  # as fast as it goes
         wait_for_full_isr(cluster, TOPIC, timeout=1800)
         say(f"{name}: loaded {megabytes:,.0f} MB at {loaded.megabytes_per_second:.1f} MB/s")
@@ -255,7 +263,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
                 f"{latency['p99']:.1f} ms, {copied_during / MB:.0f} MB copied meanwhile"
             )
         if tiered:
-            wait_offloaded(cluster, megabytes)
+            wait_offloaded(cluster, local_megabytes(args))
             say(f"{name}: offloaded")
         total = megabytes + sum(args.rates) * seconds
         read_mb_s = float("nan")
@@ -370,6 +378,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes-per-broker", type=float, default=2000.0)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run")
+    parser.add_argument(
+        "--local-megabytes-per-broker",
+        type=float,
+        help="local retention of the tiered cluster (default: 1%% of the history)",
+    )
     parser.add_argument(
         "--rates",
         type=lambda text: [float(r) for r in text.split(",") if r.strip()],
