@@ -221,20 +221,35 @@ class RemoteLogManager:
         self, key: TopicPartition, partition_log: Log, finished: list[RemoteSegmentMetadata]
     ) -> None:
         """Appends the remote index entries of finished segments not yet indexed here, fetched
-        from the tier (a follower, a rebuilt broker, a leader that crashed after FINISHED)."""
+        from the tier (a follower, a rebuilt broker, a leader that crashed after FINISHED), in
+        one append per task."""
         index = self.index_for(key, partition_log)
+        started = time.perf_counter()
+        highest = before = index.highest_offset
+        entries: list[RemoteLogIndexEntry] = []
+        fetched = 0
         for metadata in finished:
-            highest = index.highest_offset
             if metadata.end_offset <= highest:
                 continue
-            entries = [
-                entry
-                for entry in decode_entries(
-                    self.storage.fetch_index(metadata.segment_id, IndexType.REMOTE_LOG_INDEX)
-                )
-                if entry.first_offset > highest
-            ]
-            index.append(entries, self.clock.milliseconds())
+            data = self.storage.fetch_index(metadata.segment_id, IndexType.REMOTE_LOG_INDEX)
+            fetched += 1
+            new = [entry for entry in decode_entries(data) if entry.first_offset > highest]
+            if new:
+                entries += new
+                highest = new[-1].last_offset
+        index.append(entries, self.clock.milliseconds())
+        if fetched:
+            log.log(
+                logging.INFO if before < 0 else logging.DEBUG,
+                "%s-%d: indexed %d remote segments from the tier (offsets %d-%d, %d entries) in "
+                "%.3f s",
+                *key,
+                fetched,
+                entries[0].first_offset if entries else -1,
+                highest,
+                len(entries),
+                time.perf_counter() - started,
+            )
         if finished:
             highest = max(m.end_offset for m in finished)
             partition_log.highest_offset_in_remote_storage = max(
