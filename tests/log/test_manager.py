@@ -109,6 +109,37 @@ def test_deleting_a_partition_removes_its_directory(dirs, clock):
 
     assert not (dirs[0] / "gone-0").exists()
     assert manager.get("gone", 0) is None
+    manager.wait_for_background_work()
+    assert not any(p.is_dir() for p in dirs[0].iterdir())  # renamed, then removed
+
+
+def test_a_partition_deleted_and_created_again_at_once_starts_empty(dirs, clock):
+    manager = start(dirs, clock)
+    manager.get_or_create("again", 0).append_as_leader(message_set(3))
+
+    manager.delete("again", 0)
+    recreated = manager.get_or_create("again", 0)
+    manager.wait_for_background_work()
+
+    assert recreated.log_end_offset == 0
+    assert recreated.append_as_leader(message_set(1)).first_offset == 0
+    assert (dirs[0] / "again-0").is_dir()
+
+
+def test_a_crash_before_a_deleted_log_is_removed_leaves_nothing_after_the_next_start(
+    dirs, clock, monkeypatch
+):
+    manager = start(dirs, clock)
+    manager.get_or_create("gone", 0).append_as_leader(message_set(1))
+    monkeypatch.setattr(manager, "_in_background", lambda work: None)  # dies before removing
+
+    manager.delete("gone", 0)
+    left = [p for p in dirs[0].iterdir() if p.name.endswith("-delete")]
+    assert len(left) == 1 and left[0].name.startswith("gone-0.")
+
+    restarted = start(dirs, clock)
+    assert restarted.get("gone", 0) is None
+    assert not any(p.name.startswith("gone-0") for p in dirs[0].iterdir())
 
 
 def test_a_malformed_checkpoint_is_an_error_naming_the_file(tmp_path):

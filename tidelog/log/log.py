@@ -757,10 +757,12 @@ class Log:
         for segment in self.segments:
             segment.close()
 
-    def delete(self) -> None:
+    def delete(self, directory: Path | None = None) -> None:
+        """Closes every segment and removes the log's files (from ``directory`` where the
+        log manager renamed the log's directory for deletion)."""
         for segment in self.segments:
             segment.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        shutil.rmtree(directory or self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:
         return (

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,10 @@ HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 PARTITION_DIRECTORY = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# A deleted partition's directory is renamed to end in this (as Kafka names it) before its
+# files are removed in the background: a partition of the same name can be created at once,
+# and a start after a crash in between removes what is left.
+DELETED_DIRECTORY_SUFFIX = "-delete"
 ROLL_CHECK_INTERVAL_MS = 1000
 # An index not written for between one and two of these intervals closes its file: a broker's
 # open files follow the partitions being written.
@@ -41,6 +47,8 @@ class LogManager:
     checkpoints, and, between a
     clean shutdown and the next start, ``.kafka_cleanshutdown``: when it is there the logs are
     opened without recovery. A new partition goes to the log dir holding the fewest partitions.
+    A deleted partition's directory is renamed ``{topic}-{partition}.{id}-delete`` at once and
+    removed on the background pool; such directories a crash left are removed at the next start.
     """
 
     def __init__(
@@ -108,6 +116,10 @@ class LogManager:
         high_watermarks = read_checkpoint(directory / HIGH_WATERMARK_CHECKPOINT)
         log_starts = read_checkpoint(directory / LOG_START_OFFSET_CHECKPOINT)
         for path in sorted(directory.iterdir()):
+            if path.is_dir() and path.name.endswith(DELETED_DIRECTORY_SUFFIX):
+                log.info("%s: removing the rest of a deleted partition's log", path)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
             match = PARTITION_DIRECTORY.match(path.name)
             if not path.is_dir() or not match:
                 continue
@@ -219,13 +231,27 @@ class LogManager:
         return self._dir_of[key]
 
     def delete(self, topic: str, partition: int) -> None:
+        """Forgets the partition's log and renames its directory out of the way; its files
+        are removed on the background pool (a log of thousands of segments takes a while)."""
         key = (topic, partition)
         self.cleaner.abort(key)
         removed = self.logs.pop(key, None)
         self._dir_of.pop(key, None)
-        if removed is not None:
-            removed.delete()
+        if removed is None:
+            return
+        renamed = removed.directory.with_name(
+            f"{removed.directory.name}.{uuid.uuid4().hex}{DELETED_DIRECTORY_SUFFIX}"
+        )
+        try:
+            removed.directory.rename(renamed)
+        except FileNotFoundError:  # removed by hand: nothing left to delete
+            renamed = removed.directory
+
+        def remove() -> None:
+            removed.delete(renamed)
             log.info("deleted log for %s-%d", topic, partition)
+
+        self._in_background(remove)
 
     def update_topic_config(self, topic: str, config: LogConfig) -> None:
         self.topic_configs[topic] = config
