@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -284,6 +285,48 @@ def test_a_rebuilt_broker_serves_the_remote_part_before_its_first_task(tmp_path,
     finally:
         rebuilt.close()
         leader.close()
+
+
+def run_scheduled_task(broker: Broker) -> None:
+    """One task as the scheduler starts it, on the copy pool; returns when it is done."""
+    assert broker.remote.run_tasks() == 1
+    deadline = time.monotonic() + 10
+    while KEY in broker.remote._running:
+        assert time.monotonic() < deadline, "the task did not end in 10 s"
+        time.sleep(0.005)
+
+
+def test_frequent_tasks_list_the_tier_every_few_tasks_and_see_their_own_copies_between(
+    leader, tmp_path, tier, clock
+):
+    follower = Broker(tmp_path / "follower", tier, clock, remote_config(), epoch=None)
+    listings = {"leader": 0, "follower": 0}
+    for name, broker in (("leader", leader), ("follower", follower)):
+        original = broker.remote.metadata._list
+
+        def counted(*args, name=name, original=original):
+            listings[name] += 1
+            return original(*args)
+
+        broker.remote.metadata._list = counted
+    interval = leader.remote.listing_interval_ms
+    try:
+        for _ in range(3):
+            leader.fill(clock, 15)
+            for broker in (leader, follower):
+                run_scheduled_task(broker)
+            clock.advance(interval // 4)
+        assert listings == {"leader": 1, "follower": 1}
+        copied = leader.remote.metadata.list_segments(*KEY, afresh=False)
+        assert len(copied) == len(leader.remote.metadata.list_segments(*KEY)) > 1
+        assert leader.log.highest_offset_in_remote_storage == copied[-1].end_offset
+
+        clock.advance(interval)
+        run_scheduled_task(follower)
+        assert listings["follower"] == 2
+        assert follower.log.highest_offset_in_remote_storage == copied[-1].end_offset
+    finally:
+        follower.close()
 
 
 def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):

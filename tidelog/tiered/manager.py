@@ -47,6 +47,15 @@ COPY_STEPS = ("started", "copied", "finished", "indexed")
 DELETE_STEPS = ("delete_started", "data_deleted", "metadata_removed")
 
 
+# Listing a partition's metadata in the tier costs a call per partition (and, on file://, a
+# stat per remote segment); where tasks run often (a test, a benchmark at 1 s), a task lists
+# afresh only every LISTING_EVERY_TASKS tasks and at least every LISTING_MAX_INTERVAL_MS, and
+# uses in between what it listed last plus its own writes. A broker newly leading a partition
+# lists it at its first task (orphans are cleaned from a fresh listing).
+LISTING_EVERY_TASKS = 10
+LISTING_MAX_INTERVAL_MS = 30_000
+
+
 class CopyInterrupted(Exception):
     """Raised by a test's crash_at hook to stop a copy between two steps."""
 
@@ -111,6 +120,11 @@ class RemoteLogManager:
         self._indexes_lock = threading.Lock()
         self._sync_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
         self._running: set[TopicPartition] = set()
+        # when, and in which leader epoch (None: as a follower), each partition was last listed
+        self._listed: dict[TopicPartition, tuple[int, int | None]] = {}
+        self.listing_interval_ms = max(
+            task_interval_ms, min(LISTING_EVERY_TASKS * task_interval_ms, LISTING_MAX_INTERVAL_MS)
+        )
         self._deleted: set[TopicPartition] = set()
 
     def startup(self) -> None:
@@ -147,7 +161,7 @@ class RemoteLogManager:
         partition_log = self.logs.get(*key)
         if partition_log is not None:
             self._running.add(key)
-            self._task(key, partition_log, self.leader_epoch_of(*key))
+            self._task(key, partition_log, self.leader_epoch_of(*key), afresh=True)
 
     def index_for(self, key: TopicPartition, partition_log: Log) -> RemoteLogIndex:
         """The partition's remote indexes, opened once (tasks and readers share them)."""
@@ -166,9 +180,23 @@ class RemoteLogManager:
             self._indexes[key] = index
         return index
 
-    def _task(self, key: TopicPartition, partition_log: Log, leader_epoch: int | None) -> None:
+    def _listing_due(self, key: TopicPartition, leader_epoch: int | None, now: int) -> bool:
+        last = self._listed.get(key)
+        return last is None or last[1] != leader_epoch or now - last[0] >= self.listing_interval_ms
+
+    def _task(
+        self,
+        key: TopicPartition,
+        partition_log: Log,
+        leader_epoch: int | None,
+        afresh: bool = False,
+    ) -> None:
         try:
-            listing = self.metadata.list_segments(*key)
+            now = self.clock.milliseconds()
+            afresh = afresh or self._listing_due(key, leader_epoch, now)
+            listing = self.metadata.list_segments(*key, afresh=afresh)
+            if afresh:
+                self._listed[key] = (now, leader_epoch)
             if leader_epoch is not None:
                 listing = self._clean_orphans(listing, leader_epoch)
             finished = [m for m in listing if m.state is SegmentState.COPY_SEGMENT_FINISHED]
@@ -458,6 +486,7 @@ class RemoteLogManager:
         key = (topic, partition)
         self._deleted.add(key)  # a task under way stops before its next copy
         self._indexes.pop(key, None)
+        self._listed.pop(key, None)
         self.remote_segments.pop(key, None)
 
         def delete() -> None:

@@ -7,9 +7,9 @@ object; a deletion rewrites it as DELETE_SEGMENT_STARTED before deleting the dat
 last. Only FINISHED segments are visible to readers, so a crash at any point of a copy or a
 deletion leaves nothing half-visible: what is left is an orphan, cleaned by the next leader.
 
-Every broker lists a partition's metadata each remote.log.manager.task.interval.ms; an object is
-read only when it is new or its listing entry changed (see ``RemoteLogMetadataStore``), so a
-task costs one listing, not one read per remote segment.
+Every broker lists a partition's metadata every task, or every few where tasks come often (see
+``RemoteLogManager``); an object is read only when it is new or its listing entry changed (see
+``RemoteLogMetadataStore``), so a listing costs one call, not one read per remote segment.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import enum
 import json
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -85,10 +85,11 @@ class RemoteLogMetadataStore:
     """Reads and writes the metadata objects of the tier ``storage`` holds.
 
     Keeps what it read in memory, per object path with its listing version: ``list_segments``
-    lists the directory (always afresh: other brokers write there) and reads only the objects
-    that are new or whose version changed; objects gone from the listing leave the memory.
-    This store's own writes drop the object from memory, so the next listing reads it back.
-    Safe to use from several threads.
+    lists the directory (afresh: other brokers write there) and reads only the objects that are
+    new or whose version changed; objects gone from the listing leave the memory. This store's
+    own writes replace the object in memory with no version, so the next listing reads it back,
+    and ``list_segments(afresh=False)`` answers from memory: the last listing plus this store's
+    own writes since. Safe to use from several threads.
     """
 
     def __init__(self, storage: RemoteStorageManager) -> None:
@@ -118,6 +119,10 @@ class RemoteLogMetadataStore:
         path = self._path(metadata.segment_id)
         self._forget(path)
         fs.pipe_file(path, metadata.to_json())
+        with self._lock:
+            known = self._known.get(directory)
+            if known is not None:  # no version: the next listing reads it back
+                known[path] = ((), metadata)
 
     def remove(self, segment: RemoteSegmentId) -> None:
         def remove() -> None:
@@ -128,9 +133,17 @@ class RemoteLogMetadataStore:
 
         self.storage.call("remove metadata of", segment, remove)
 
-    def list_segments(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
+    def list_segments(
+        self, topic: str, partition: int, *, afresh: bool = True
+    ) -> list[RemoteSegmentMetadata]:
         """Every segment's metadata, by start offset; an unreadable object (a write cut by a
-        crash) counts as a copy that never finished."""
+        crash) counts as a copy that never finished. Without ``afresh``, from memory where the
+        partition was listed before (no call to the tier)."""
+        if not afresh:
+            with self._lock:
+                known = self._known.get(self._directory(topic, partition))
+                if known is not None:
+                    return _by_start(metadata for _, metadata in known.values())
         return self.storage.call(
             "list metadata of", f"{topic}-{partition}", self._list, topic, partition
         )
@@ -142,7 +155,7 @@ class RemoteLogMetadataStore:
         fs.invalidate_cache(directory)  # other brokers write here: never trust a cached listing
         if not fs.exists(directory):
             with self._lock:
-                self._known.pop(directory, None)
+                self._known[directory] = {}
             return []
         with self._lock:
             known = dict(self._known.get(directory, {}))
@@ -159,8 +172,7 @@ class RemoteLogMetadataStore:
                 listed[path] = (version, self._read(fs, path, topic, partition))
         with self._lock:
             self._known[directory] = listed
-        found = [metadata for _, metadata in listed.values()]
-        return sorted(found, key=lambda m: (m.start_offset, m.segment_id.uuid))
+        return _by_start(metadata for _, metadata in listed.values())
 
     def _read(self, fs: Any, path: str, topic: str, partition: int) -> RemoteSegmentMetadata:
         """One object; an unreadable one (a write cut by a crash) is a copy that never
@@ -187,3 +199,7 @@ class RemoteLogMetadataStore:
             for m in self.list_segments(topic, partition)
             if m.state is SegmentState.COPY_SEGMENT_FINISHED
         ]
+
+
+def _by_start(found: Iterable[RemoteSegmentMetadata]) -> list[RemoteSegmentMetadata]:
+    return sorted(found, key=lambda m: (m.start_offset, m.segment_id.uuid))
