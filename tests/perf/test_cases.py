@@ -148,8 +148,8 @@ def records(data: bytes) -> list[tuple[bytes | None, bytes, int]]:
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY])
 def test_a_ring_cuts_the_same_seeded_keyed_records_every_time(codec):
-    ring = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
-    again = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
+    ring = MessageRing(record_size=50, seed=7, keys=5)
+    again = MessageRing(record_size=50, seed=7, keys=5)
 
     batch = records(ring.message_set(3, 8, 1_700_000_000_123, codec))
 
@@ -159,12 +159,12 @@ def test_a_ring_cuts_the_same_seeded_keyed_records_every_time(codec):
     assert batch == records(again.message_set(3, 8, 1_700_000_000_123, codec))
     # records with the same key carry the same payload; another seed, other payloads
     assert batch[0][1] == batch[5][1]
-    other = records(MessageRing(50, 8, 5, 8).message_set(3, 8, 1_700_000_000_123, codec))
+    other = records(MessageRing(50, 8, 5).message_set(3, 8, 1_700_000_000_123, codec))
     assert [v for _, v, _ in other] != [v for _, v, _ in batch]
 
 
 def test_a_ring_is_stamped_again_when_the_second_changes():
-    ring = MessageRing(record_size=10, seed=0, keys=0, batch_records=4)
+    ring = MessageRing(record_size=10, seed=0, keys=0)
 
     first = records(ring.message_set(0, 2, 1_000_500, Codec.NONE))
     later = records(ring.message_set(2, 2, 1_001_200, Codec.NONE))
@@ -172,3 +172,17 @@ def test_a_ring_is_stamped_again_when_the_second_changes():
     assert [t for _, _, t in first] == [1_000_500] * 2
     assert [t for _, _, t in later] == [1_001_200] * 2
     assert [k for k, _, _ in first + later] == [None] * 4
+
+
+def test_a_batch_across_chunks_and_the_rings_end_keeps_the_order_of_keys():
+    ring = MessageRing(record_size=20, seed=3, keys=1200)  # chunks of 512: 0-511, 512-1023, ...
+
+    batch = records(ring.message_set(1100, 200, 1_000_100, Codec.SNAPPY))
+
+    expected = [f"key-{k % 1200:08d}".encode() for k in range(1100, 1300)]
+    assert [key for key, _, _ in batch] == expected
+    assert [t for _, _, t in batch] == [1_000_100] * 200
+    # in the same second, a chunk already cut from keeps its stamp; one not yet cut from gets
+    # the time it is first cut at
+    again = records(ring.message_set(500, 30, 1_000_900, Codec.NONE))
+    assert [t for _, _, t in again] == [1_000_100] * 12 + [1_000_900] * 18
