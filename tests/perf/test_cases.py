@@ -30,6 +30,7 @@ def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebui
         failed=0,
         in_sync_mb_s=2.0,
         catch_up_mb_s=0.0,
+        load_average=1.5,
     )
 
 
@@ -63,6 +64,7 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert [row[1] for row in durations] == ["acks=all", "acks=1"]
     assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
     assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
+    assert "load average 1.50" in cases.format_table(every_result())
 
 
 def test_a_missing_run_leaves_its_cells_empty_rather_than_invented():
@@ -129,6 +131,32 @@ def test_overrides_change_only_what_they_name():
     assert changed.catch_up_mb_per_broker == small.catch_up_mb_per_broker / 2
     assert changed.partitions == small.partitions
     assert cases.with_overrides(small) == small
+    assert cases.with_overrides(small, partitions=30).partitions == 30
+    sized = cases.with_overrides(small, segment_bytes=65536, local_retention_bytes=131072)
+    assert (sized.segment_bytes, sized.local_retention_bytes) == (65536, 131072)
+    assert cases.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
+
+
+def test_the_scaling_is_what_the_command_line_changed_and_the_table_says_so(tmp_path):
+    full = cases.PROFILES["full"]
+    scaling = cases.scaling(duration_s=60, scale=0.02, partitions=30)
+    settings = cases.Settings(
+        profile=cases.with_overrides(full, duration_s=60, scale=0.02, partitions=30),
+        out=tmp_path,
+        scaling=scaling,
+    )
+
+    assert scaling == {"scale": 0.02, "duration_s": 60, "partitions": 30}
+    described = cases.describe_scaling(settings)
+    assert described.startswith(
+        "profile full, scaled to this machine: scale 0.02, duration_s 60, partitions 30"
+    )
+    assert "acks=all 0.6 MB/s, acks=1 1.1 MB/s" in described
+    assert "3.6 MB/s per broker" in described  # the out-of-sync consumers' 180 x 0.02
+    assert "30 partitions x 3 replicas, 2000 MB of history per broker" in described
+    assert "load average" in described
+    unscaled = cases.Settings(profile=full, out=tmp_path)
+    assert cases.describe_scaling(unscaled).startswith("profile full as defined")
 
 
 def test_the_command_line_reaches_the_cases():

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import os
 import shlex
 import shutil
 import sys
@@ -379,6 +381,9 @@ class Settings:
     seed: int = 0
     cluster_dir: Path | None = None  # kept afterwards; None: a temporary directory
     command: str = field(default_factory=lambda: shlex.join(["tidelog", *sys.argv[1:]]))
+    # the command line's changes to the named profile (scale, duration_s, ...): what the run's
+    # metadata and table say it was scaled by
+    scaling: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -398,6 +403,7 @@ class Result:
     failed: int
     in_sync_mb_s: float
     catch_up_mb_s: float
+    load_average: float = math.nan  # the machine's 1-minute load average as the run ended
 
 
 def run_dir_name(case: str, workload: str, tiered: bool) -> str:
@@ -528,6 +534,7 @@ async def run_case(
         failed=sum(errors.values()),
         in_sync_mb_s=read_mb_s("in-sync"),
         catch_up_mb_s=read_mb_s("catching-up"),
+        load_average=os.getloadavg()[0],
     )
     rundata.write_metadata(
         run_dir,
@@ -547,6 +554,7 @@ async def run_case(
                 "producer": asdict(producer) | {"codec": "snappy"},
                 "window_seconds": WINDOW_SECONDS,
                 "figure": case.figure,
+                "scaling": settings.scaling,
             },
             profile=asdict(profile)
             | {"broker_overrides": BROKER_OVERRIDES, "replication_factor": REPLICATION_FACTOR},
@@ -668,7 +676,7 @@ def run(settings: Settings, progress: Callable[[str], None] = print) -> list[Res
                 cluster.down(progress=lambda _: None)
     if settings.cluster_dir is None:
         shutil.rmtree(parent, ignore_errors=True)
-    table = format_table(results)
+    table = describe_scaling(settings) + "\n\n" + format_table(results)
     (settings.out / "table.txt").write_text(table + "\n")
     return results
 
@@ -771,7 +779,8 @@ def format_table(results: list[Result]) -> str:
         text.append(
             f"  {run_dir_name(r.case, r.workload, r.tiered):28} produced {r.produced_mb_s:6.2f} "
             f"of {r.asked_mb_s:6.2f} MB/s ({r.acknowledged} acknowledged, {r.failed} failed), "
-            f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up {r.catch_up_mb_s:6.2f} MB/s"
+            f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up "
+            f"{r.catch_up_mb_s:6.2f} MB/s, load average {r.load_average:.2f}"
         )
     return "\n".join(text)
 
@@ -781,13 +790,23 @@ def with_overrides(
     duration_s: float | None = None,
     history_mb: float | None = None,
     scale: float | None = None,
+    partitions: int | None = None,
+    segment_bytes: int | None = None,
+    local_retention_bytes: int | None = None,
 ) -> Profile:
-    """The profile with the command line's --duration, --history-mb-per-broker and --scale (a
-    factor on every rate: the producers' and the catching-up consumers')."""
+    """The profile with the command line's --duration, --history-mb-per-broker, --partitions,
+    --segment-bytes, --local-retention-bytes and --scale (a factor on every rate: the
+    producers' and the catching-up consumers')."""
+    if segment_bytes is not None:
+        profile = replace(profile, segment_bytes=segment_bytes)
+    if local_retention_bytes is not None:
+        profile = replace(profile, local_retention_bytes=local_retention_bytes)
     if duration_s is not None:
         profile = replace(profile, duration_s=duration_s)
     if history_mb is not None:
         profile = replace(profile, history_mb_per_broker=history_mb)
+    if partitions is not None:
+        profile = replace(profile, partitions=partitions)
     if scale is not None:
         profile = replace(
             profile,
@@ -796,6 +815,52 @@ def with_overrides(
             catch_up_mb_per_broker=profile.catch_up_mb_per_broker * scale,
         )
     return profile
+
+
+def scaling(
+    duration_s: float | None = None,
+    history_mb: float | None = None,
+    scale: float | None = None,
+    partitions: int | None = None,
+    segment_bytes: int | None = None,
+    local_retention_bytes: int | None = None,
+) -> dict[str, float]:
+    """The overrides given, by the profile field they change (``scale`` by itself)."""
+    given = {
+        "scale": scale,
+        "duration_s": duration_s,
+        "history_mb_per_broker": history_mb,
+        "partitions": partitions,
+        "segment_bytes": segment_bytes,
+        "local_retention_bytes": local_retention_bytes,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def describe_scaling(settings: Settings) -> str:
+    """The lines above the table: the profile as run, beside the design's size."""
+    profile = settings.profile
+    changed = ", ".join(f"{name} {value:g}" for name, value in settings.scaling.items())
+    return "\n".join(
+        [
+            f"profile {profile.name}"
+            + (f", scaled to this machine: {changed}" if changed else " as defined"),
+            f"  per leader broker: acks=all {profile.acks_all_mb_per_broker:g} MB/s, acks=1 "
+            f"{profile.acks_1_mb_per_broker:g} MB/s of {profile.record_size}-byte records; "
+            f"{profile.in_sync_consumers} in-sync consumers; {profile.catch_up_consumers} "
+            f"out-of-sync consumers reading {profile.catch_up_mb_per_broker:g} MB/s per broker",
+            f"  {profile.brokers} brokers, {profile.partitions} partitions x "
+            f"{REPLICATION_FACTOR} replicas, {profile.history_mb_per_broker:g} MB of history per "
+            f"broker, {profile.duration_s:g} s of traffic per case; segments of "
+            f"{profile.segment_bytes / MB:g} MB, with the tier "
+            f"{profile.local_retention_bytes / MB:g} MB kept locally per partition",
+            "  the design: 30 / 55 MB/s per leader broker, 4 in-sync and 9 out-of-sync consumers "
+            "(180 MB/s per broker), 6,300 partitions on 5 brokers, 12 TB (acks=all) and 34 TB "
+            "(acks=1) per broker",
+            f"  load average as the table was written: {os.getloadavg()[0]:.2f} "
+            f"(1 min) on {os.cpu_count()} cores",
+        ]
+    )
 
 
 def add_command(perf_actions) -> None:
@@ -820,6 +885,13 @@ def add_command(perf_actions) -> None:
     command.add_argument(
         "--scale", type=float, help="a factor on the profile's rates, to fit the machine"
     )
+    command.add_argument("--partitions", type=int, help="of the cases' topic (override)")
+    command.add_argument("--segment-bytes", type=int, help="the topic's segment.bytes (override)")
+    command.add_argument(
+        "--local-retention-bytes",
+        type=int,
+        help="the tiered topic's local.retention.bytes, per partition (override)",
+    )
     command.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all"
     )
@@ -836,9 +908,15 @@ def run_command(args) -> int:
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
 
-    profile = with_overrides(
-        PROFILES[args.profile], args.duration, args.history_mb_per_broker, args.scale
+    overrides = (
+        args.duration,
+        args.history_mb_per_broker,
+        args.scale,
+        args.partitions,
+        args.segment_bytes,
+        args.local_retention_bytes,
     )
+    profile = with_overrides(PROFILES[args.profile], *overrides)
     settings = Settings(
         profile=profile,
         out=Path(args.out),
@@ -846,6 +924,7 @@ def run_command(args) -> int:
         workloads=tuple(args.workloads),
         seed=args.seed,
         cluster_dir=Path(args.dir).resolve() if args.dir else None,
+        scaling=scaling(*overrides),
     )
     try:
         results = run(settings, progress=lambda line: print(line, flush=True))
@@ -853,7 +932,7 @@ def run_command(args) -> int:
         print(f"tidelog perf tiered-storage: {error}", file=sys.stderr)
         return 1
     print()
-    print(format_table(results))
+    print((settings.out / "table.txt").read_text(), end="")
     print(f"\nrun data written to {settings.out}/*/; the table to {settings.out / 'table.txt'}")
     print(f"tidelog report {settings.out}/*/ --out REPORT_DIR  # the same runs through Spark")
     return 0 if all(r.acknowledged for r in results) else 1
