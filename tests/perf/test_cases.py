@@ -67,6 +67,22 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert "load average 1.50" in cases.format_table(every_result())
 
 
+def test_the_out_of_sync_penalty_is_case_2_over_case_1_beside_the_designs():
+    results = [
+        result("normal", "acks=all", True, 20.0, 10.0),
+        result("consumers", "acks=all", True, 30.0, 12.0),
+        result("normal", "acks=all", False, 10.0, 5.0),
+        result("consumers", "acks=all", False, 40.0, 9.0),
+        result("normal", "acks=1", True, 10.0, 5.0),  # no consumers case: no line
+    ]
+
+    assert cases.penalty_lines(results) == [
+        "  acks=all tiered     1.50  1.68",  # the design's 42 / 25 ms
+        "  acks=all without    4.00  2.86",  # and 60 / 21 ms
+    ]
+    assert "\n".join(cases.penalty_lines(results)) in cases.format_table(results)
+
+
 def test_a_missing_run_leaves_its_cells_empty_rather_than_invented():
     rows = cases.table_rows([r for r in every_result() if not (r.case == "normal" and r.tiered)])
 

@@ -782,7 +782,34 @@ def format_table(results: list[Result]) -> str:
             f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up "
             f"{r.catch_up_mb_s:6.2f} MB/s, load average {r.load_average:.2f}"
         )
+    penalties = penalty_lines(results)
+    if penalties:
+        text += ["", "the out-of-sync consumers' penalty: avg p99 of case 2 / case 1 (run, design)"]
+        text += penalties
     return "\n".join(text)
+
+
+def penalty_lines(results: list[Result]) -> list[str]:
+    """For each workload x tiered that ran both the normal and the consumers case: how much the
+    out-of-sync consumers raised the average p99, beside the design's (42 / 25 ms with the tier,
+    60 / 21 ms without, for acks=all)."""
+    by_key = {(r.case, r.workload, r.tiered): r for r in results}
+    lines = []
+    for workload in WORKLOADS:
+        for tiered in (True, False):
+            normal = by_key.get(("normal", workload, tiered))
+            loaded = by_key.get(("consumers", workload, tiered))
+            if normal is None or loaded is None:
+                continue
+            design = (
+                DESIGN[("consumers", workload, tiered)].p99_ms
+                / DESIGN[("normal", workload, tiered)].p99_ms
+            )
+            lines.append(
+                f"  {workload:8} {'tiered' if tiered else 'without':8} "
+                f"{_ratio(loaded.p99_ms, normal.p99_ms):>6}  {design:.2f}"
+            )
+    return lines
 
 
 def with_overrides(
