@@ -362,11 +362,14 @@ BROKER_OVERRIDES = {
 }
 
 
-def topic_config(profile: Profile, tiered: bool) -> dict[str, str]:
+def topic_config(profile: Profile, tiered: bool, loading: bool = False) -> dict[str, str]:
+    """The topic's settings in the cases; ``loading``: while the history goes in, with the tier
+    but no local retention yet (see load_history)."""
     config = {"min.insync.replicas": "2", "segment.bytes": str(profile.segment_bytes)}
     if tiered:
         config["remote.storage.enable"] = "true"
-        config["local.retention.bytes"] = str(profile.local_retention_bytes)
+        if not loading:
+            config["local.retention.bytes"] = str(profile.local_retention_bytes)
     return config
 
 
@@ -584,9 +587,20 @@ async def _sleep_or_fail(task: asyncio.Task, seconds: float) -> None:
 def create_topic(cluster: LocalCluster, profile: Profile, tiered: bool) -> None:
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(
-            client, TOPIC, profile.partitions, REPLICATION_FACTOR, topic_config(profile, tiered)
+            client,
+            TOPIC,
+            profile.partitions,
+            REPLICATION_FACTOR,
+            topic_config(profile, tiered, loading=True),
         )
     faults.wait_for_full_isr(cluster, TOPIC)
+
+
+def set_local_retention(cluster: LocalCluster, profile: Profile) -> None:
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.alter_topic_config(
+            client, TOPIC, {"local.retention.bytes": str(profile.local_retention_bytes)}
+        )
 
 
 def offloaded(cluster: LocalCluster, profile: Profile) -> bool:
@@ -600,7 +614,11 @@ async def load_history(
     cluster: LocalCluster, profile: Profile, tiered: bool, seed: int, progress
 ) -> None:
     """Fills the topic with ``history_mb_per_broker`` (acks=1, as fast as it goes); with the
-    tier, waits until the old segments have moved there and local retention removed them."""
+    tier, then sets the topic's local retention and waits until the old segments have moved
+    there and local retention removed them. Local retention starts only once every replica holds
+    the history: a follower that falls behind the leader's local log start during a load as fast
+    as the cluster takes is started again at it, and on a loaded machine such followers took
+    minutes to be back in the ISR; the cases start from the same state either way."""
     topic_bytes = profile.history_mb_per_broker * MB * profile.brokers / REPLICATION_FACTOR
     settings = ProducerSettings(
         topic=TOPIC,
@@ -618,6 +636,7 @@ async def load_history(
     progress(f"history: {summary.line('records loaded')}")
     await asyncio.to_thread(faults.wait_for_full_isr, cluster, TOPIC, profile.rebuild_timeout_s)
     if tiered:
+        await asyncio.to_thread(set_local_retention, cluster, profile)
         await asyncio.to_thread(
             wait_until,
             lambda: offloaded(cluster, profile),

@@ -65,7 +65,7 @@ class Settings:
     brokers: int = 3
     partitions: int = 30
     record_size: int = cases.PROFILES["full"].record_size
-    keys: int = 1000
+    keys: int = cases.PROFILES["full"].keys
     in_sync_consumers: int = cases.PROFILES["full"].in_sync_consumers
     start_mb_per_broker: float = 0.25
     step_factor: float = 1.5
