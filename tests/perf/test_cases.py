@@ -151,6 +151,7 @@ def test_overrides_change_only_what_they_name():
     sized = cases.with_overrides(small, segment_bytes=65536, local_retention_bytes=131072)
     assert (sized.segment_bytes, sized.local_retention_bytes) == (65536, 131072)
     assert cases.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
+    assert cases.with_overrides(small, rebuild_timeout_s=60).rebuild_timeout_s == 60
     # the history goes in before local retention starts (load_history sets it afterwards)
     assert "local.retention.bytes" not in cases.topic_config(sized, tiered=True, loading=True)
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import shlex
@@ -36,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from array import array
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field, replace
@@ -596,6 +598,26 @@ def create_topic(cluster: LocalCluster, profile: Profile, tiered: bool) -> None:
     faults.wait_for_full_isr(cluster, TOPIC)
 
 
+def replicas_caught_up(cluster: LocalCluster) -> bool:
+    """Every replica of the topic ends where its leader's log ends, as each broker's admin API
+    says: more than a full ISR, which keeps a follower up to replica.lag.time.max.ms behind."""
+    ends: dict[int, list[int]] = {}
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        try:
+            url = f"http://127.0.0.1:{port}/topics/{TOPIC}"
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                described = json.loads(reply.read())
+        except (OSError, ValueError):
+            return False  # not up, or not serving the topic yet
+        for entry in described["partitions"]:
+            if broker_id in entry["replicas"]:
+                ends.setdefault(entry["partition"], []).append(entry.get("log_end_offset", -1))
+    return bool(ends) and all(
+        len(offsets) == REPLICATION_FACTOR and len(set(offsets)) == 1 for offsets in ends.values()
+    )
+
+
 def set_local_retention(cluster: LocalCluster, profile: Profile) -> None:
     with zookeeper.session(cluster.zookeeper) as client:
         topics.alter_topic_config(
@@ -616,9 +638,10 @@ async def load_history(
     """Fills the topic with ``history_mb_per_broker`` (acks=1, as fast as it goes); with the
     tier, then sets the topic's local retention and waits until the old segments have moved
     there and local retention removed them. Local retention starts only once every replica holds
-    the history: a follower that falls behind the leader's local log start during a load as fast
-    as the cluster takes is started again at it, and on a loaded machine such followers took
-    minutes to be back in the ISR; the cases start from the same state either way."""
+    the whole history (a full ISR is not enough): a follower that falls behind the leader's
+    local log start during a load as fast as the cluster takes is started again at it, and such
+    followers took minutes to be back in the ISR, or did not come back; the cases start from the
+    same state either way."""
     topic_bytes = profile.history_mb_per_broker * MB * profile.brokers / REPLICATION_FACTOR
     settings = ProducerSettings(
         topic=TOPIC,
@@ -636,6 +659,13 @@ async def load_history(
     progress(f"history: {summary.line('records loaded')}")
     await asyncio.to_thread(faults.wait_for_full_isr, cluster, TOPIC, profile.rebuild_timeout_s)
     if tiered:
+        await asyncio.to_thread(
+            wait_until,
+            lambda: replicas_caught_up(cluster),
+            profile.rebuild_timeout_s,
+            "every replica of the history to hold what its leader holds",
+            0.5,
+        )
         await asyncio.to_thread(set_local_retention, cluster, profile)
         await asyncio.to_thread(
             wait_until,
@@ -839,10 +869,13 @@ def with_overrides(
     partitions: int | None = None,
     segment_bytes: int | None = None,
     local_retention_bytes: int | None = None,
+    rebuild_timeout_s: float | None = None,
 ) -> Profile:
     """The profile with the command line's --duration, --history-mb-per-broker, --partitions,
-    --segment-bytes, --local-retention-bytes and --scale (a factor on every rate: the
-    producers' and the catching-up consumers')."""
+    --segment-bytes, --local-retention-bytes, --rebuild-timeout and --scale (a factor on every
+    rate: the producers' and the catching-up consumers')."""
+    if rebuild_timeout_s is not None:
+        profile = replace(profile, rebuild_timeout_s=rebuild_timeout_s)
     if segment_bytes is not None:
         profile = replace(profile, segment_bytes=segment_bytes)
     if local_retention_bytes is not None:
@@ -870,6 +903,7 @@ def scaling(
     partitions: int | None = None,
     segment_bytes: int | None = None,
     local_retention_bytes: int | None = None,
+    rebuild_timeout_s: float | None = None,
 ) -> dict[str, float]:
     """The overrides given, by the profile field they change (``scale`` by itself)."""
     given = {
@@ -879,6 +913,7 @@ def scaling(
         "partitions": partitions,
         "segment_bytes": segment_bytes,
         "local_retention_bytes": local_retention_bytes,
+        "rebuild_timeout_s": rebuild_timeout_s,
     }
     return {name: value for name, value in given.items() if value is not None}
 
@@ -939,6 +974,11 @@ def add_command(perf_actions) -> None:
         help="the tiered topic's local.retention.bytes, per partition (override)",
     )
     command.add_argument(
+        "--rebuild-timeout",
+        type=float,
+        help="seconds to wait for a rebuild, and for the history to settle (override)",
+    )
+    command.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all"
     )
     command.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -961,6 +1001,7 @@ def run_command(args) -> int:
         args.partitions,
         args.segment_bytes,
         args.local_retention_bytes,
+        args.rebuild_timeout,
     )
     profile = with_overrides(PROFILES[args.profile], *overrides)
     settings = Settings(
