@@ -598,6 +598,38 @@ def create_topic(cluster: LocalCluster, profile: Profile, tiered: bool) -> None:
     faults.wait_for_full_isr(cluster, TOPIC)
 
 
+NUDGE_INTERVAL = 2.0
+
+
+async def settle_history(cluster: LocalCluster, profile: Profile, seed: int, progress) -> None:
+    """Waits until every replica holds the whole history. Meanwhile one record goes to every
+    partition every NUDGE_INTERVAL seconds: after a burst, followers of some partitions were
+    seen to stop thousands of offsets behind their leader until the leader appended again
+    (runs on 2 cores, 60 partitions; broker logs in /work/runs/s5-trial-stuck-*), and the
+    cases' traffic would otherwise start with those followers still catching up."""
+    deadline = time.monotonic() + profile.rebuild_timeout_s
+    nudge = ProducerSettings(
+        topic=TOPIC,
+        num_records=profile.partitions,
+        record_size=profile.record_size,
+        acks=1,
+        batch_size=1,  # one record per produce request; the requests go round the partitions
+        seed=seed + 2,
+    )
+    nudges = 0
+    while not await asyncio.to_thread(replicas_caught_up, cluster):
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"timed out after {profile.rebuild_timeout_s} s waiting for every replica of "
+                f"{TOPIC} to hold what its leader holds"
+            )
+        await run_producer(cluster.bootstrap_servers, nudge, progress=lambda _: None)
+        nudges += 1
+        await asyncio.sleep(NUDGE_INTERVAL)
+    if nudges:
+        progress(f"history: every replica caught up, after {nudges} records to each partition")
+
+
 def replicas_caught_up(cluster: LocalCluster) -> bool:
     """Every replica of the topic ends where its leader's log ends, as each broker's admin API
     says: more than a full ISR, which keeps a follower up to replica.lag.time.max.ms behind."""
@@ -657,15 +689,9 @@ async def load_history(
     if errors:
         raise RuntimeError(f"loading the history failed: {errors}")
     progress(f"history: {summary.line('records loaded')}")
+    await settle_history(cluster, profile, seed, progress)
     await asyncio.to_thread(faults.wait_for_full_isr, cluster, TOPIC, profile.rebuild_timeout_s)
     if tiered:
-        await asyncio.to_thread(
-            wait_until,
-            lambda: replicas_caught_up(cluster),
-            profile.rebuild_timeout_s,
-            "every replica of the history to hold what its leader holds",
-            0.5,
-        )
         await asyncio.to_thread(set_local_retention, cluster, profile)
         await asyncio.to_thread(
             wait_until,
