@@ -34,8 +34,13 @@ format: install
 	$(BIN)/ruff format tidelog tests benchmarks
 	$(BIN)/ruff check --fix tidelog tests benchmarks
 
+# The suite on PYTEST_WORKERS pytest-xdist workers: most of its time is spent waiting on real
+# processes (a session timeout, a restart, an ISR), so two workers on two cores overlap those
+# waits. Each module (tests/containers as a whole) runs on one worker, in collection order
+# (tests/conftest.py). PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder
 
 bench: install
 	$(BIN)/python benchmarks/storage.py

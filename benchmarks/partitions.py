@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/partitions.py [--counts 6,100,1000,3000] [--seconds 10]
                                               [--pause 30] [--profile DIR] [--idle-only]
+                                              [--override KEY=VALUE ...]
 
 For each count, on a fresh cluster: the time to create the topic (ZooKeeper written, then every
 replica's log open with a full ISR); idle CPU (share of one core), open files and resident memory
@@ -11,12 +12,18 @@ records/s of 100 B records with acks=all and acks=1 from librdkafka
 records with acks=all; p99 produce latency at the design's 30 MB/s acks=all; and how long a
 follower paused for ``--pause`` seconds under load takes to be back in every ISR. Figures are
 printed with their ratio to the first (baseline) count of the same run. ``--profile DIR`` writes
-py-spy's collapsed stacks (raw) of one leader under acks=all load. Nothing is asserted.
+py-spy's collapsed stacks (raw) of one leader under acks=all load. At the end of each count the
+same checks run at every count, and the lines say whether they passed: every partition has a
+leader and a full ISR, every replica has its leader's log end offset, and the leaders hold at
+least as many records as were acknowledged (nothing acknowledged lost), not counting the acks=1
+load of the pause: a paused leader's acks=1 records that no follower had are lost when it
+comes back, as in Kafka (how many is printed). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from common import MB, quiet
@@ -91,8 +99,9 @@ def idle(cluster: LocalCluster, seconds: float) -> dict[int, tuple[float, int, f
     }
 
 
-def librdkafka_rate(cluster: LocalCluster, acks: str, seconds: float) -> float:
-    """Records/s of 100 B records delivered by confluent-kafka, keyless over every partition."""
+def librdkafka_rate(cluster: LocalCluster, acks: str, seconds: float) -> tuple[float, int]:
+    """Records/s of 100 B records delivered by confluent-kafka, keyless over every partition,
+    and how many were delivered."""
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -123,7 +132,7 @@ def librdkafka_rate(cluster: LocalCluster, acks: str, seconds: float) -> float:
             producer.poll(0.01)
         producer.poll(0)
     producer.flush(60)
-    return delivered / (time.monotonic() - start)
+    return delivered / (time.monotonic() - start), delivered
 
 
 def tidelog_run(cluster: LocalCluster, settings: ProducerSettings):  # type: ignore[no-untyped-def]
@@ -131,14 +140,17 @@ def tidelog_run(cluster: LocalCluster, settings: ProducerSettings):  # type: ign
     return summary, errors
 
 
-def catch_up(cluster: LocalCluster, pause_s: float) -> float:
+def catch_up(cluster: LocalCluster, pause_s: float, acked: list[int]) -> float:
     """Pauses a broker (SIGSTOP) for ``pause_s`` under a 5 MB/s acks=1 load, resumes it, and
-    returns the seconds until it is back in every ISR."""
+    returns the seconds until it is back in every ISR; the records acknowledged go to
+    ``acked``."""
     victim = max(cluster.broker_ids)
     load = ProducerSettings(
         TOPIC, int(5 * MB / LARGE * (pause_s + 5)), LARGE, throughput=5 * MB / LARGE, acks=1
     )
-    thread = threading.Thread(target=tidelog_run, args=(cluster, load), daemon=True)
+    thread = threading.Thread(
+        target=lambda: acked.append(tidelog_run(cluster, load)[0].records), daemon=True
+    )
     thread.start()
     cluster.signal_broker(victim, signal.SIGSTOP)
     time.sleep(pause_s)  # the pause being measured
@@ -169,6 +181,36 @@ def profile(cluster: LocalCluster, directory: Path, seconds: float) -> None:
     print(f"  profile of broker 1 under acks=all load: {out}")
 
 
+def check(cluster: LocalCluster, acknowledged: int, paused_acks_1: int) -> list[str]:
+    """The checks every count must pass; what failed (nothing: all passed). ``acknowledged``
+    must all be held; of ``paused_acks_1`` (acks=1 during the pause), how many were not is
+    printed."""
+    failures = []
+    try:
+        wait_for_full_isr(cluster, TOPIC, timeout=60)
+    except ClusterError as error:
+        failures.append(str(error))
+    ends: dict[int, dict[int, int]] = {}  # partition -> broker -> log end offset
+    leaders: dict[int, int] = {}
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/topics/{TOPIC}", timeout=60) as r:
+            for partition in json.loads(r.read())["partitions"]:
+                number = partition["partition"]
+                ends.setdefault(number, {})[broker_id] = partition.get("log_end_offset", -1)
+                leaders[number] = partition["leader"]
+    behind = {p: e for p, e in ends.items() if len(set(e.values())) != 1}
+    if behind:
+        failures.append(f"{len(behind)} partitions with replicas at other log ends: {behind}")
+    held = sum(ends[p].get(leader, 0) for p, leader in leaders.items())
+    if held < acknowledged:
+        failures.append(f"leaders hold {held} records, {acknowledged} were acknowledged")
+    elif paused_acks_1:
+        lost = max(acknowledged + paused_acks_1 - held, 0)
+        print(f"  acks=1 records acknowledged during the pause and not held: {lost}")
+    return failures
+
+
 def cluster_partitions(cluster: LocalCluster) -> dict:
     with zookeeper.session(cluster.zookeeper) as client:
         metadata = zookeeper.read_topic(client, TOPIC)
@@ -195,7 +237,8 @@ def measure(
     count: int, args: argparse.Namespace, directory: Path, figures: Figures
 ) -> dict[str, float]:
     cluster = LocalCluster(directory / f"cluster-{count}")
-    cluster.up(3, progress=quiet)
+    overrides = dict(item.split("=", 1) for item in args.override)
+    cluster.up(3, overrides=overrides, progress=quiet)
     try:
         written, served = create(cluster, count)
         figures["creation: ZooKeeper written, s"] = written
@@ -214,19 +257,24 @@ def measure(
             return figures
         # Each partition's first write in its leader epoch costs once what later ones do not
         # (the epoch checkpoint, the index pages): timed here, not in the steady rates below.
+        acked: list[int] = []  # records acknowledged, per run
         start = time.monotonic()
-        tidelog_run(cluster, ProducerSettings(TOPIC, count, SMALL, acks=-1, batch_size=SMALL + 50))
+        summary, _ = tidelog_run(
+            cluster, ProducerSettings(TOPIC, count, SMALL, acks=-1, batch_size=SMALL + 50)
+        )
+        acked.append(summary.records)
         figures["first write to every partition, s"] = time.monotonic() - start
         for acks in ("all", "1"):
-            figures[f"librdkafka 100 B acks={acks} records/s"] = librdkafka_rate(
-                cluster, acks, args.seconds
+            rate, delivered = librdkafka_rate(cluster, acks, args.seconds)
+            figures[f"librdkafka 100 B acks={acks} records/s"] = rate
+            acked.append(delivered)
+        for required_acks, name in ((-1, "all"), (1, "1")):
+            settings = ProducerSettings(
+                TOPIC, int(50_000 * args.seconds), SMALL, acks=required_acks, linger_ms=3
             )
-        for acks, name in ((-1, "all"), (1, "1")):
-            summary, _ = tidelog_run(
-                cluster,
-                ProducerSettings(TOPIC, int(50_000 * args.seconds), SMALL, acks=acks, linger_ms=3),
-            )
+            summary, _ = tidelog_run(cluster, settings)
             figures[f"tidelog 100 B acks={name} records/s"] = summary.records_per_second
+            acked.append(summary.records)
         summary, _ = tidelog_run(
             cluster,
             ProducerSettings(
@@ -240,14 +288,24 @@ def measure(
             ),
         )
         figures["tidelog 1 KiB snappy acks=all MB/s"] = summary.megabytes_per_second
+        acked.append(summary.records)
         rate = 30 * MB / LARGE
         summary, _ = tidelog_run(
             cluster,
             ProducerSettings(TOPIC, int(rate * args.seconds), LARGE, throughput=rate, acks=-1),
         )
         figures["p99 at 30 MB/s acks=all, ms"] = summary.latency()["p99"]
+        figures["MB/s reached in the 30 MB/s run"] = summary.megabytes_per_second
+        acked.append(summary.records)
+        paused: list[int] = []  # acks=1 records acknowledged during the pause
         if args.pause > 0:
-            figures[f"catch-up after a {args.pause:.0f} s pause, s"] = catch_up(cluster, args.pause)
+            figures[f"catch-up after a {args.pause:.0f} s pause, s"] = catch_up(
+                cluster, args.pause, paused
+            )
+        failures = check(cluster, sum(acked), sum(paused))
+        figures["checks failed (0: all passed)"] = len(failures)
+        for failure in failures:
+            print(f"  CHECK FAILED: {failure[:2000]}")
     finally:
         cluster.down(progress=quiet)
     return figures
@@ -265,6 +323,13 @@ def main() -> None:
     parser.add_argument("--profile", help="directory for py-spy profiles of a leader")
     parser.add_argument(
         "--idle-only", action="store_true", help="creation, idle CPU, files and memory only"
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting for every count's cluster (repeatable)",
     )
     args = parser.parse_args()
     counts = [int(c) for c in args.counts.split(",")]

@@ -1,6 +1,7 @@
 """Tiered storage on this machine: rebuild a wiped broker with and without the tier.
 
     .venv/bin/python benchmarks/tiered.py [--megabytes-per-broker 2000] [--rates 30,5]
+    .venv/bin/python benchmarks/tiered.py --latency-only [--latency-rate 5] [--rounds 6]
 
 One run, two three-broker clusters, the same data and the same retention: a topic of 3
 partitions, replication factor 3 (every broker holds all of it), 1 KiB records, 1 MiB
@@ -22,6 +23,13 @@ of a partition's data. The baseline cluster's files are deleted before the tiere
 - reading the whole topic from its start: from the tier (the tiered cluster, where nearly all
   of it is remote) next to the local disk (the baseline cluster).
 
+With --latency-only it measures the overhead of copying alone: both clusters up at once, the
+same topic (the baseline's retention.bytes equal to the tiered one's local.retention.bytes, so
+both delete local segments alike and copying is the one difference), then --rounds short
+acks=all runs at --latency-rate MB/s, alternating between them so that a change of the shared
+machine's load falls on both; each side's p95/p99 over all its rounds, the overhead against
+copying off (the baseline), the rate reached and the MB copied meanwhile.
+
 The load average is printed with each figure: the machine is shared. The tiered rebuild's time
 is mostly fixed (a Python broker's start, then a few fetch rounds), the baseline's grows with
 the data. Nothing is asserted. At the default size it takes about 20 minutes and 6 GB of disk
@@ -31,6 +39,7 @@ the data. Nothing is asserted. At the default size it takes about 20 minutes and
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import os
 import shutil
@@ -38,17 +47,20 @@ import signal
 import tempfile
 import time
 import urllib.request
+from array import array
 from datetime import datetime
 from pathlib import Path
 
 from common import MB, RECORD, create_topic, quiet
 
+import tidelog
 from tidelog import runtime
 from tidelog.cluster.faults import has_full_isr, wait_for_full_isr
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import zookeeper
 from tidelog.perf.consumer import run_consumer
 from tidelog.perf.producer import ProducerSettings, run_producer
+from tidelog.perf.stats import Summary
 
 TOPIC = "rebuild"
 PARTITIONS = 3
@@ -60,13 +72,21 @@ TIERED_BROKER = {
 }
 
 
-def topic_config(tiered: bool, megabytes_per_broker: float) -> dict[str, str]:
+def topic_config(tiered: bool, local_megabytes_per_broker: float) -> dict[str, str]:
     config = {"segment.bytes": str(SEGMENT), "min.insync.replicas": "2"}
     if tiered:
-        per_partition = megabytes_per_broker * MB / PARTITIONS
+        per_partition = local_megabytes_per_broker * MB / PARTITIONS
         config["remote.storage.enable"] = "true"
-        config["local.retention.bytes"] = str(max(SEGMENT, int(per_partition / 100)))
+        config["local.retention.bytes"] = str(max(SEGMENT, int(per_partition)))
     return config
+
+
+def local_megabytes(args: argparse.Namespace) -> float:
+    """What the tiered cluster keeps locally per broker: --local-megabytes-per-broker, or 1%
+    of the history (the issue's)."""
+    if args.local_megabytes_per_broker is not None:
+        return float(args.local_megabytes_per_broker)
+    return args.megabytes_per_broker / 100
 
 
 def broker_bytes(cluster: LocalCluster, broker_id: int) -> int:
@@ -115,15 +135,18 @@ def process_cpu_seconds(pid: int | None) -> float:
 
 def timeline(cluster: LocalCluster, broker_id: int, since: float, ended: float) -> str:
     """Where a rebuild's seconds went, from the brokers' logs: the rebuilt broker's start,
-    registration, first fetches, reset to the leader's local log start, and the last ISR
-    expansion on the leaders, each as seconds after the restart."""
+    registration, first fetches, LeaderAndIsr, reset to the leader's local log start, its remote
+    indexes built from the tier, and the last ISR expansion on the leaders, each as seconds
+    after the restart (in the order they happened)."""
     own = Path(cluster.directory) / f"broker-{broker_id}" / "broker.log"
     steps = [
         ("process up (imports done)", log_times(own, since, "starting: loading logs")[:1]),
         ("registered in ZooKeeper", log_times(own, since, "registered in ZooKeeper")[:1]),
         ("serving", log_times(own, since, f"broker {broker_id} started:")[:1]),
         ("first partition followed", log_times(own, since, ": following broker")[:1]),
+        ("LeaderAndIsr received", log_times(own, since, "LeaderAndIsr from controller")[:1]),
         ("last reset to local log start", log_times(own, since, "local log start")[-1:]),
+        ("remote indexes built", log_times(own, since, "remote segments from the tier")[-1:]),
     ]
     expansions = [
         stamp
@@ -135,12 +158,15 @@ def timeline(cluster: LocalCluster, broker_id: int, since: float, ended: float) 
     ]
     steps.append(("last ISR expansion on a leader", sorted(expansions)[-1:]))
     steps.append(("seen in ZooKeeper by the benchmark", [ended]))
-    return ", ".join(f"{what} {found[0] - since:.2f}" for what, found in steps if found)
+    found = sorted((stamps[0], what) for what, stamps in steps if stamps)
+    return ", ".join(f"{what} {stamp - since:.2f}" for stamp, what in found)
 
 
-def rebuild(cluster: LocalCluster, broker_id: int) -> tuple[float, int, str]:
+def rebuild(cluster: LocalCluster, broker_id: int, tiered: bool) -> tuple[float, int, str]:
     """Seconds from the wiped broker's restart to every replica in every ISR (the design's
-    rebuild duration), the bytes it holds then, and where the seconds went."""
+    rebuild duration), the bytes it holds then, and where the seconds went. With the tier,
+    the timeline waits (after the duration is taken) for the broker's remote indexes of every
+    partition, which may be built after it is back in the ISRs."""
     cluster.signal_broker(broker_id, signal.SIGKILL)
     wait_until(lambda: leaders_off(cluster, broker_id), 120, f"broker {broker_id} out of every ISR")
     shutil.rmtree(Path(cluster.directory) / f"broker-{broker_id}" / "logs")
@@ -151,13 +177,20 @@ def rebuild(cluster: LocalCluster, broker_id: int) -> tuple[float, int, str]:
         wait_until(lambda: has_full_isr(client, TOPIC), 3600, f"{TOPIC} to have full ISRs", 0.02)
     taken = time.perf_counter() - started
     cpu = process_cpu_seconds(cluster.broker(broker_id).pid)
+    if tiered:
+        own = Path(cluster.directory) / f"broker-{broker_id}" / "broker.log"
+        wait_until(
+            lambda: len(log_times(own, since, "remote segments from the tier")) >= PARTITIONS,
+            120,
+            f"broker {broker_id} to index the remote segments of every partition",
+        )
     where = timeline(cluster, broker_id, since, since + taken)
     return taken, broker_bytes(cluster, broker_id), f"{where}; the broker used {cpu:.2f} s of CPU"
 
 
-def wait_offloaded(cluster: LocalCluster, megabytes_per_broker: float) -> None:
+def wait_offloaded(cluster: LocalCluster, local_megabytes_per_broker: float) -> None:
     """Until the leaders keep about their local retention: all older data is in the tier."""
-    limit = 3 * SEGMENT + megabytes_per_broker * MB / 100
+    limit = 3 * SEGMENT + local_megabytes_per_broker * MB
 
     def small() -> bool:
         return all(broker_bytes(cluster, b) / PARTITIONS < limit for b in (1, 2, 3))
@@ -212,7 +245,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
     cluster = LocalCluster(directory / name)
     cluster.up(3, overrides=TIERED_BROKER if tiered else {}, progress=quiet)
     try:
-        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, megabytes))
+        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local_megabytes(args)))
         loaded = runtime.run(produce(cluster, megabytes, -1, 1))  # as fast as it goes
         wait_for_full_isr(cluster, TOPIC, timeout=1800)
         say(f"{name}: loaded {megabytes:,.0f} MB at {loaded.megabytes_per_second:.1f} MB/s")
@@ -230,24 +263,29 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
                 f"{latency['p99']:.1f} ms, {copied_during / MB:.0f} MB copied meanwhile"
             )
         if tiered:
-            wait_offloaded(cluster, megabytes)
+            wait_offloaded(cluster, local_megabytes(args))
             say(f"{name}: offloaded")
         total = megabytes + sum(args.rates) * seconds
-        read = runtime.run(
-            run_consumer(cluster.bootstrap_servers, TOPIC, int(total * MB / RECORD), progress=quiet)
-        )
-        say(f"{name}: read the topic at {read.megabytes_per_second:.1f} MB/s")
+        read_mb_s = float("nan")
+        if not args.skip_read:
+            read = runtime.run(
+                run_consumer(
+                    cluster.bootstrap_servers, TOPIC, int(total * MB / RECORD), progress=quiet
+                )
+            )
+            read_mb_s = read.megabytes_per_second
+            say(f"{name}: read the topic at {read_mb_s:.1f} MB/s")
         os.sync()
         rebuilds = []
         for _ in range(args.tier_rebuilds if tiered else 1):
-            taken, held, where = rebuild(cluster, 3)
+            taken, held, where = rebuild(cluster, 3, tiered)
             replicated = metric_total(cluster, 3, "tidelog_replica_fetch_bytes_total", TOPIC)
             rebuilds.append((taken, replicated, held, os.getloadavg()[0], where))
             say(f"{name}: rebuilt in {taken:.2f} s, {replicated / MB:.1f} MB replicated: {where}")
         return {
             "load_mb_s": loaded.megabytes_per_second,
             "paced": paced,
-            "read_mb_s": read.megabytes_per_second,
+            "read_mb_s": read_mb_s,
             "rebuilds": rebuilds,
         }
     finally:
@@ -255,23 +293,123 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
         shutil.rmtree(cluster.directory, ignore_errors=True)  # gigabytes: not kept till the end
 
 
+LATENCY_RETENTION = 8 * SEGMENT  # per partition: local on the tiered side, total on the other
+
+
+def latency_topic(tiered: bool) -> dict[str, str]:
+    config = {"segment.bytes": str(SEGMENT), "min.insync.replicas": "2"}
+    if tiered:
+        config["remote.storage.enable"] = "true"
+        config["local.retention.bytes"] = str(LATENCY_RETENTION)
+    else:
+        config["retention.bytes"] = str(LATENCY_RETENTION)
+    return config
+
+
+def latency_only(directory: Path, args: argparse.Namespace) -> None:
+    """Produce latency with copying off (baseline) and on, in alternating rounds."""
+    clusters = {
+        False: LocalCluster(directory / "copying-off"),
+        True: LocalCluster(directory / "copying-on"),
+    }
+    try:
+        for tiered, cluster in clusters.items():
+            # retention checked as often on both sides: they delete local segments alike
+            overrides = TIERED_BROKER if tiered else {"log.retention.check.interval.ms": "1000"}
+            cluster.up(3, overrides=overrides, progress=quiet)
+            create_topic(cluster, TOPIC, PARTITIONS, 3, latency_topic(tiered))
+        rate, seconds = args.latency_rate, args.seconds
+        latencies: dict[bool, list] = {False: [], True: []}
+        reached: dict[bool, list[float]] = {False: [], True: []}
+        copied_total = 0.0
+        say(f"{args.rounds} rounds of {seconds:.0f} s at {rate} MB/s acks=all on each cluster")
+        for number in range(args.rounds):
+            order = (False, True) if number % 2 == 0 else (True, False)
+            for tiered in order:
+                cluster = clusters[tiered]
+                before = copied(cluster) if tiered else 0.0
+                load_before = os.getloadavg()[0]
+                summary = runtime.run(produce(cluster, rate * seconds, rate * MB / RECORD, -1))
+                during = (copied(cluster) - before) if tiered else 0.0
+                copied_total += during
+                latencies[tiered].append(summary.latencies_ms)
+                reached[tiered].append(summary.megabytes_per_second)
+                latency = summary.latency()
+                say(
+                    f"round {number + 1}, copying {'on ' if tiered else 'off'}: "
+                    f"{summary.megabytes_per_second:.2f} MB/s reached, "
+                    f"p95 {latency['p95']:.1f} ms, p99 {latency['p99']:.1f} ms, "
+                    f"{during / MB:.0f} MB copied "
+                    f"(load before {load_before:.1f})"
+                )
+        figures = {}
+        for tiered in (False, True):
+            merged = array("d")
+            for part in latencies[tiered]:
+                merged.extend(part)
+            figures[tiered] = Summary(len(merged), len(merged) * RECORD, 1.0, merged).latency()
+        off, on = figures[False], figures[True]
+        print(f"acks=all at {rate} MB/s asked, {args.rounds} rounds of {seconds:.0f} s each side:")
+        for tiered, label in ((False, "copying off (baseline)"), (True, "copying on")):
+            mean_rate = sum(reached[tiered]) / len(reached[tiered])
+            print(
+                f"  {label:22} p95 {figures[tiered]['p95']:8.1f} ms  p99 "
+                f"{figures[tiered]['p99']:8.1f} ms  ({mean_rate:.2f} MB/s reached on average)"
+            )
+        print(
+            f"  overhead of copying: p95 {on['p95'] / off['p95'] - 1:+.0%}, "
+            f"p99 {on['p99'] / off['p99'] - 1:+.0%}; {copied_total / MB:.0f} MB copied to the tier "
+            f"during the copying-on rounds ({load()} at the end)"
+        )
+    finally:
+        for cluster in clusters.values():
+            cluster.down(progress=quiet)
+
+
+def compile_bytecode() -> None:
+    """Writes tidelog's bytecode, so that brokers start from it as an installed package does.
+    Where PYTHONDONTWRITEBYTECODE is set (as in the shells this benchmark ran in) nothing else
+    writes it, and every broker start would compile tidelog's modules from source first: 0.12
+    to 0.16 s of CPU, a third of a broker's imports, on both sides of every rebuild."""
+    compileall.compile_dir(Path(tidelog.__file__).parent, quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--megabytes-per-broker", type=float, default=2000.0)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run")
     parser.add_argument(
+        "--local-megabytes-per-broker",
+        type=float,
+        help="local retention of the tiered cluster (default: 1%% of the history)",
+    )
+    parser.add_argument(
         "--rates",
-        type=lambda text: [float(r) for r in text.split(",")],
+        type=lambda text: [float(r) for r in text.split(",") if r.strip()],
         default=[30.0, 5.0],
-        help="paced acks=all runs, MB/s, comma-separated (default 30,5)",
+        help="paced acks=all runs, MB/s, comma-separated (default 30,5; '' for none)",
+    )
+    parser.add_argument(
+        "--skip-read", action="store_true", help="leave out reading the topic from its start"
     )
     parser.add_argument(
         "--tier-rebuilds", type=int, default=3, help="rebuilds with the tier (median taken)"
     )
+    parser.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only produce latency with copying off and on, in alternating rounds",
+    )
+    parser.add_argument("--latency-rate", type=float, default=5.0, help="MB/s (--latency-only)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per side (--latency-only)")
     args = parser.parse_args()
+    compile_bytecode()
     os.sync()
     with tempfile.TemporaryDirectory(prefix="tidelog-bench-") as name:
         directory = Path(name)
+        if args.latency_only:
+            latency_only(directory, args)
+            return
         base = run(False, directory, args)
         tier = run(True, directory, args)
     data = args.megabytes_per_broker + sum(args.rates) * args.seconds
@@ -308,6 +446,8 @@ def main() -> None:
             f"  copied to the tier meanwhile: {tier['paced'][rate][2] / MB:.0f} MB; overhead of "
             f"copying: p95 {on['p95'] / off['p95'] - 1:+.0%}, p99 {on['p99'] / off['p99'] - 1:+.0%}"
         )
+    if args.skip_read:
+        return
     print(
         f"read the topic from its start: local {base['read_mb_s']:.1f} MB/s, "
         f"remote tier {tier['read_mb_s']:.1f} MB/s "

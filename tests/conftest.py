@@ -1,8 +1,10 @@
-"""Shared fixtures: a manual clock, and logs built on it in a temporary directory."""
+"""Shared fixtures: a manual clock, logs built on it in a temporary directory, one Spark
+session; and the groups of tests that pytest-xdist keeps on one worker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,41 @@ from tidelog.clock import ManualClock
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.records.format import Codec, MessageView, Record, build_message_set, iter_deep
+
+# Under `pytest -n N` (make test), the tests of one group run on one worker, in order: a
+# module's tests share its module-scoped fixtures (a cluster, a command's run), and the
+# container tests share the engine, the images' tags and one compose cluster.
+WHOLE_DIRECTORY_GROUPS = ("tests/containers/",)
+
+
+def xdist_group(nodeid: str) -> str:
+    """The group of a test: its directory where the whole directory is one, else its module."""
+    module = nodeid.split("::", 1)[0]
+    return next((d for d in WHOLE_DIRECTORY_GROUPS if module.startswith(d)), module)
+
+
+if importlib.util.find_spec("xdist") is not None:
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        """xdist's scope scheduling over these groups (its own --dist loadgroup sets the group
+        through a node attribute that pytest 9.2 no longer reads, and so splits modules)."""
+        from xdist.scheduler import LoadScopeScheduling
+
+        class GroupScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return xdist_group(nodeid)
+
+        return GroupScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local Spark session for every test that needs one (starting one takes seconds)."""
+    from tidelog.pipeline.session import local_session
+
+    session = local_session(cores=2, app_name="tidelog-tests")
+    yield session
+    session.stop()
 
 
 @pytest.fixture

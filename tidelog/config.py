@@ -321,6 +321,8 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("replica.fetch.wait.max.ms", _int, 500, _at_least(0, INT_MAX)),
         _key("replica.fetch.min.bytes", _int, 1, _at_least(1, INT_MAX)),
         _key("replica.fetch.max.bytes", _int, 1048576, _at_least(0, INT_MAX)),
+        # the bytes of one REPLICA_FETCH answer, all partitions together (Kafka's default)
+        _key("replica.fetch.response.max.bytes", _int, 10485760, _at_least(0, INT_MAX)),
         _key("replica.fetch.backoff.ms", _int, 1000, _at_least(0, INT_MAX)),
         _key("replica.socket.timeout.ms", _int, 30000, _at_least(1, INT_MAX)),
         # incremental fetch sessions between brokers (KIP-227); tidelog has no session-less
@@ -462,10 +464,6 @@ NOT_APPLICABLE_KEYS: dict[str, str] = {
             "broker.id.generation.enable",
         ],
         "a JVM broker internal",
-    ),
-    "replica.fetch.response.max.bytes": (
-        "followers send Fetch v1/v2 (inter.broker.protocol.version up to 0.10.0), which has "
-        "no response size limit"
     ),
     **dict.fromkeys(
         [

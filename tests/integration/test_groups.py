@@ -101,7 +101,10 @@ class PollingConsumer:
     wait on each other)."""
 
     def __init__(self, cluster, group: str, topic: str) -> None:
-        self.consumer = kafka_python_consumer(cluster, group, topic)
+        # metadata read every second (kafka-python: every 5 minutes): a group leader whose
+        # metadata did not have the topic yet assigns nothing, and the group rebalances only
+        # once its metadata shows the partitions
+        self.consumer = kafka_python_consumer(cluster, group, topic, metadata_max_age_ms=1000)
         self.values: list[bytes] = []
         self.assignment: set[int] = set()
         self._stop = threading.Event()

@@ -27,7 +27,6 @@ from tidelog.perf.stats import percentile
 from tidelog.pipeline.plots import PIXELS
 from tidelog.pipeline.render import write_report
 from tidelog.pipeline.report import compute, load_runs
-from tidelog.pipeline.session import local_session
 
 pytestmark = pytest.mark.integration
 
@@ -60,13 +59,6 @@ def runs(tmp_path_factory):
     finally:
         cluster.down(progress=lambda _: None)
     return base / "perf", base / "scenario"
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session(cores=2, app_name="tidelog-report-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,12 @@ from tests.integration.test_kafka_python import consume_all
 from tests.integration.test_kafka_python import produce as produce_messages
 from tests.integration.test_tiered import TIERED_BROKER, create, value, wait_offloaded
 from tidelog.cluster.local import LocalCluster, wait_until
-from tidelog.pipeline.session import local_session
 from tidelog.pipeline.source import scan_stats
 
 pytestmark = pytest.mark.integration
 
 FORMATS = {0: ("0.9.0", (0, 9)), 1: ("0.10.0", (0, 10, 1))}
 CODECS = [None, "gzip", "snappy", "lz4"]
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = local_session(cores=2, app_name="tidelog-tests")
-    yield session
-    session.stop()
 
 
 def produce(cluster, topic, api_version, count, compression=None, timestamp=None):

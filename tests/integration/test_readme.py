@@ -75,7 +75,12 @@ def test_the_readme_has_the_walkthrough_this_test_runs():
 def test_every_readme_example_runs_as_written(tmp_path):
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    shown = (f"echo {shlex.quote('$ ' + command)} >&2\n{command}" for command in examples())
+    # each command shown with the seconds since the start (bash's SECONDS), to see where the
+    # walkthrough's time goes
+    shown = (
+        f'echo "[$SECONDS s]" {shlex.quote("$ " + command)} >&2\n{command}'
+        for command in examples()
+    )
     script = "set -e\n" + "\n".join(shown) + "\n"
     environment = {
         **os.environ,
@@ -99,6 +104,7 @@ def test_every_readme_example_runs_as_written(tmp_path):
                 capture_output=True,
                 check=False,
             )
+    print("\n".join(line for line in result.stderr.splitlines() if line.startswith("[")))
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     assert "verdict: PASS" in result.stdout
     assert "hello, tidelog" in result.stdout

@@ -15,7 +15,7 @@ def test_a_new_session_holds_every_named_partition_as_changed():
     cache = FetchSessionCache(10)
     session = cache.open(2, {A: (0, 100), B: (5, 100)})
     assert session.partitions == {A: (0, 100), B: (5, 100)}
-    assert session.changed == {A, B}
+    assert set(session.changed) == {A, B}
     assert session.epoch == 0 and session.session_id != 0
 
 
@@ -29,8 +29,8 @@ def test_an_append_marks_only_the_sessions_holding_that_partition():
     second.event.clear()
     cache.mark_changed(A)
     cache.mark_changed(C)  # in no session: nothing to do
-    assert first.changed == {A} and first.event.is_set()
-    assert second.changed == set() and not second.event.is_set()
+    assert set(first.changed) == {A} and first.event.is_set()
+    assert set(second.changed) == set() and not second.event.is_set()
 
 
 def test_forgotten_partitions_leave_the_session_and_are_no_longer_marked():
@@ -39,7 +39,7 @@ def test_forgotten_partitions_leave_the_session_and_are_no_longer_marked():
     session.changed.clear()
     cache.update(session, {C: (7, 100)}, [A])
     assert set(session.partitions) == {B, C}
-    assert session.changed == {C}
+    assert set(session.changed) == {C}
     cache.mark_changed(A)
     assert A not in session.changed
     assert A not in cache.by_partition

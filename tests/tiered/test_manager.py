@@ -261,6 +261,31 @@ def test_a_follower_builds_its_remote_indexes_from_the_tier(leader, tmp_path, ti
         follower.close()
 
 
+def test_a_rebuilt_broker_serves_the_remote_part_before_its_first_task(tmp_path, tier, clock):
+    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+    leader = Broker(tmp_path / "leader", tier, clock, config)
+    rebuilt = Broker(tmp_path / "rebuilt", tier, clock, config, epoch=None)
+    try:
+        leader.fill(clock, 40)
+        leader.remote.run_task_now(KEY)
+        leader.log.delete_old_segments()
+        local_start = leader.log.local_log_start_offset
+        expected = remote_messages(leader, local_start)
+        # as a wiped follower does: start at the leader's local log start, no task run yet
+        rebuilt.log.truncate_fully_and_start_at(local_start, log_start_offset=0)
+        assert not list(rebuilt.log.directory.glob("*.remoteLogIndex"))
+
+        assert remote_messages(rebuilt, local_start) == expected
+        timestamps = sorted(set(expected.values()))
+        target = timestamps[len(timestamps) // 3]
+        found = asyncio.run(rebuilt.remote.offset_for_timestamp(KEY, rebuilt.log, target))
+        assert found is not None
+        assert found.offset == min(o for o, t in expected.items() if t >= target)
+    finally:
+        rebuilt.close()
+        leader.close()
+
+
 def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):
     config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
     broker = Broker(tmp_path / "leader", tier, clock, config)

@@ -62,6 +62,23 @@ def test_lookups_go_through_the_offset_index_across_rotated_files(tmp_path):
     assert reopened.lowest_offset <= 50 and reopened.lookup(55).first_offset == 50
 
 
+def test_one_append_of_many_entries_rotates_where_single_appends_would(tmp_path):
+    single, batch = tmp_path / "single", tmp_path / "batch"
+    single.mkdir()
+    batch.mkdir()
+    one_by_one = open_index(single, max_file_bytes=200)
+    for first in range(0, 100, 10):
+        one_by_one.append([entry(first, first + 9, first)], now_ms=0)
+    at_once = open_index(batch, max_file_bytes=200)
+    at_once.append([entry(first, first + 9, first) for first in range(0, 100, 10)], now_ms=0)
+
+    names = sorted(p.name for p in single.iterdir())
+    assert names == sorted(p.name for p in batch.iterdir()) and len(names) > 6
+    for name in names:
+        assert (single / name).read_bytes() == (batch / name).read_bytes()
+    assert at_once.lookup(37).first_offset == 30
+
+
 def test_a_flipped_byte_is_caught_by_the_entry_crc(tmp_path):
     index = open_index(tmp_path)
     index.append([entry(0, 9), entry(10, 19), entry(20, 29)], now_ms=0)

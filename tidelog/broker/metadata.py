@@ -90,6 +90,54 @@ class MetadataCache:
             return -1
         return state.leader
 
+    def copy_of_topics(self) -> MetadataCache:
+        """The brokers and each topic's assignment and states, copied (for a worker thread)."""
+        return MetadataCache(
+            brokers=dict(self.brokers),
+            topics={
+                name: TopicMetadata(name, dict(topic.assignment), dict(topic.states))
+                for name, topic in self.topics.items()
+            },
+        )
+
     def has_partition(self, topic: str, partition: int) -> bool:
         metadata = self.topics.get(topic)
         return metadata is not None and partition in metadata.assignment
+
+
+@dataclass
+class MetadataDelta:
+    """What changed in ZooKeeper since the cache was last brought up to date: only the nodes
+    whose watches fired are read again. ``topics`` are read whole (new, or their assignment
+    changed), ``states`` one partition each (None: the state is gone), ``removed`` topics left
+    the cluster; None in the other fields means unchanged."""
+
+    brokers: dict[int, BrokerEndpoint] | None = None
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    removed: set[str] = field(default_factory=set)
+    states: dict[tuple[str, int], PartitionState | None] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    controller_id: int | None = None
+    deleting: set[str] | None = None
+
+    def apply_to(self, cache: MetadataCache) -> None:
+        if self.brokers is not None:
+            cache.brokers = self.brokers
+        for name in self.removed:
+            cache.topics.pop(name, None)
+        cache.topics.update(self.topics)
+        for (name, number), state in self.states.items():
+            topic = cache.topics.get(name)
+            if topic is None:
+                continue
+            if state is None:
+                topic.states.pop(number, None)
+            else:
+                topic.states[number] = state
+        for name, config in self.configs.items():
+            if name in cache.topics:
+                cache.topics[name].config = config
+        if self.controller_id is not None:
+            cache.controller_id = self.controller_id
+        if self.deleting is not None:
+            cache.deleting = self.deleting

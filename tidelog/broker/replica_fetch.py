@@ -58,10 +58,15 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
     by_topic: dict[str, list[dict]] = {}
     for (topic, _), answer in answers.items():
         by_topic.setdefault(topic, []).append(answer)
-    # answered whole (nothing more to read, this high watermark sent): not changed any more
+    # answered whole (nothing more to read, this high watermark sent): not changed any more;
+    # answered with data: to the back of the queue, behind those this answer had no room for
     for key in whole:
-        session.changed.discard(key)
+        session.changed.pop(key, None)
         session.sent_high_watermarks[key] = answers[key]["high_watermark"]
+    for key in answers:
+        if key in session.changed:
+            del session.changed[key]
+            session.changed[key] = None
     return {
         "throttle_time_ms": 0,
         "error_code": 0,
@@ -73,14 +78,17 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
 def _read_changed(
     replicas: ReplicaManager, session: FetchSession, max_bytes: int, report: ErrorReporter
 ) -> tuple[dict[TopicPartition, dict], list[TopicPartition], int, bool]:
-    """Reads the session's changed partitions; returns the answers worth sending (data, a new
-    high watermark or an error), those of them answered whole (no data left to read), the bytes
-    in them and whether one failed."""
+    """Reads the session's changed partitions, in the session's order, until ``max_bytes`` are
+    read (the rest stay changed, for the next fetch); returns the answers worth sending (data,
+    a new high watermark or an error), those of them answered whole (no data left to read), the
+    bytes in them and whether one failed."""
     answers: dict[TopicPartition, dict] = {}
     whole: list[TopicPartition] = []
     total = 0
     failed = False
     for key in list(session.changed):
+        if total and total >= max_bytes:
+            break  # full: reading the others would only update follower state, again next time
         topic, number = key
         fetch_offset, partition_max_bytes = session.partitions[key]
         answer = {"partition": number, "error_code": 0, "high_watermark": -1, "record_set": b""}
@@ -112,7 +120,7 @@ def _read_changed(
             answers[key] = answer
             whole.append(key)
         elif session.replica_id in replicas.leader_partition(topic, number).isr:
-            session.changed.discard(key)  # nothing new: it waits for the next append
+            del session.changed[key]  # nothing new: it waits for the next append
         # else a caught-up follower out of the ISR stays changed, so that each of its fetches
         # tries again to bring it back in: the first try can come before this broker has seen
         # the follower register again, and an idle partition would never be read again

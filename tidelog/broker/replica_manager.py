@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 CONSUMER_REPLICA_ID = -1
-PersistIsr = Callable[[str, int, int, frozenset[int]], Awaitable[bool]]
+# (topic, partition, leader epoch, ISR) of a led partition whose ISR changes
+IsrChange = tuple[str, int, int, frozenset[int]]
+# writes ISR changes to ZooKeeper all at once; whether each was written
+PersistIsr = Callable[[list[IsrChange]], Awaitable[list[bool]]]
 
 
 class RemoteReadNeeded(Exception):
@@ -67,7 +70,12 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        # partitions with an ISR change under way, and the changes waiting for the write in
+        # flight: one writer sends them together (after a pause, a follower rejoins the ISR
+        # of thousands of partitions at once)
         self._isr_updates: set[TopicPartition] = set()
+        self._isr_pending: dict[TopicPartition, tuple[Partition, int, frozenset[int]]] = {}
+        self._isr_writer: asyncio.Task | None = None
         # incremental fetch sessions of the followers fetching from here (REPLICA_FETCH), and
         # when each follower last fetched (a caught-up partition it does not name stays in sync)
         self.fetch_sessions = FetchSessionCache(fetch_session_slots)
@@ -397,35 +405,46 @@ class ReplicaManager:
         ):
             return
         self._isr_updates.add(key)
-        asyncio.get_running_loop().create_task(self._update_isr(partition, isr))
+        self._isr_pending[key] = (partition, partition.leader_epoch, isr)
+        if self._isr_writer is None or self._isr_writer.done():
+            self._isr_writer = asyncio.get_running_loop().create_task(self._write_isr_changes())
 
-    async def _update_isr(self, partition: Partition, isr: frozenset[int]) -> None:
-        key = (partition.topic, partition.partition)
-        try:
-            epoch = partition.leader_epoch
-            assert self.persist_isr is not None
-            written = await self.persist_isr(partition.topic, partition.partition, epoch, isr)
-            if written and partition.is_leader and partition.leader_epoch == epoch:
-                change = "shrinks" if len(isr) < len(partition.isr) else "expands"
-                log.info(
-                    "%s-%d: ISR %s from %s to %s (high watermark %d, log end %d)",
-                    partition.topic,
-                    partition.partition,
-                    change,
-                    sorted(partition.isr),
-                    sorted(isr),
-                    partition.log.high_watermark,
-                    partition.log.log_end_offset,
+    async def _write_isr_changes(self) -> None:
+        """Writes the pending ISR changes, all that came meanwhile in one batch each time."""
+        while self._isr_pending:
+            batch, self._isr_pending = self._isr_pending, {}
+            try:
+                assert self.persist_isr is not None
+                written = await self.persist_isr(
+                    [(t, n, epoch, isr) for (t, n), (_, epoch, isr) in batch.items()]
                 )
-                partition.isr = isr
-                if partition.maybe_advance_high_watermark():
-                    self._wake(key)
-                if any(r not in isr and r in self.metadata.brokers for r in partition.replicas):
-                    # a follower's expansion may have been skipped while this write was under
-                    # way: its next fetch reads the partition again
-                    self._isr_updates.discard(key)
-                    self._wake(key)
-        except Exception:
-            log.exception("%s-%d: could not write the ISR", partition.topic, partition.partition)
-        finally:
-            self._isr_updates.discard(key)
+                for (partition, epoch, isr), ok in zip(batch.values(), written, strict=True):
+                    if ok:
+                        self._isr_written(partition, epoch, isr)
+            except Exception:
+                log.exception("could not write the ISR of %d partitions", len(batch))
+            finally:
+                self._isr_updates.difference_update(batch)
+
+    def _isr_written(self, partition: Partition, epoch: int, isr: frozenset[int]) -> None:
+        key = (partition.topic, partition.partition)
+        if not (partition.is_leader and partition.leader_epoch == epoch):
+            return
+        change = "shrinks" if len(isr) < len(partition.isr) else "expands"
+        log.info(
+            "%s-%d: ISR %s from %s to %s (high watermark %d, log end %d)",
+            partition.topic,
+            partition.partition,
+            change,
+            sorted(partition.isr),
+            sorted(isr),
+            partition.log.high_watermark,
+            partition.log.log_end_offset,
+        )
+        partition.isr = isr
+        if partition.maybe_advance_high_watermark():
+            self._wake(key)
+        if any(r not in isr and r in self.metadata.brokers for r in partition.replicas):
+            # a follower's expansion may have been skipped while this write was under way:
+            # its next fetch reads the partition again
+            self._wake(key)

@@ -21,7 +21,10 @@ class ZooKeeperError(RuntimeError):
     pass
 
 
-LOWEST_LISTENER_PORT = 10000
+# Ports picked here are at or above this one: the ones below are left to fixed choices, which
+# could otherwise find one taken by a cluster on picked ports (the README's --base-port
+# examples at 19092-19698, compose.yaml's defaults at 12181, 18081-18083 and 19091-19093).
+LOWEST_LISTENER_PORT = 20000
 EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 

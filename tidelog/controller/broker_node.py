@@ -7,18 +7,21 @@ import importlib
 import logging
 import signal
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.protocol.states import WatchedEvent
 
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
-from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, TopicMetadata
 from tidelog.broker.metrics import Metrics
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import IsrChange, ReplicaManager
 from tidelog.broker.server import ConnectionQuotas, KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
@@ -39,10 +42,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# threads laying out new partitions' logs on disk at once (mkdir and file creation wait on it)
+LOG_OPENING_THREADS = 8
+
 
 class BrokerNode:
     """A broker: it registers in /brokers/ids, keeps its metadata cache in step with ZooKeeper
-    through watches (every watch fired re-reads the cluster and sets the watches again), opens
+    through watches (a watch fired reads again the node it was set on, and sets it again; the
+    whole cluster is read at start and after a session is lost, when every watch is), opens
     the logs of the partitions it leads, and serves clients. ``stop`` is a clean shutdown:
     listeners closed, ZooKeeper session closed (the registration goes with it), logs flushed
     with trimmed indexes and checkpoints written."""
@@ -145,6 +152,15 @@ class BrokerNode:
         self._deletions_refused: list[str] = []  # logged once while delete.topic.enable=false
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_wanted = asyncio.Event()
+        # the paths whose watches fired since the last refresh (added on kazoo's thread), and
+        # whether the next refresh must read everything (at start, after a lost session or a
+        # failed refresh: the watches set are not known)
+        self._changed_paths: set[str] = set()
+        self._read_everything = True
+        self._paths_lock = threading.Lock()
+        # the topics read from ZooKeeper with their watches set (a LeaderAndIsr may bring a
+        # topic into the cache before that)
+        self._topics_read: set[str] = set()
         self._tasks: list[asyncio.Task] = []
         self._register_metrics()
 
@@ -330,14 +346,29 @@ class BrokerNode:
 
     # -- ZooKeeper -----------------------------------------------------------------------------
 
-    def _on_watch(self, *_: object) -> None:
-        """Called on kazoo's thread when a watched znode changes."""
+    def _on_watch(self, event: WatchedEvent | None = None) -> None:
+        """Called on kazoo's thread when a watched znode changes (an event without a path: the
+        session's watches are gone, and everything is read again)."""
+        with self._paths_lock:
+            if event is None or event.path is None:
+                self._read_everything = True
+            else:
+                self._changed_paths.add(event.path)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._refresh_wanted.set)
+
+    def _take_changed_paths(self) -> set[str] | None:
+        """The paths to read again, or None to read everything."""
+        with self._paths_lock:
+            paths, self._changed_paths = self._changed_paths, set()
+            everything, self._read_everything = self._read_everything, False
+        return None if everything else paths
 
     def _on_session_state(self, state: str) -> None:
         if state == KazooState.LOST:
             self.registered = False
+            with self._paths_lock:
+                self._read_everything = True  # a new session has none of the watches
             if not self.stopping:
                 log.warning("broker %d lost its ZooKeeper session", self.broker_id)
         elif state == KazooState.CONNECTED and self._loop is not None and not self.registered:
@@ -364,34 +395,73 @@ class BrokerNode:
                     "metadata refresh: ZooKeeper is unreachable (%s); retrying in 1 s",
                     type(error).__name__,
                 )
+                self._read_everything_next()
                 await asyncio.sleep(1)
                 self._refresh_wanted.set()
             except Exception:
                 log.exception("metadata refresh from ZooKeeper failed; retrying in 1 s")
+                self._read_everything_next()
                 await asyncio.sleep(1)
                 self._refresh_wanted.set()
+
+    def _read_everything_next(self) -> None:
+        """A refresh failed midway: which watches it set again is not known."""
+        with self._paths_lock:
+            self._read_everything = True
 
     async def refresh_metadata(self) -> None:
         await self.refresh_metadata_only()
         await self._act_as_controller()
 
     async def refresh_metadata_only(self) -> None:
-        fresh = await asyncio.to_thread(zookeeper.read_cluster, self.zk, self._on_watch)
-        await self._open_new_logs(fresh)
-        self.metadata.brokers = fresh.brokers
-        self.metadata.topics = fresh.topics
-        self.metadata.controller_id = fresh.controller_id
-        self.metadata.cluster_id = fresh.cluster_id
-        self.metadata.deleting = fresh.deleting
+        """Brings the metadata cache up to date: everything read when ``_read_everything``,
+        else only the nodes whose watches fired."""
+        paths = self._take_changed_paths()
+        if paths is None:
+            fresh = await asyncio.to_thread(zookeeper.read_cluster, self.zk, self._on_watch)
+            await self._open_new_logs(
+                fresh.topics,
+                {n: t for n, t in fresh.topics.items() if n not in fresh.deleting},
+            )
+            self.metadata.brokers = fresh.brokers
+            self.metadata.topics = fresh.topics
+            self.metadata.controller_id = fresh.controller_id
+            self.metadata.cluster_id = fresh.cluster_id
+            self.metadata.deleting = fresh.deleting
+            self._topics_read = set(fresh.topics)
+        elif paths:
+            delta = await asyncio.to_thread(
+                zookeeper.read_changes, self.zk, paths, set(self._topics_read), self._on_watch
+            )
+            topics = {**self.metadata.topics, **delta.topics}
+            changed = {**delta.topics}
+            for (name, number), state in delta.states.items():
+                if state is not None and name in topics and name not in delta.topics:
+                    if name not in changed:  # a copy that has the new states too
+                        known = topics[name]
+                        changed[name] = TopicMetadata(
+                            name, known.assignment, dict(known.states), known.config
+                        )
+                    changed[name].states[number] = state
+            for name in delta.removed | (delta.deleting or self.metadata.deleting):
+                changed.pop(name, None)  # its logs are being deleted: not to be made again
+            await self._open_new_logs(topics, changed)
+            delta.apply_to(self.metadata)
+            self._topics_read = (self._topics_read | set(delta.topics)) - delta.removed
+        else:
+            return
         self.replicas.apply_metadata()
 
-    async def _open_new_logs(self, fresh: MetadataCache) -> None:
-        """Opens the logs of partitions newly assigned here in a worker thread: a new topic of
-        a thousand partitions takes seconds to lay out on disk, which the event loop (fetches,
-        ISR checks, heartbeats) cannot wait for."""
+    async def _open_new_logs(
+        self, topics: dict[str, TopicMetadata], changed: dict[str, TopicMetadata]
+    ) -> None:
+        """Opens the logs of partitions newly assigned here (among the ``changed`` topics of
+        ``topics``) in worker threads: a new topic of a thousand partitions takes seconds to
+        lay out on disk, which the event loop (fetches, ISR checks, heartbeats) cannot wait
+        for. Creating directories and files waits on the disk, so several threads share it."""
         wanted = [
             (name, number)
-            for name, topic in fresh.topics.items()
+            for name, topic in changed.items()
             for number, replicas in topic.assignment.items()
             if self.broker_id in replicas
             and number in topic.states
@@ -401,18 +471,22 @@ class BrokerNode:
         if not wanted:
             return
         for name in {name for name, _ in wanted}:
-            config = LogConfig.from_topic_config(fresh.topics[name].config, self.logs.broker_config)
+            config = LogConfig.from_topic_config(topics[name].config, self.logs.broker_config)
             if self.logs.topic_configs.get(name) != config:
                 self.logs.update_topic_config(name, config)
         placed = self.logs.place(wanted)
         self.logs.opening.update(wanted)
         try:
-            opened = await asyncio.to_thread(
-                lambda: [(key, where, self.logs.open_new(key, where)) for key, where in placed]
-            )
+            with ThreadPoolExecutor(min(len(placed), LOG_OPENING_THREADS)) as pool:
+                opened = await asyncio.gather(
+                    *(
+                        asyncio.wrap_future(pool.submit(self.logs.open_new, key, where))
+                        for key, where in placed
+                    )
+                )
         finally:
             self.logs.opening.difference_update(wanted)
-        for key, where, new_log in opened:
+        for (key, where), new_log in zip(placed, opened, strict=True):
             self.logs.add_new(key, where, new_log)
 
     async def _act_as_controller(self) -> None:
@@ -434,6 +508,7 @@ class BrokerNode:
                 self.zk,
                 self.controller_epoch,
                 self.config["unclean.leader.election.enable"],
+                self.metadata.copy_of_topics(),
             )
             for change in changes:
                 text = change.description
@@ -441,7 +516,13 @@ class BrokerNode:
                     "controller: %s", text
                 )
             if changes:
-                await self.refresh_metadata_only()
+                # the states written are known: the cache takes them now (their watches bring
+                # them again), and the replica manager acts on them
+                for change in changes:
+                    topic = self.metadata.topics.get(change.topic)
+                    if change.state is not None and topic is not None:
+                        topic.states[change.partition] = change.state
+                self.replicas.apply_metadata()
             await self.control_plane.send(self.controller_epoch, self.metadata, changes)
             await self._delete_requested_topics()
 
@@ -470,24 +551,21 @@ class BrokerNode:
                 "controller: deleted topic %s (its replicas on brokers %s)", topic, acknowledged
             )
 
-    async def persist_isr(
-        self, topic: str, partition: int, leader_epoch: int, isr: frozenset[int]
-    ) -> bool:
-        """Writes a new ISR to the partition's state; False if it was not written (a newer
-        state there, or no ZooKeeper session at the moment: the next ISR check tries again)."""
+    async def persist_isr(self, changes: list[IsrChange]) -> list[bool]:
+        """Writes new ISRs (topic, partition, leader epoch, ISR) to the partitions' states, all
+        at once; False for one not written (a newer state there, or no ZooKeeper session at the
+        moment: the next ISR check tries again)."""
         try:
-            return await asyncio.to_thread(
-                zookeeper.update_isr, self.zk, topic, partition, self.broker_id, leader_epoch, isr
-            )
+            return await asyncio.to_thread(zookeeper.update_isrs, self.zk, self.broker_id, changes)
         except (ConnectionLoss, SessionExpiredError) as error:
             log.warning(
-                "%s-%d: ISR %s not written, ZooKeeper is unreachable (%s); will try again",
-                topic,
-                partition,
-                sorted(isr),
+                "ISR of %d partitions (%s) not written, ZooKeeper is unreachable (%s); will try "
+                "again",
+                len(changes),
+                ", ".join(f"{t}-{p}" for t, p, _, _ in changes[:5]),
                 type(error).__name__,
             )
-            return False
+            return [False] * len(changes)
 
     async def auto_create_topic(self, topic: str) -> None:
         partitions = self.config["num.partitions"]

@@ -2,7 +2,8 @@
 
 Every broker runs this; the one that creates the ephemeral ``/controller`` znode acts, with a
 controller epoch one above the last (``/controller_epoch``). Whenever the cluster changes (the
-broker's ZooKeeper watches fire) and on taking office, the controller reconciles every partition:
+broker's ZooKeeper watches fire) and on taking office, the controller reconciles the partitions
+whose leader or ISR names a broker that is not alive:
 
 - a partition whose leader is gone gets a new one, the first live replica (in assignment order)
   that is in the ISR, in a new leader epoch; with unclean.leader.election.enable a live replica
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from tidelog.broker.metadata import PartitionState
+from tidelog.broker.metadata import MetadataCache, PartitionState
 from tidelog.controller import zookeeper
 
 log = logging.getLogger(__name__)
@@ -82,18 +83,31 @@ def elect(
     return -1, state.isr, False
 
 
-def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[Change]:
-    """One pass over every partition; returns what it changed."""
+def reconcile(
+    zk: KazooClient, controller_epoch: int, unclean: bool, cache: MetadataCache
+) -> list[Change]:
+    """One pass over the partitions that may need a new leader or a smaller ISR; returns what
+    it changed. ``cache`` (the broker's metadata, kept up to date by its watches) picks the
+    candidates: those whose leader or an ISR member is not alive. Each is read again from
+    ZooKeeper and written with a compare-and-set, all reads and then all writes sent at once.
+    A candidate the cache missed (a state written since it was read) is caught on the next
+    pass, which that state's watch brings. Called in a worker thread: ``cache`` must be a
+    copy the event loop does not change meanwhile (MetadataCache.copy_of_topics)."""
     live = set(zookeeper.read_brokers(zk))
-    changes = []
-    for topic in zk.get_children(zookeeper.TOPICS):
-        metadata = zookeeper.read_topic(zk, topic)
-        if metadata is None:
-            continue
-        current_states = zookeeper.read_states_and_versions(zk, topic, list(metadata.assignment))
-        for partition, replicas in sorted(metadata.assignment.items()):
-            current = current_states.get(partition)
-            if current is None:
+    candidates: dict[str, list[int]] = {}
+    for name, topic in cache.topics.items():
+        for number, state in topic.states.items():
+            if state.leader not in live or any(r not in live for r in state.isr):
+                candidates.setdefault(name, []).append(number)
+    writes: list[tuple[str, int, PartitionState, int]] = []
+    described: list[tuple[tuple[int, ...], str]] = []
+    for name, numbers in sorted(candidates.items()):
+        assignment = cache.topics[name].assignment
+        current_states = zookeeper.read_states_and_versions(zk, name, numbers)
+        for number in sorted(numbers):
+            current = current_states.get(number)
+            replicas = assignment.get(number)
+            if current is None or replicas is None:
                 continue
             state, version = current
             if state.leader in live:
@@ -103,22 +117,29 @@ def reconcile(zk: KazooClient, controller_epoch: int, unclean: bool) -> list[Cha
                 new_state = PartitionState(
                     state.leader, state.leader_epoch + 1, isr, controller_epoch
                 )
-                what = f"{topic}-{partition}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
+                what = f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
             else:
                 leader, isr, was_unclean = elect(replicas, state, live, unclean)
                 if leader == state.leader:
                     continue  # still offline
                 new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
                 what = (
-                    f"{topic}-{partition}: leader {state.leader} -> {leader} in epoch "
+                    f"{name}-{number}: leader {state.leader} -> {leader} in epoch "
                     f"{new_state.leader_epoch}, ISR {list(isr)}"
                 )
                 if was_unclean:
                     what += " (UNCLEAN: the new leader was not in sync; messages may be lost)"
                 elif leader < 0:
                     what += " (offline: no in-sync replica is alive)"
-            if zookeeper.write_state(zk, topic, partition, new_state, version):
-                changes.append(Change(topic, partition, replicas, new_state, what))
+            writes.append((name, number, new_state, version))
+            described.append((replicas, what))
+    changes = [
+        Change(name, number, replicas, new_state, what)
+        for (name, number, new_state, _), (replicas, what), written in zip(
+            writes, described, zookeeper.write_states(zk, writes), strict=True
+        )
+        if written
+    ]
     requested = zookeeper.take_preferred_leader_election(zk)
     if requested is not None:
         changes += elect_preferred_leaders(zk, requested, live, controller_epoch)

@@ -25,7 +25,13 @@ from collections.abc import Callable, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 
-from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
+from tidelog.broker.metadata import (
+    BrokerEndpoint,
+    MetadataCache,
+    MetadataDelta,
+    PartitionState,
+    TopicMetadata,
+)
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -254,6 +260,62 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
     return cache
 
 
+def read_changes(
+    zk: KazooClient, paths: set[str], known_topics: set[str], watch: Watcher
+) -> MetadataDelta:
+    """Reads again only the nodes in ``paths`` (those whose watches fired), setting their
+    watches again; ``known_topics`` are the topics the cache already read from ZooKeeper. A
+    changed partition state costs one read, not a read of every partition in the cluster:
+    with thousands of partitions, each ISR change made every broker read them all."""
+    delta = MetadataDelta()
+    topic_nodes: set[str] = set()
+    states: list[tuple[str, int]] = []
+    for path in paths:
+        if path == BROKER_IDS or path.startswith(BROKER_IDS + "/"):
+            delta.brokers = {}
+        elif path == TOPICS:
+            children = set(zk.get_children(TOPICS, watch=watch))
+            topic_nodes.update(children - known_topics)
+            delta.removed.update(known_topics - children)
+        elif path.startswith(TOPICS + "/"):
+            parts = path[len(TOPICS) + 1 :].split("/")
+            if len(parts) == 1:
+                topic_nodes.add(parts[0])
+            elif len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
+                states.append((parts[0], int(parts[2])))
+        elif path.startswith(TOPIC_CONFIGS + "/"):
+            name = path[len(TOPIC_CONFIGS) + 1 :]
+            delta.configs[name] = read_topic_config(zk, name, watch)
+        elif path == CONTROLLER:
+            delta.controller_id = read_controller(zk, watch)
+        elif path == DELETE_TOPICS:
+            with contextlib.suppress(NoNodeError):
+                delta.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
+        elif path == PREFERRED_REPLICA_ELECTION:
+            _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # watched again for the controller
+    if delta.brokers is not None:
+        delta.brokers = read_brokers(zk, watch)
+    for name in topic_nodes:
+        metadata = read_topic(zk, name, watch)
+        if metadata is None:
+            delta.removed.add(name)
+        else:
+            delta.topics[name] = metadata
+            delta.removed.discard(name)
+    pending = [
+        (key, zk.get_async(state_path(*key), watch=watch))
+        for key in states
+        if key[0] not in delta.topics
+    ]
+    for key, result in pending:
+        try:
+            data: bytes | None = result.get()[0]
+        except NoNodeError:
+            data = _read(zk, state_path(*key), watch)  # sets the watch, or reads
+        delta.states[key] = _state_from(_json(data)) if data is not None else None
+    return delta
+
+
 def write_topic_config(zk: KazooClient, topic: str, config: dict[str, str]) -> None:
     data = _dump({"version": 1, "config": config})
     path = f"{TOPIC_CONFIGS}/{topic}"
@@ -324,36 +386,73 @@ def read_states_and_versions(
     return states
 
 
+def _state_document(state: PartitionState) -> bytes:
+    return _dump(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": sorted(state.isr),
+        }
+    )
+
+
 def write_state(
     zk: KazooClient, topic: str, partition: int, state: PartitionState, version: int
 ) -> bool:
     """Compare-and-set of a partition state: False if someone wrote it since ``version``."""
-    document = {
-        "controller_epoch": state.controller_epoch,
-        "leader": state.leader,
-        "version": 1,
-        "leader_epoch": state.leader_epoch,
-        "isr": sorted(state.isr),
-    }
     try:
-        zk.set(state_path(topic, partition), _dump(document), version=version)
+        zk.set(state_path(topic, partition), _state_document(state), version=version)
         return True
     except (BadVersionError, NoNodeError):
         return False
 
 
-def update_isr(
-    zk: KazooClient, topic: str, partition: int, leader: int, leader_epoch: int, isr: frozenset[int]
-) -> bool:
-    """A leader's ISR change: written only while the state still names it leader in that epoch."""
-    current = read_state_and_version(zk, topic, partition)
-    if current is None:
-        return False
-    state, version = current
-    if state.leader != leader or state.leader_epoch != leader_epoch:
-        return False
-    changed = PartitionState(leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch)
-    return write_state(zk, topic, partition, changed, version)
+def write_states(zk: KazooClient, writes: list[tuple[str, int, PartitionState, int]]) -> list[bool]:
+    """write_state of many partitions (topic, partition, state, version), the writes sent at
+    once and then awaited; whether each was written."""
+    pending = [
+        zk.set_async(state_path(topic, number), _state_document(state), version=version)
+        for topic, number, state, version in writes
+    ]
+    written = []
+    for result in pending:
+        try:
+            result.get()
+            written.append(True)
+        except (BadVersionError, NoNodeError):
+            written.append(False)
+    return written
+
+
+def update_isrs(
+    zk: KazooClient, leader: int, changes: list[tuple[str, int, int, frozenset[int]]]
+) -> list[bool]:
+    """Leaders' ISR changes (topic, partition, leader epoch, ISR), each written only while the
+    state still names ``leader`` leader in that epoch: the states read at once, then the
+    writes sent at once; whether each was written."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, number, _, _ in changes:
+        by_topic.setdefault(topic, []).append(number)
+    current = {
+        (topic, number): found
+        for topic, numbers in by_topic.items()
+        for number, found in read_states_and_versions(zk, topic, numbers).items()
+    }
+    writes = []
+    for topic, number, leader_epoch, isr in changes:
+        found = current.get((topic, number))
+        if found is None:
+            continue
+        state, version = found
+        if state.leader != leader or state.leader_epoch != leader_epoch:
+            continue
+        changed = PartitionState(leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch)
+        writes.append((topic, number, changed, version))
+    results = write_states(zk, writes)
+    written = {(t, n) for (t, n, _, _), ok in zip(writes, results, strict=True) if ok}
+    return [(topic, number) in written for topic, number, _, _ in changes]
 
 
 def reorder_replicas(zk: KazooClient, topic: str, assignment: dict[int, list[int]]) -> None:

@@ -30,7 +30,9 @@ class FetchSession:
     named, ``sent_high_watermarks`` the high watermark last answered for it. ``changed`` holds
     the partitions that may have something to send: an append or a high watermark move here
     since they were last answered, or a fetch that named them. A partition leaves ``changed``
-    once an answer holds everything it had (no data beyond what was sent). ``epoch`` is the
+    once an answer holds everything it had (no data beyond what was sent); it is ordered
+    (a dict used as an ordered set): a partition answered with data goes to the back, so that
+    when an answer fills up, the partitions left out are read first next time. ``epoch`` is the
     epoch the next fetch must carry (the full fetch that opened the session counts as epoch 0);
     each answered fetch adds one.
     """
@@ -38,14 +40,14 @@ class FetchSession:
     session_id: int
     replica_id: int
     partitions: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
-    changed: set[TopicPartition] = field(default_factory=set)
+    changed: dict[TopicPartition, None] = field(default_factory=dict)
     sent_high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
     epoch: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def mark_changed(self, key: TopicPartition) -> None:
         if key in self.partitions:
-            self.changed.add(key)
+            self.changed[key] = None
             self.event.set()
 
 
@@ -133,7 +135,7 @@ class FetchSessionCache:
         forgotten ones leave it."""
         for key in forgotten:
             if session.partitions.pop(key, None) is not None:
-                session.changed.discard(key)
+                session.changed.pop(key, None)
                 session.sent_high_watermarks.pop(key, None)
                 sessions = self.by_partition.get(key)
                 if sessions is not None:
@@ -142,7 +144,7 @@ class FetchSessionCache:
                         del self.by_partition[key]
         for key, position in named.items():
             session.partitions[key] = position
-            session.changed.add(key)
+            session.changed[key] = None
             self.by_partition.setdefault(key, set()).add(session)
 
     def _drop(self, session: FetchSession) -> None:

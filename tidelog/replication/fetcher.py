@@ -28,7 +28,8 @@ Key = tuple[str, int]
 
 @dataclass(frozen=True)
 class FetcherSettings:
-    """How followers fetch: Kafka's replica.fetch.* settings, the Fetch version that
+    """How followers fetch: Kafka's replica.fetch.* settings (``response_max_bytes`` bounds a
+    REPLICA_FETCH answer; a plain Fetch v1/v2 answer has no bound), the Fetch version that
     inter.broker.protocol.version implies, and replica.truncation.mode."""
 
     fetch_version: int = 2
@@ -36,6 +37,7 @@ class FetcherSettings:
     wait_max_ms: int = 500
     min_bytes: int = 1
     max_bytes: int = 1024 * 1024
+    response_max_bytes: int = 10 * 1024 * 1024
     socket_timeout_ms: int = 30000
     backoff_ms: int = 1000
     listener: str = "PLAINTEXT"  # inter.broker.listener.name: the leader's address to fetch from
@@ -48,6 +50,7 @@ class FetcherSettings:
             wait_max_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
             max_bytes=config["replica.fetch.max.bytes"],
+            response_max_bytes=config["replica.fetch.response.max.bytes"],
             socket_timeout_ms=config["replica.socket.timeout.ms"],
             backoff_ms=config["replica.fetch.backoff.ms"],
             listener=config["inter.broker.listener.name"],
@@ -371,7 +374,7 @@ class ReplicaFetcher:
                 "replica_id": self.broker_id,
                 "max_wait_time": self.settings.wait_max_ms,
                 "min_bytes": self.settings.min_bytes,
-                "max_bytes": self.settings.max_bytes,
+                "max_bytes": self.settings.response_max_bytes,
                 "session_id": self._session_id,
                 "session_epoch": self._session_epoch,
                 "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],

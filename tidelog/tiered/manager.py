@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ class RemoteLogManager:
         self.crash_at: Callable[[str, RemoteSegmentId], None] | None = None
         self._indexes: dict[TopicPartition, RemoteLogIndex] = {}
         self._indexes_lock = threading.Lock()
+        self._sync_locks: dict[TopicPartition, threading.Lock] = defaultdict(threading.Lock)
         self._running: set[TopicPartition] = set()
         self._deleted: set[TopicPartition] = set()
 
@@ -221,20 +223,41 @@ class RemoteLogManager:
         self, key: TopicPartition, partition_log: Log, finished: list[RemoteSegmentMetadata]
     ) -> None:
         """Appends the remote index entries of finished segments not yet indexed here, fetched
-        from the tier (a follower, a rebuilt broker, a leader that crashed after FINISHED)."""
+        from the tier (a follower, a rebuilt broker, a leader that crashed after FINISHED), in
+        one append per task."""
+        with self._sync_locks[key]:  # a task and a read that found the indexes behind
+            self._sync_index_locked(key, partition_log, finished)
+
+    def _sync_index_locked(
+        self, key: TopicPartition, partition_log: Log, finished: list[RemoteSegmentMetadata]
+    ) -> None:
         index = self.index_for(key, partition_log)
+        started = time.perf_counter()
+        highest = before = index.highest_offset
+        entries: list[RemoteLogIndexEntry] = []
+        fetched = 0
         for metadata in finished:
-            highest = index.highest_offset
             if metadata.end_offset <= highest:
                 continue
-            entries = [
-                entry
-                for entry in decode_entries(
-                    self.storage.fetch_index(metadata.segment_id, IndexType.REMOTE_LOG_INDEX)
-                )
-                if entry.first_offset > highest
-            ]
-            index.append(entries, self.clock.milliseconds())
+            data = self.storage.fetch_index(metadata.segment_id, IndexType.REMOTE_LOG_INDEX)
+            fetched += 1
+            new = [entry for entry in decode_entries(data) if entry.first_offset > highest]
+            if new:
+                entries += new
+                highest = new[-1].last_offset
+        index.append(entries, self.clock.milliseconds())
+        if fetched:
+            log.log(
+                logging.INFO if before < 0 else logging.DEBUG,
+                "%s-%d: indexed %d remote segments from the tier (offsets %d-%d, %d entries) in "
+                "%.3f s",
+                *key,
+                fetched,
+                entries[0].first_offset if entries else -1,
+                highest,
+                len(entries),
+                time.perf_counter() - started,
+            )
         if finished:
             highest = max(m.end_offset for m in finished)
             partition_log.highest_offset_in_remote_storage = max(
@@ -480,10 +503,31 @@ class RemoteLogManager:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def _entry_for(
+    async def _current_index(self, key: TopicPartition, partition_log: Log) -> RemoteLogIndex:
+        """The partition's remote indexes, first brought in step with the tier if they end
+        below the local log start: a rebuilt broker indexes the tier at its first task, up to
+        a task interval after it took its place, and may lead (or be read) before then."""
+        index = self.index_for(key, partition_log)
+        if index.highest_offset + 1 < partition_log.local_log_start_offset:
+
+            def sync() -> None:
+                listing = self.metadata.list_segments(*key)
+                finished = [m for m in listing if m.state is SegmentState.COPY_SEGMENT_FINISHED]
+                self._sync_index(key, partition_log, finished)
+
+            try:
+                await self.readers.run(sync)
+            except (RemoteStorageError, OSError) as error:
+                self.stats.fetch_errors += 1
+                raise KafkaError(
+                    ErrorCode.UNKNOWN, f"remote indexes unavailable: {error}"
+                ) from None
+        return index
+
+    async def _entry_for(
         self, key: TopicPartition, partition_log: Log, offset: int
     ) -> RemoteLogIndexEntry:
-        entry = self.index_for(key, partition_log).lookup(offset)
+        entry = (await self._current_index(key, partition_log)).lookup(offset)
         if entry is None or entry.first_offset > offset:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -502,7 +546,7 @@ class RemoteLogManager:
         """Whole entries from the one holding ``offset``, from the remote range that holds it,
         up to ``max_bytes`` (the last may be cut, as a local read does; with
         ``min_one_message`` the first entry is whole)."""
-        entry = self._entry_for(key, partition_log, offset)
+        entry = await self._entry_for(key, partition_log, offset)
         data = await self._fetch(entry)
         return trim_entries(data, offset, max_bytes, min_one_message)
 
@@ -528,7 +572,7 @@ class RemoteLogManager:
         """The first message at or after the log start, below the local log start, whose
         timestamp is >= ``timestamp`` (v0 messages match, as locally); None if there is none
         in the remote part."""
-        index = self.index_for(key, partition_log)
+        index = await self._current_index(key, partition_log)
         entry = index.search(timestamp)
         local_start = partition_log.local_log_start_offset
         while entry is not None and entry.first_offset < local_start:

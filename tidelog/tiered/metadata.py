@@ -6,6 +6,10 @@ COPY_SEGMENT_STARTED before any data and rewrites it as COPY_SEGMENT_FINISHED af
 object; a deletion rewrites it as DELETE_SEGMENT_STARTED before deleting the data and removes it
 last. Only FINISHED segments are visible to readers, so a crash at any point of a copy or a
 deletion leaves nothing half-visible: what is left is an orphan, cleaned by the next leader.
+
+Every broker lists a partition's metadata each remote.log.manager.task.interval.ms; an object is
+read only when it is new or its listing entry changed (see ``RemoteLogMetadataStore``), so a
+task costs one listing, not one read per remote segment.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageManager
 
@@ -63,11 +70,37 @@ class RemoteSegmentMetadata:
         )
 
 
+# The fields of a listing entry that change when an object is rewritten: its size (each state's
+# JSON has its own length: the state is the only field a rewrite changes), and the modification
+# time, inode or ETag where the back end gives them (file:// and s3:// do).
+VERSION_FIELDS = ("size", "mtime", "ino", "ETag", "LastModified")
+
+
+def object_version(info: Mapping[str, Any]) -> tuple:
+    """What tells one version of a metadata object from another in a listing."""
+    return tuple(str(info.get(name)) for name in VERSION_FIELDS)
+
+
 class RemoteLogMetadataStore:
-    """Reads and writes the metadata objects of the tier ``storage`` holds."""
+    """Reads and writes the metadata objects of the tier ``storage`` holds.
+
+    Keeps what it read in memory, per object path with its listing version: ``list_segments``
+    lists the directory (always afresh: other brokers write there) and reads only the objects
+    that are new or whose version changed; objects gone from the listing leave the memory.
+    This store's own writes drop the object from memory, so the next listing reads it back.
+    Safe to use from several threads.
+    """
 
     def __init__(self, storage: RemoteStorageManager) -> None:
         self.storage = storage
+        self._known: dict[str, dict[str, tuple[tuple, RemoteSegmentMetadata]]] = {}
+        self._lock = threading.Lock()
+        self.objects_read = 0  # metadata objects read from the tier since start (tests, logs)
+
+    def _forget(self, path: str) -> None:
+        directory = path.rsplit("/", 1)[0]
+        with self._lock:
+            self._known.get(directory, {}).pop(path, None)
 
     def _directory(self, topic: str, partition: int) -> str:
         return f"{self.storage.partition_path(topic, partition)}/metadata"
@@ -82,12 +115,16 @@ class RemoteLogMetadataStore:
     def _put(self, directory: str, metadata: RemoteSegmentMetadata) -> None:
         fs = self.storage.fs
         fs.makedirs(directory, exist_ok=True)
-        fs.pipe_file(self._path(metadata.segment_id), metadata.to_json())
+        path = self._path(metadata.segment_id)
+        self._forget(path)
+        fs.pipe_file(path, metadata.to_json())
 
     def remove(self, segment: RemoteSegmentId) -> None:
         def remove() -> None:
-            if self.storage.fs.exists(self._path(segment)):
-                self.storage.fs.rm_file(self._path(segment))
+            path = self._path(segment)
+            self._forget(path)
+            if self.storage.fs.exists(path):
+                self.storage.fs.rm_file(path)
 
         self.storage.call("remove metadata of", segment, remove)
 
@@ -104,27 +141,44 @@ class RemoteLogMetadataStore:
         directory = self._directory(topic, partition)
         fs.invalidate_cache(directory)  # other brokers write here: never trust a cached listing
         if not fs.exists(directory):
+            with self._lock:
+                self._known.pop(directory, None)
             return []
-        found = []
-        for path in fs.ls(directory, detail=False):
-            name = path.rsplit("/", 1)[-1]
-            if not name.endswith(".json"):
+        with self._lock:
+            known = dict(self._known.get(directory, {}))
+        listed: dict[str, tuple[tuple, RemoteSegmentMetadata]] = {}
+        for info in fs.ls(directory, detail=True):
+            path = info["name"]
+            if not path.endswith(".json"):
                 continue
-            try:
-                found.append(RemoteSegmentMetadata.from_json(fs.cat_file(path)))
-            except (ValueError, KeyError, TypeError):
-                start, _, uuid = name.removesuffix(".json").partition("-")
-                found.append(
-                    RemoteSegmentMetadata(
-                        RemoteSegmentId(topic, partition, int(start), uuid),
-                        -1,
-                        -1,
-                        0,
-                        -1,
-                        SegmentState.COPY_SEGMENT_STARTED,
-                    )
-                )
+            version = object_version(info)
+            seen = known.get(path)
+            if seen is not None and seen[0] == version:
+                listed[path] = seen
+            else:
+                listed[path] = (version, self._read(fs, path, topic, partition))
+        with self._lock:
+            self._known[directory] = listed
+        found = [metadata for _, metadata in listed.values()]
         return sorted(found, key=lambda m: (m.start_offset, m.segment_id.uuid))
+
+    def _read(self, fs: Any, path: str, topic: str, partition: int) -> RemoteSegmentMetadata:
+        """One object; an unreadable one (a write cut by a crash) is a copy that never
+        finished."""
+        self.objects_read += 1
+        try:
+            return RemoteSegmentMetadata.from_json(fs.cat_file(path))
+        except (ValueError, KeyError, TypeError):
+            name = path.rsplit("/", 1)[-1]
+            start, _, uuid = name.removesuffix(".json").partition("-")
+            return RemoteSegmentMetadata(
+                RemoteSegmentId(topic, partition, int(start), uuid),
+                -1,
+                -1,
+                0,
+                -1,
+                SegmentState.COPY_SEGMENT_STARTED,
+            )
 
     def finished(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
         """The visible segments, by start offset."""

@@ -281,17 +281,20 @@ class RemoteLogIndex:
                     )
                 highest = entry.last_offset
             current = self._files[-1] if self._files else None
-            if (
-                current is None
-                or len(current.log_bytes) >= self.max_file_bytes
-                or now_ms - current.created_ms >= self.roll_ms
-            ):
-                current = _IndexFile(self.directory, entries[0].first_offset, now_ms)
-                self._files.append(current)
-            written = [current.add(entry) for entry in entries]
-            for number, path in enumerate(current.paths):
-                with open(path, "ab") as file:
-                    file.write(b"".join(parts[number] for parts in written))
+            written: list[tuple[bytes, bytes, bytes]] = []
+            for entry in entries:  # a batch rolls where single appends would have
+                if (
+                    current is None
+                    or len(current.log_bytes) >= self.max_file_bytes
+                    or now_ms - current.created_ms >= self.roll_ms
+                ):
+                    if current is not None:
+                        _append_to(current, written)
+                    current, written = _IndexFile(self.directory, entry.first_offset, now_ms), []
+                    self._files.append(current)
+                written.append(current.add(entry))
+            assert current is not None
+            _append_to(current, written)
 
     def delete_below(self, offset: int) -> int:
         """Deletes the files whose every entry is below ``offset``; returns how many sets."""
@@ -360,6 +363,16 @@ class RemoteLogIndex:
     def file_count(self) -> int:
         with self._lock:
             return len(self._files)
+
+
+def _append_to(index_file: _IndexFile, written: list[tuple[bytes, bytes, bytes]]) -> None:
+    """Writes the encoded entries ``written`` (added to ``index_file`` in memory) to its three
+    files, one write per file."""
+    if not written:
+        return
+    for number, path in enumerate(index_file.paths):
+        with open(path, "ab") as file:
+            file.write(b"".join(parts[number] for parts in written))
 
 
 def _lookup_in(index_file: _IndexFile, offset: int) -> RemoteLogIndexEntry | None:

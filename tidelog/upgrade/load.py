@@ -59,7 +59,13 @@ class EraProducer(DeliveryProducer):
 @dataclass
 class EraConsumer:
     """Reads every partition of ``topic`` from its leader for as long as it runs, at its era's
-    Fetch version; keeps each partition's (offset, value, magic) and the magics it was sent."""
+    Fetch version; keeps each partition's (offset, value, magic) and the magics it was sent.
+
+    Draining ends at each partition's high watermark, and not before ``ends`` (the offset after
+    the last acknowledged message, per partition): a leader elected during the run may answer
+    with a high watermark below what its predecessor acknowledged until its followers fetch
+    again, and a reader that stopped there would report acknowledged messages as missed.
+    """
 
     bootstrap_servers: str
     topic: str
@@ -68,15 +74,23 @@ class EraConsumer:
         default_factory=lambda: defaultdict(list)
     )
     errors: int = 0
+    ends: dict[int, int] = field(default_factory=dict)
 
-    async def run(self, stop: asyncio.Event, drain: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event, drain: asyncio.Event, timeout: float = 60.0) -> None:
         """Consumes until ``stop``; then, once ``drain`` is set, reads on to each partition's
-        high watermark and returns."""
+        high watermark and ``ends``, and returns (after ``timeout`` seconds of draining at the
+        latest: what it has not read by then counts as missed)."""
         client = Client(self.bootstrap_servers)
         offsets: dict[int, int] = defaultdict(int)
         versions: dict[Connection, int] = {}
+        drain_deadline: float | None = None
         try:
             while True:
+                if drain.is_set():
+                    now = asyncio.get_running_loop().time()
+                    drain_deadline = drain_deadline or now + timeout
+                    if now > drain_deadline:
+                        return
                 try:
                     partitions = await client.partitions(self.topic, wait=5)
                     caught_up = True
@@ -93,7 +107,8 @@ class EraConsumer:
                         if got:
                             offsets[target.partition] = got[-1][0] + 1
                             self.consumed[target.partition] += got
-                        caught_up &= offsets[target.partition] >= high_watermark
+                        end = max(high_watermark, self.ends.get(target.partition, 0))
+                        caught_up &= offsets[target.partition] >= end
                 except (ConnectionError, OSError, TimeoutError, KafkaError, KeyError):
                     self.errors += 1
                     await client.close()

@@ -105,7 +105,9 @@ async def run_upgrade_scenario(
         for era in ERAS
     }
     tasks = [asyncio.create_task(p.run(stop)) for p in producers.values()]
-    readers = [asyncio.create_task(c.run(stop, drain)) for c in consumers.values()]
+    readers = [
+        asyncio.create_task(c.run(stop, drain, scenario.timeout)) for c in consumers.values()
+    ]
     await asyncio.to_thread(
         wait_until,
         lambda: all(p.acked for p in producers.values()),
@@ -128,9 +130,11 @@ async def run_upgrade_scenario(
     report["upgrade_seconds"] = round(time.monotonic() - started, 1)
     stop.set()
     await asyncio.gather(*tasks)
+    for (key, _), consumer in consumers.items():
+        for ack in producers[key].acked:
+            consumer.ends[ack.partition] = max(consumer.ends.get(ack.partition, 0), ack.offset + 1)
     drain.set()
-    async with asyncio.timeout(scenario.timeout):
-        await asyncio.gather(*readers)
+    await asyncio.gather(*readers)
     report["topics"] = {}
     for key, name in names.items():
         producer = producers[key]
