@@ -173,6 +173,7 @@ def test_the_scaling_is_what_the_command_line_changed_and_the_table_says_so(tmp_
     assert "acks=all 0.6 MB/s, acks=1 1.1 MB/s" in described
     assert "3.6 MB/s per broker" in described  # the out-of-sync consumers' 180 x 0.02
     assert "30 partitions x 3 replicas, 2000 MB of history per broker" in described
+    assert "segments of 1 MiB, with the tier 1 MiB kept locally per partition" in described
     assert "load average" in described
     unscaled = cases.Settings(profile=full, out=tmp_path)
     assert cases.describe_scaling(unscaled).startswith("profile full as defined")

@@ -54,6 +54,7 @@ from tidelog.perf.stats import percentile
 from tidelog.records.format import Codec
 
 MB = 1_000_000
+MIB = 1024 * 1024  # segment and retention sizes
 TOPIC = "tiered-storage"
 REPLICATION_FACTOR = 3
 WINDOW_SECONDS = 1.0  # the design's "average p99": the p99 of each second, averaged
@@ -959,8 +960,8 @@ def describe_scaling(settings: Settings) -> str:
             f"  {profile.brokers} brokers, {profile.partitions} partitions x "
             f"{REPLICATION_FACTOR} replicas, {profile.history_mb_per_broker:g} MB of history per "
             f"broker, {profile.duration_s:g} s of traffic per case; segments of "
-            f"{profile.segment_bytes / MB:g} MB, with the tier "
-            f"{profile.local_retention_bytes / MB:g} MB kept locally per partition",
+            f"{profile.segment_bytes / MIB:g} MiB, with the tier "
+            f"{profile.local_retention_bytes / MIB:g} MiB kept locally per partition",
             "  the design: 30 / 55 MB/s per leader broker, 4 in-sync and 9 out-of-sync consumers "
             "(180 MB/s per broker), 6,300 partitions on 5 brokers, 12 TB (acks=all) and 34 TB "
             "(acks=1) per broker",
