@@ -685,6 +685,9 @@ def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
     from tidelog.perf.cases import add_command as add_tiered_storage_cases
 
     add_tiered_storage_cases(perf_actions)
+    from tidelog.perf.max_rate import add_command as add_max_rate
+
+    add_max_rate(perf_actions)
 
     from tidelog.cluster.faults import FAILURES, TARGETS
 

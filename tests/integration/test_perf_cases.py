@@ -22,7 +22,7 @@ from kazoo.exceptions import NoNodeError
 
 from tidelog import rundata
 from tidelog.controller import zookeeper
-from tidelog.perf import cases
+from tidelog.perf import cases, max_rate
 
 CLUSTERS = ("without-tiered", "tiered")
 STATE = "cluster.json"
@@ -155,6 +155,7 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
     assert command_run.returncode == 0, command_run.stdout[-3000:]
     table = (command_run.out / "table.txt").read_text()
     assert table in command_run.stdout
+    assert table.startswith("profile small, scaled to this machine: scale 0.5, duration_s 4")
     rows = cases.table_rows(
         [
             _result_from(command_run.run_dir(case, workload, tiered))
@@ -177,6 +178,11 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
         assert metadata.settings["command"].startswith("tidelog perf tiered-storage")
         assert "--duration 4" in metadata.settings["command"]
         assert metadata.profile["name"] == "small" and metadata.profile["duration_s"] == 4
+        assert metadata.settings["scaling"] == {
+            "scale": 0.5,
+            "duration_s": 4,
+            "history_mb_per_broker": 4,
+        }
         assert metadata.machine["cores"] >= 1 and metadata.machine["disk_total_bytes"] > 0
         assert metadata.settings["topic_config"].get("remote.storage.enable") == (
             "true" if tiered else None
@@ -257,3 +263,100 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
             last_out, first_in = seen[first_back - 1][0], seen[first_back][0]
             assert last_out < back, (last_out, back)
             assert back < first_in + 5, (first_in, back)
+
+
+@dataclass
+class MaxRateRun:
+    out: Path
+    stdout: str
+    returncode: int
+    summary: dict
+
+
+@pytest.fixture(scope="module")
+def max_rate_run(tmp_path_factory) -> MaxRateRun:
+    """`perf max-rate` briefly: steps of two seconds from a rate any machine holds, doubling."""
+    out = tmp_path_factory.mktemp("max-rate") / "runs"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidelog.cli",
+            "perf",
+            "max-rate",
+            "--workload",
+            "acks_all",
+            "--out",
+            str(out),
+            "--partitions",
+            "6",
+            "--in-sync-consumers",
+            "2",
+            "--start-mb-per-broker",
+            "0.05",
+            "--step-factor",
+            "2",
+            "--step-seconds",
+            "2",
+            "--max-steps",
+            "3",
+            "--p99-bound-ms",
+            "2000",
+            "--warmup-seconds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    print(completed.stdout[-5000:], completed.stderr[-5000:])
+    summary = json.loads((out / max_rate.SUMMARY).read_text()) if completed.returncode == 0 else {}
+    return MaxRateRun(out, completed.stdout, completed.returncode, summary)
+
+
+def test_max_rate_prints_each_step_and_the_largest_rate_that_held(max_rate_run):
+    assert max_rate_run.returncode == 0, max_rate_run.stdout[-3000:]
+    recorded = max_rate_run.summary["settings"]
+    settings = max_rate.Settings(**recorded | {"out": Path(recorded["out"]), "cluster_dir": None})
+    steps = [
+        max_rate.Step(**{k: v for k, v in row.items() if k != "held"})
+        for row in max_rate_run.summary["steps"]
+    ]
+    assert [s.number for s in steps] == list(range(1, len(steps) + 1)) and steps
+    # the rates the search was to offer, and each verdict as the rule gives it
+    for number, each in enumerate(steps):
+        assert each.offered_mb_s == pytest.approx(max_rate.next_rate(settings, steps[:number]))
+        assert each.verdict == max_rate.verdict(settings, each.offered_mb_s, each)
+    assert max_rate.next_rate(settings, steps) is None
+    # what was printed is the summary's figures, and the largest rate is the best step's
+    assert max_rate.format_report(settings, steps) in max_rate_run.stdout
+    best = max_rate.largest_held(steps)
+    figure = max_rate_run.summary["max_rate"]
+    if best is None:
+        assert figure is None and "max rate: no step held" in max_rate_run.stdout
+    else:
+        assert figure["offered_mb_s"] == best.offered_mb_s
+        assert figure["offered_mb_s_per_broker"] == pytest.approx(best.offered_mb_s / 3)
+        assert f"{best.offered_mb_s / 3:.3f} MB/s per leader broker" in max_rate_run.stdout
+
+
+def test_max_rate_figures_are_what_the_producer_and_consumers_counted(max_rate_run):
+    assert max_rate_run.returncode == 0, max_rate_run.stdout[-3000:]
+    record_size = max_rate_run.summary["settings"]["record_size"]
+    for row in max_rate_run.summary["steps"]:
+        run_dir = max_rate_run.out / f"step-{row['number']:02d}"
+        acks = rundata.read_table(run_dir, "acks")
+        metadata = rundata.read_metadata(run_dir)
+        assert acks is not None and metadata.kind == max_rate.KIND
+        producer = metadata.verdict["producer"]
+        # one row per acknowledged record, and the rate is those rows over the producer's time
+        assert acks.num_rows == row["acknowledged"] == producer["records"] > 0
+        assert row["achieved_mb_s"] == pytest.approx(
+            acks.num_rows * record_size / producer["seconds"] / 1e6
+        )
+        latencies = sorted(acks.column("latency_ms").to_pylist())
+        assert row["p99_ms"] == pytest.approx(latencies[math.ceil(0.99 * len(latencies)) - 1])
+        readers = metadata.verdict["readers"]
+        assert len(readers) == 2
+        assert row["consumed"] == min(r["records"] for r in readers.values())
+        assert row["load_average"] > 0 and row["broker_cpu"] > 0

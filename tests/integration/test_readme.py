@@ -16,6 +16,7 @@ PYTHON = ("from ", "import ")  # a block of Python, not shell commands
 NOT_HERE = ("make ", "docker ", "locust ", "spark-submit ")
 # Minutes of load: tests/integration/test_perf_cases.py runs the command with shorter settings.
 NOT_HERE += ("tidelog perf tiered-storage", "tidelog report runs/ts")
+NOT_HERE += ("tidelog perf max-rate",)  # minutes of steps: test_perf_cases.py runs short ones
 # The compose cluster's section needs a Docker engine and the images: tests/containers runs
 # what its examples do.
 NOT_HERE_SECTIONS = ("## Containers",)

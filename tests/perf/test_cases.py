@@ -30,6 +30,7 @@ def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebui
         failed=0,
         in_sync_mb_s=2.0,
         catch_up_mb_s=0.0,
+        load_average=1.5,
     )
 
 
@@ -63,6 +64,23 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert [row[1] for row in durations] == ["acks=all", "acks=1"]
     assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
     assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
+    assert "load average 1.50" in cases.format_table(every_result())
+
+
+def test_the_out_of_sync_penalty_is_case_2_over_case_1_beside_the_designs():
+    results = [
+        result("normal", "acks=all", True, 20.0, 10.0),
+        result("consumers", "acks=all", True, 30.0, 12.0),
+        result("normal", "acks=all", False, 10.0, 5.0),
+        result("consumers", "acks=all", False, 40.0, 9.0),
+        result("normal", "acks=1", True, 10.0, 5.0),  # no consumers case: no line
+    ]
+
+    assert cases.penalty_lines(results) == [
+        "  acks=all tiered     1.50  1.68",  # the design's 42 / 25 ms
+        "  acks=all without    4.00  2.86",  # and 60 / 21 ms
+    ]
+    assert "\n".join(cases.penalty_lines(results)) in cases.format_table(results)
 
 
 def test_a_missing_run_leaves_its_cells_empty_rather_than_invented():
@@ -129,6 +147,36 @@ def test_overrides_change_only_what_they_name():
     assert changed.catch_up_mb_per_broker == small.catch_up_mb_per_broker / 2
     assert changed.partitions == small.partitions
     assert cases.with_overrides(small) == small
+    assert cases.with_overrides(small, partitions=30).partitions == 30
+    sized = cases.with_overrides(small, segment_bytes=65536, local_retention_bytes=131072)
+    assert (sized.segment_bytes, sized.local_retention_bytes) == (65536, 131072)
+    assert cases.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
+    assert cases.with_overrides(small, rebuild_timeout_s=60).rebuild_timeout_s == 60
+    # the history goes in before local retention starts (load_history sets it afterwards)
+    assert "local.retention.bytes" not in cases.topic_config(sized, tiered=True, loading=True)
+
+
+def test_the_scaling_is_what_the_command_line_changed_and_the_table_says_so(tmp_path):
+    full = cases.PROFILES["full"]
+    scaling = cases.scaling(duration_s=60, scale=0.02, partitions=30)
+    settings = cases.Settings(
+        profile=cases.with_overrides(full, duration_s=60, scale=0.02, partitions=30),
+        out=tmp_path,
+        scaling=scaling,
+    )
+
+    assert scaling == {"scale": 0.02, "duration_s": 60, "partitions": 30}
+    described = cases.describe_scaling(settings)
+    assert described.startswith(
+        "profile full, scaled to this machine: scale 0.02, duration_s 60, partitions 30"
+    )
+    assert "acks=all 0.6 MB/s, acks=1 1.1 MB/s" in described
+    assert "3.6 MB/s per broker" in described  # the out-of-sync consumers' 180 x 0.02
+    assert "30 partitions x 3 replicas, 2000 MB of history per broker" in described
+    assert "segments of 1 MiB, with the tier 1 MiB kept locally per partition" in described
+    assert "load average" in described
+    unscaled = cases.Settings(profile=full, out=tmp_path)
+    assert cases.describe_scaling(unscaled).startswith("profile full as defined")
 
 
 def test_the_command_line_reaches_the_cases():
@@ -148,8 +196,8 @@ def records(data: bytes) -> list[tuple[bytes | None, bytes, int]]:
 
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.SNAPPY])
 def test_a_ring_cuts_the_same_seeded_keyed_records_every_time(codec):
-    ring = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
-    again = MessageRing(record_size=50, seed=7, keys=5, batch_records=8)
+    ring = MessageRing(record_size=50, seed=7, keys=5)
+    again = MessageRing(record_size=50, seed=7, keys=5)
 
     batch = records(ring.message_set(3, 8, 1_700_000_000_123, codec))
 
@@ -159,12 +207,12 @@ def test_a_ring_cuts_the_same_seeded_keyed_records_every_time(codec):
     assert batch == records(again.message_set(3, 8, 1_700_000_000_123, codec))
     # records with the same key carry the same payload; another seed, other payloads
     assert batch[0][1] == batch[5][1]
-    other = records(MessageRing(50, 8, 5, 8).message_set(3, 8, 1_700_000_000_123, codec))
+    other = records(MessageRing(50, 8, 5).message_set(3, 8, 1_700_000_000_123, codec))
     assert [v for _, v, _ in other] != [v for _, v, _ in batch]
 
 
 def test_a_ring_is_stamped_again_when_the_second_changes():
-    ring = MessageRing(record_size=10, seed=0, keys=0, batch_records=4)
+    ring = MessageRing(record_size=10, seed=0, keys=0)
 
     first = records(ring.message_set(0, 2, 1_000_500, Codec.NONE))
     later = records(ring.message_set(2, 2, 1_001_200, Codec.NONE))
@@ -172,3 +220,17 @@ def test_a_ring_is_stamped_again_when_the_second_changes():
     assert [t for _, _, t in first] == [1_000_500] * 2
     assert [t for _, _, t in later] == [1_001_200] * 2
     assert [k for k, _, _ in first + later] == [None] * 4
+
+
+def test_a_batch_across_chunks_and_the_rings_end_keeps_the_order_of_keys():
+    ring = MessageRing(record_size=20, seed=3, keys=1200)  # chunks of 512: 0-511, 512-1023, ...
+
+    batch = records(ring.message_set(1100, 200, 1_000_100, Codec.SNAPPY))
+
+    expected = [f"key-{k % 1200:08d}".encode() for k in range(1100, 1300)]
+    assert [key for key, _, _ in batch] == expected
+    assert [t for _, _, t in batch] == [1_000_100] * 200
+    # in the same second, a chunk already cut from keeps its stamp; one not yet cut from gets
+    # the time it is first cut at
+    again = records(ring.message_set(500, 30, 1_000_900, Codec.NONE))
+    assert [t for _, _, t in again] == [1_000_100] * 12 + [1_000_900] * 18

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import math
+import os
 import shlex
 import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from array import array
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field, replace
@@ -50,6 +54,7 @@ from tidelog.perf.stats import percentile
 from tidelog.records.format import Codec
 
 MB = 1_000_000
+MIB = 1024 * 1024  # segment and retention sizes
 TOPIC = "tiered-storage"
 REPLICATION_FACTOR = 3
 WINDOW_SECONDS = 1.0  # the design's "average p99": the p99 of each second, averaged
@@ -360,11 +365,14 @@ BROKER_OVERRIDES = {
 }
 
 
-def topic_config(profile: Profile, tiered: bool) -> dict[str, str]:
+def topic_config(profile: Profile, tiered: bool, loading: bool = False) -> dict[str, str]:
+    """The topic's settings in the cases; ``loading``: while the history goes in, with the tier
+    but no local retention yet (see load_history)."""
     config = {"min.insync.replicas": "2", "segment.bytes": str(profile.segment_bytes)}
     if tiered:
         config["remote.storage.enable"] = "true"
-        config["local.retention.bytes"] = str(profile.local_retention_bytes)
+        if not loading:
+            config["local.retention.bytes"] = str(profile.local_retention_bytes)
     return config
 
 
@@ -379,6 +387,9 @@ class Settings:
     seed: int = 0
     cluster_dir: Path | None = None  # kept afterwards; None: a temporary directory
     command: str = field(default_factory=lambda: shlex.join(["tidelog", *sys.argv[1:]]))
+    # the command line's changes to the named profile (scale, duration_s, ...): what the run's
+    # metadata and table say it was scaled by
+    scaling: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -398,6 +409,7 @@ class Result:
     failed: int
     in_sync_mb_s: float
     catch_up_mb_s: float
+    load_average: float = math.nan  # the machine's 1-minute load average as the run ended
 
 
 def run_dir_name(case: str, workload: str, tiered: bool) -> str:
@@ -528,6 +540,7 @@ async def run_case(
         failed=sum(errors.values()),
         in_sync_mb_s=read_mb_s("in-sync"),
         catch_up_mb_s=read_mb_s("catching-up"),
+        load_average=os.getloadavg()[0],
     )
     rundata.write_metadata(
         run_dir,
@@ -547,6 +560,7 @@ async def run_case(
                 "producer": asdict(producer) | {"codec": "snappy"},
                 "window_seconds": WINDOW_SECONDS,
                 "figure": case.figure,
+                "scaling": settings.scaling,
             },
             profile=asdict(profile)
             | {"broker_overrides": BROKER_OVERRIDES, "replication_factor": REPLICATION_FACTOR},
@@ -576,9 +590,72 @@ async def _sleep_or_fail(task: asyncio.Task, seconds: float) -> None:
 def create_topic(cluster: LocalCluster, profile: Profile, tiered: bool) -> None:
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(
-            client, TOPIC, profile.partitions, REPLICATION_FACTOR, topic_config(profile, tiered)
+            client,
+            TOPIC,
+            profile.partitions,
+            REPLICATION_FACTOR,
+            topic_config(profile, tiered, loading=True),
         )
     faults.wait_for_full_isr(cluster, TOPIC)
+
+
+NUDGE_INTERVAL = 2.0
+
+
+async def settle_history(cluster: LocalCluster, profile: Profile, seed: int, progress) -> None:
+    """Waits until every replica holds the whole history. Meanwhile one record goes to every
+    partition every NUDGE_INTERVAL seconds: after a burst, followers of some partitions were
+    seen to stop thousands of offsets behind their leader until the leader appended again
+    (runs on 2 cores, 60 partitions; broker logs in /work/runs/s5-trial-stuck-*), and the
+    cases' traffic would otherwise start with those followers still catching up."""
+    deadline = time.monotonic() + profile.rebuild_timeout_s
+    nudge = ProducerSettings(
+        topic=TOPIC,
+        num_records=profile.partitions,
+        record_size=profile.record_size,
+        acks=1,
+        batch_size=1,  # one record per produce request; the requests go round the partitions
+        seed=seed + 2,
+    )
+    nudges = 0
+    while not await asyncio.to_thread(replicas_caught_up, cluster):
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"timed out after {profile.rebuild_timeout_s} s waiting for every replica of "
+                f"{TOPIC} to hold what its leader holds"
+            )
+        await run_producer(cluster.bootstrap_servers, nudge, progress=lambda _: None)
+        nudges += 1
+        await asyncio.sleep(NUDGE_INTERVAL)
+    if nudges:
+        progress(f"history: every replica caught up, after {nudges} records to each partition")
+
+
+def replicas_caught_up(cluster: LocalCluster) -> bool:
+    """Every replica of the topic ends where its leader's log ends, as each broker's admin API
+    says: more than a full ISR, which keeps a follower up to replica.lag.time.max.ms behind."""
+    ends: dict[int, list[int]] = {}
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        try:
+            url = f"http://127.0.0.1:{port}/topics/{TOPIC}"
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                described = json.loads(reply.read())
+        except (OSError, ValueError):
+            return False  # not up, or not serving the topic yet
+        for entry in described["partitions"]:
+            if broker_id in entry["replicas"]:
+                ends.setdefault(entry["partition"], []).append(entry.get("log_end_offset", -1))
+    return bool(ends) and all(
+        len(offsets) == REPLICATION_FACTOR and len(set(offsets)) == 1 for offsets in ends.values()
+    )
+
+
+def set_local_retention(cluster: LocalCluster, profile: Profile) -> None:
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.alter_topic_config(
+            client, TOPIC, {"local.retention.bytes": str(profile.local_retention_bytes)}
+        )
 
 
 def offloaded(cluster: LocalCluster, profile: Profile) -> bool:
@@ -592,7 +669,12 @@ async def load_history(
     cluster: LocalCluster, profile: Profile, tiered: bool, seed: int, progress
 ) -> None:
     """Fills the topic with ``history_mb_per_broker`` (acks=1, as fast as it goes); with the
-    tier, waits until the old segments have moved there and local retention removed them."""
+    tier, then sets the topic's local retention and waits until the old segments have moved
+    there and local retention removed them. Local retention starts only once every replica holds
+    the whole history (a full ISR is not enough): a follower that falls behind the leader's
+    local log start during a load as fast as the cluster takes is started again at it, and such
+    followers took minutes to be back in the ISR, or did not come back; the cases start from the
+    same state either way."""
     topic_bytes = profile.history_mb_per_broker * MB * profile.brokers / REPLICATION_FACTOR
     settings = ProducerSettings(
         topic=TOPIC,
@@ -608,8 +690,10 @@ async def load_history(
     if errors:
         raise RuntimeError(f"loading the history failed: {errors}")
     progress(f"history: {summary.line('records loaded')}")
+    await settle_history(cluster, profile, seed, progress)
     await asyncio.to_thread(faults.wait_for_full_isr, cluster, TOPIC, profile.rebuild_timeout_s)
     if tiered:
+        await asyncio.to_thread(set_local_retention, cluster, profile)
         await asyncio.to_thread(
             wait_until,
             lambda: offloaded(cluster, profile),
@@ -668,7 +752,7 @@ def run(settings: Settings, progress: Callable[[str], None] = print) -> list[Res
                 cluster.down(progress=lambda _: None)
     if settings.cluster_dir is None:
         shutil.rmtree(parent, ignore_errors=True)
-    table = format_table(results)
+    table = describe_scaling(settings) + "\n\n" + format_table(results)
     (settings.out / "table.txt").write_text(table + "\n")
     return results
 
@@ -771,9 +855,37 @@ def format_table(results: list[Result]) -> str:
         text.append(
             f"  {run_dir_name(r.case, r.workload, r.tiered):28} produced {r.produced_mb_s:6.2f} "
             f"of {r.asked_mb_s:6.2f} MB/s ({r.acknowledged} acknowledged, {r.failed} failed), "
-            f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up {r.catch_up_mb_s:6.2f} MB/s"
+            f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up "
+            f"{r.catch_up_mb_s:6.2f} MB/s, load average {r.load_average:.2f}"
         )
+    penalties = penalty_lines(results)
+    if penalties:
+        text += ["", "the out-of-sync consumers' penalty: avg p99 of case 2 / case 1 (run, design)"]
+        text += penalties
     return "\n".join(text)
+
+
+def penalty_lines(results: list[Result]) -> list[str]:
+    """For each workload x tiered that ran both the normal and the consumers case: how much the
+    out-of-sync consumers raised the average p99, beside the design's (42 / 25 ms with the tier,
+    60 / 21 ms without, for acks=all)."""
+    by_key = {(r.case, r.workload, r.tiered): r for r in results}
+    lines = []
+    for workload in WORKLOADS:
+        for tiered in (True, False):
+            normal = by_key.get(("normal", workload, tiered))
+            loaded = by_key.get(("consumers", workload, tiered))
+            if normal is None or loaded is None:
+                continue
+            design = (
+                DESIGN[("consumers", workload, tiered)].p99_ms
+                / DESIGN[("normal", workload, tiered)].p99_ms
+            )
+            lines.append(
+                f"  {workload:8} {'tiered' if tiered else 'without':8} "
+                f"{_ratio(loaded.p99_ms, normal.p99_ms):>6}  {design:.2f}"
+            )
+    return lines
 
 
 def with_overrides(
@@ -781,13 +893,26 @@ def with_overrides(
     duration_s: float | None = None,
     history_mb: float | None = None,
     scale: float | None = None,
+    partitions: int | None = None,
+    segment_bytes: int | None = None,
+    local_retention_bytes: int | None = None,
+    rebuild_timeout_s: float | None = None,
 ) -> Profile:
-    """The profile with the command line's --duration, --history-mb-per-broker and --scale (a
-    factor on every rate: the producers' and the catching-up consumers')."""
+    """The profile with the command line's --duration, --history-mb-per-broker, --partitions,
+    --segment-bytes, --local-retention-bytes, --rebuild-timeout and --scale (a factor on every
+    rate: the producers' and the catching-up consumers')."""
+    if rebuild_timeout_s is not None:
+        profile = replace(profile, rebuild_timeout_s=rebuild_timeout_s)
+    if segment_bytes is not None:
+        profile = replace(profile, segment_bytes=segment_bytes)
+    if local_retention_bytes is not None:
+        profile = replace(profile, local_retention_bytes=local_retention_bytes)
     if duration_s is not None:
         profile = replace(profile, duration_s=duration_s)
     if history_mb is not None:
         profile = replace(profile, history_mb_per_broker=history_mb)
+    if partitions is not None:
+        profile = replace(profile, partitions=partitions)
     if scale is not None:
         profile = replace(
             profile,
@@ -796,6 +921,54 @@ def with_overrides(
             catch_up_mb_per_broker=profile.catch_up_mb_per_broker * scale,
         )
     return profile
+
+
+def scaling(
+    duration_s: float | None = None,
+    history_mb: float | None = None,
+    scale: float | None = None,
+    partitions: int | None = None,
+    segment_bytes: int | None = None,
+    local_retention_bytes: int | None = None,
+    rebuild_timeout_s: float | None = None,
+) -> dict[str, float]:
+    """The overrides given, by the profile field they change (``scale`` by itself)."""
+    given = {
+        "scale": scale,
+        "duration_s": duration_s,
+        "history_mb_per_broker": history_mb,
+        "partitions": partitions,
+        "segment_bytes": segment_bytes,
+        "local_retention_bytes": local_retention_bytes,
+        "rebuild_timeout_s": rebuild_timeout_s,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def describe_scaling(settings: Settings) -> str:
+    """The lines above the table: the profile as run, beside the design's size."""
+    profile = settings.profile
+    changed = ", ".join(f"{name} {value:g}" for name, value in settings.scaling.items())
+    return "\n".join(
+        [
+            f"profile {profile.name}"
+            + (f", scaled to this machine: {changed}" if changed else " as defined"),
+            f"  per leader broker: acks=all {profile.acks_all_mb_per_broker:g} MB/s, acks=1 "
+            f"{profile.acks_1_mb_per_broker:g} MB/s of {profile.record_size}-byte records; "
+            f"{profile.in_sync_consumers} in-sync consumers; {profile.catch_up_consumers} "
+            f"out-of-sync consumers reading {profile.catch_up_mb_per_broker:g} MB/s per broker",
+            f"  {profile.brokers} brokers, {profile.partitions} partitions x "
+            f"{REPLICATION_FACTOR} replicas, {profile.history_mb_per_broker:g} MB of history per "
+            f"broker, {profile.duration_s:g} s of traffic per case; segments of "
+            f"{profile.segment_bytes / MIB:g} MiB, with the tier "
+            f"{profile.local_retention_bytes / MIB:g} MiB kept locally per partition",
+            "  the design: 30 / 55 MB/s per leader broker, 4 in-sync and 9 out-of-sync consumers "
+            "(180 MB/s per broker), 6,300 partitions on 5 brokers, 12 TB (acks=all) and 34 TB "
+            "(acks=1) per broker",
+            f"  load average as the table was written: {os.getloadavg()[0]:.2f} "
+            f"(1 min) on {os.cpu_count()} cores",
+        ]
+    )
 
 
 def add_command(perf_actions) -> None:
@@ -820,6 +993,18 @@ def add_command(perf_actions) -> None:
     command.add_argument(
         "--scale", type=float, help="a factor on the profile's rates, to fit the machine"
     )
+    command.add_argument("--partitions", type=int, help="of the cases' topic (override)")
+    command.add_argument("--segment-bytes", type=int, help="the topic's segment.bytes (override)")
+    command.add_argument(
+        "--local-retention-bytes",
+        type=int,
+        help="the tiered topic's local.retention.bytes, per partition (override)",
+    )
+    command.add_argument(
+        "--rebuild-timeout",
+        type=float,
+        help="seconds to wait for a rebuild, and for the history to settle (override)",
+    )
     command.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all"
     )
@@ -836,9 +1021,16 @@ def run_command(args) -> int:
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
 
-    profile = with_overrides(
-        PROFILES[args.profile], args.duration, args.history_mb_per_broker, args.scale
+    overrides = (
+        args.duration,
+        args.history_mb_per_broker,
+        args.scale,
+        args.partitions,
+        args.segment_bytes,
+        args.local_retention_bytes,
+        args.rebuild_timeout,
     )
+    profile = with_overrides(PROFILES[args.profile], *overrides)
     settings = Settings(
         profile=profile,
         out=Path(args.out),
@@ -846,6 +1038,7 @@ def run_command(args) -> int:
         workloads=tuple(args.workloads),
         seed=args.seed,
         cluster_dir=Path(args.dir).resolve() if args.dir else None,
+        scaling=scaling(*overrides),
     )
     try:
         results = run(settings, progress=lambda line: print(line, flush=True))
@@ -853,7 +1046,7 @@ def run_command(args) -> int:
         print(f"tidelog perf tiered-storage: {error}", file=sys.stderr)
         return 1
     print()
-    print(format_table(results))
+    print((settings.out / "table.txt").read_text(), end="")
     print(f"\nrun data written to {settings.out}/*/; the table to {settings.out / 'table.txt'}")
     print(f"tidelog report {settings.out}/*/ --out REPORT_DIR  # the same runs through Spark")
     return 0 if all(r.acknowledged for r in results) else 1

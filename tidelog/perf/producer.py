@@ -72,33 +72,47 @@ class MessageRing:
     Entry k is record k modulo ``len(ring)``: key ``key-{k:08d}`` (no key when ``keys`` is 0) and
     a payload of ``record_size`` bytes drawn from ``seed``, so a run with the same seed sends the
     same records. Entries carry offset 0 (the broker assigns offsets) and a CreateTime of the
-    second they were cut in: the ring is encoded again when the second changes, so no record is
-    encoded on its own. ``entries(first, count, now_ms)`` is one slice of the ring.
+    second they were cut in. The ring is encoded in chunks of ``CHUNK`` entries, each encoded
+    again the first time it is cut from in a new second: a second costs an encoding of the
+    records sent in it (at most the whole ring), not of the whole ring, and no record is encoded
+    on its own. ``entries(first, count, now_ms)`` is records first..first+count-1, wrapping.
     """
 
-    def __init__(self, record_size: int, seed: int, keys: int, batch_records: int) -> None:
+    CHUNK = 512
+
+    def __init__(self, record_size: int, seed: int, keys: int) -> None:
         chooser = random.Random(seed)
         names = [f"key-{k:08d}".encode() for k in range(keys)] if keys > 0 else [None]
         self._records = [(key, chooser.randbytes(record_size)) for key in names]
-        self._batch_records = batch_records
-        self._second = -1
-        self._ring = b""
         self.entry_size = len(encode_entry(0, encode_message(1, *self._records[0], 0)))
+        chunks = -(-len(self._records) // self.CHUNK)
+        self._chunks: list[tuple[int, bytes]] = [(-1, b"")] * chunks  # (second, entries)
 
     def __len__(self) -> int:
         return len(self._records)
 
-    def entries(self, first: int, count: int, now_ms: int) -> bytes:
-        if now_ms // 1000 != self._second:
-            self._second = now_ms // 1000
-            one_pass = b"".join(
+    def _chunk(self, number: int, now_ms: int) -> bytes:
+        second, encoded = self._chunks[number]
+        if second != now_ms // 1000:
+            first = number * self.CHUNK
+            encoded = b"".join(
                 encode_entry(0, encode_message(1, key, value, now_ms))
-                for key, value in self._records
+                for key, value in self._records[first : first + self.CHUNK]
             )
-            # long enough that any batch is one slice, wherever it starts
-            self._ring = one_pass * (1 + -(-self._batch_records // len(self._records)))
-        start = (first % len(self._records)) * self.entry_size
-        return self._ring[start : start + count * self.entry_size]
+            self._chunks[number] = (now_ms // 1000, encoded)
+        return encoded
+
+    def entries(self, first: int, count: int, now_ms: int) -> bytes:
+        pieces = []
+        position = first % len(self._records)
+        while count > 0:
+            number, inside = divmod(position, self.CHUNK)
+            chunk = self._chunk(number, now_ms)
+            taken = min(count, len(chunk) // self.entry_size - inside)
+            pieces.append(chunk[inside * self.entry_size : (inside + taken) * self.entry_size])
+            count -= taken
+            position = (position + taken) % len(self._records)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def message_set(self, first: int, count: int, now_ms: int, codec: Codec) -> bytes:
         """Records first..first+count-1, uncompressed or in one wrapper with relative inner
@@ -194,7 +208,7 @@ async def run_producer(
     client = Client(bootstrap_servers)
     partitions = await client.partitions(settings.topic)
     per_batch = max(1, settings.batch_size // (settings.record_size + 34))
-    ring = MessageRing(settings.record_size, settings.seed, settings.keys, per_batch)
+    ring = MessageRing(settings.record_size, settings.seed, settings.keys)
     throttled = settings.throughput > 0
     acknowledged: list[_Batch] = []
     errors: dict[str, int] = {}
