@@ -24,12 +24,15 @@ from tidelog.perf.producer import ProducerSettings, run_producer
 TOPIC = "sessions"
 PARTITIONS = 24
 SLOTS = "max.incremental.fetch.session.cache.slots"
+ANSWER_BYTES = 16384
 
 
 @pytest.fixture(scope="module")
 def sessions_cluster(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("sessions"))
-    cluster.up(3, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None)
+    # answers of 16 KiB: a follower behind by more needs many, each with partitions left out
+    overrides = {**SCENARIO_OVERRIDES, "replica.fetch.response.max.bytes": str(ANSWER_BYTES)}
+    cluster.up(3, overrides=overrides, progress=lambda _: None)
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
     faults.wait_for_full_isr(cluster, TOPIC)
@@ -130,6 +133,20 @@ def test_followers_replicate_every_partition_through_sessions(sessions_cluster):
     # every broker leads some partitions and follows the others' leaders in sessions
     for broker_id in sessions_cluster.broker_ids:
         assert len(views[broker_id]["leader"]["sessions"]) == 2, views[broker_id]
+
+
+def test_a_follower_far_behind_catches_up_on_every_partition_with_no_further_appends(
+    sessions_cluster,
+):
+    follower = sessions_cluster.broker_ids[-1]
+    sessions_cluster.stop_broker(follower)
+    try:
+        # about 40 answers' worth: each fills up, and the partitions it has no room for must
+        # stay to be read by the next one (nothing is appended once the follower is back)
+        produce_to_every_partition(sessions_cluster, per_partition=280)
+    finally:
+        sessions_cluster.start_broker(follower)
+    wait_until_every_replica_is_level(sessions_cluster)
 
 
 def test_a_leader_change_moves_partitions_to_sessions_with_the_new_leaders(sessions_cluster):
