@@ -138,6 +138,30 @@ class Workload:
     def mb_per_broker(self, profile: Profile) -> float:
         return float(getattr(profile, self.rate_field))
 
+    def producer(
+        self,
+        topic: str,
+        records_per_s: float,
+        seconds: float,
+        record_size: int,
+        seed: int,
+        keys: int,
+    ) -> ProducerSettings:
+        """The workload's producer, as the design's: keyed snappy records to ``topic`` at
+        ``records_per_s`` for ``seconds``."""
+        return ProducerSettings(
+            topic=topic,
+            num_records=max(1, int(records_per_s * seconds)),
+            record_size=record_size,
+            throughput=records_per_s,
+            acks=self.acks,
+            codec=Codec.SNAPPY,
+            batch_size=64 * 1024,
+            linger_ms=2,
+            seed=seed,
+            keys=keys,
+        )
+
 
 WORKLOADS: dict[str, Workload] = {
     "acks=all": Workload("acks=all", -1, "acks_all_mb_per_broker"),
@@ -466,17 +490,8 @@ async def run_case(
         await case.before(context)
     rate = workload.mb_per_broker(profile) * profile.brokers * MB / profile.record_size
     longest = profile.duration_s + profile.rebuild_timeout_s + 60
-    producer = ProducerSettings(
-        topic=TOPIC,
-        num_records=int(rate * longest),
-        record_size=profile.record_size,
-        throughput=rate,
-        acks=workload.acks,
-        codec=Codec.SNAPPY,
-        batch_size=64 * 1024,
-        linger_ms=2,
-        seed=settings.seed,
-        keys=profile.keys,
+    producer = workload.producer(
+        TOPIC, rate, longest, profile.record_size, settings.seed, profile.keys
     )
     for number in range(1, profile.in_sync_consumers + 1):
         context.start_reader(ReaderSettings(f"in-sync-{number}", TOPIC, from_start=False))

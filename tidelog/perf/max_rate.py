@@ -45,9 +45,8 @@ from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 from tidelog.perf import cases
-from tidelog.perf.producer import ProducerSettings, run_producer
+from tidelog.perf.producer import run_producer
 from tidelog.perf.readers import Reader, ReaderSettings
-from tidelog.records.format import Codec
 
 MB = 1_000_000
 KIND = "perf-max-rate"
@@ -188,17 +187,8 @@ async def run_step(
     ]
     reading = [asyncio.create_task(reader.run(stop)) for reader in readers]
     rate = offered_mb_s * MB / settings.record_size
-    producer = ProducerSettings(
-        topic=TOPIC,
-        num_records=max(1, int(rate * settings.step_seconds)),
-        record_size=settings.record_size,
-        throughput=rate,
-        acks=workload.acks,
-        codec=Codec.SNAPPY,
-        batch_size=64 * 1024,
-        linger_ms=2,
-        seed=settings.seed,
-        keys=settings.keys,
+    producer = workload.producer(
+        TOPIC, rate, settings.step_seconds, settings.record_size, settings.seed, settings.keys
     )
     try:
         # every consumer has its start offsets before the first record goes out
