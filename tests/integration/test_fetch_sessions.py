@@ -147,6 +147,7 @@ def test_a_follower_far_behind_catches_up_on_every_partition_with_no_further_app
     finally:
         sessions_cluster.start_broker(follower)
     wait_until_every_replica_is_level(sessions_cluster)
+    faults.wait_for_full_isr(sessions_cluster, TOPIC)  # the next tests stop a leader
 
 
 def test_a_leader_change_moves_partitions_to_sessions_with_the_new_leaders(sessions_cluster):
