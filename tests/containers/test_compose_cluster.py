@@ -29,6 +29,11 @@ def create_topic(
     """A topic on all three brokers (min.insync.replicas 2, and ``config``), once every replica
     is in sync."""
     topic = f"{name}-{next(_topics)}"
+    wait_until(
+        lambda: cluster.registered_brokers() == set(cluster.broker_ids),
+        60,
+        "every broker of the compose cluster to be registered in ZooKeeper",
+    )
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(
             client, topic, partitions, 3, {"min.insync.replicas": "2", **(config or {})}
@@ -120,3 +125,9 @@ def test_a_partitioned_broker_leaves_the_isr_and_rejoins(compose_cluster: Compos
         f"broker {follower} to fetch what was produced while it was cut off",
     )
     compose_cluster.wait_healthy([follower])
+    # its session expired while it was cut off: it is back once it has registered again
+    wait_until(
+        lambda: follower in compose_cluster.registered_brokers(),
+        60,
+        f"broker {follower} to register in ZooKeeper again",
+    )

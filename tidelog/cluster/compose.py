@@ -374,12 +374,17 @@ class ComposeCluster:
             settings["log.dirs"] = str(self.directory / service / "logs")
         return settings
 
-    def status(self) -> list[dict]:
-        """Each broker as the engine and ZooKeeper see it."""
+    def registered_brokers(self) -> set[int]:
+        """The brokers registered in ZooKeeper now. A container's health lags behind: a broker
+        put back on the network answers /health until it learns that its session expired."""
         from tidelog.controller import zookeeper
 
         with zookeeper.session(self.zookeeper) as client:
-            registered = set(zookeeper.read_brokers(client))
+            return set(zookeeper.read_brokers(client))
+
+    def status(self) -> list[dict]:
+        """Each broker as the engine and ZooKeeper see it."""
+        registered = self.registered_brokers()
         return [
             {
                 "broker": broker.broker_id,
