@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 from tests.conftest import message_set
@@ -245,6 +248,35 @@ def test_an_unchanged_checkpoint_is_not_written_again(dirs, clock):
     manager.checkpoint_high_watermarks()
     assert path.stat().st_ino != written
     assert read_checkpoint(path) == {("orders", 0): 3}
+
+
+def test_the_scheduled_checkpoints_are_written_off_the_scheduler_thread(dirs, clock):
+    """The scheduler runs on the event loop; a checkpoint write creates a file and fsyncs it,
+    which can wait on the disk for hundreds of milliseconds. Here the high watermark
+    checkpoint's new file is a FIFO, so its writer blocks until the test reads it."""
+    manager = start(dirs, clock, **{"replica.high.watermark.checkpoint.interval.ms": "1000"})
+    log = manager.get_or_create("orders", 0)
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    log.high_watermark = 2
+    blocking = dirs[0] / "replication-offset-checkpoint.tmp"
+    os.mkfifo(blocking)
+    clock.advance(1000)
+
+    scheduler = threading.Thread(target=manager.scheduler.run_due, daemon=True)
+    scheduler.start()
+    scheduler.join(5)
+    blocked = scheduler.is_alive()
+    with open(blocking) as reader:  # lets the writer go on, wherever it runs
+        written = reader.read()
+    scheduler.join(5)
+
+    assert not blocked, "the scheduler's thread waited for the checkpoint file to be written"
+    assert written == "0\n1\norders 0 2\n"
+    blocking.unlink()  # fsync of a FIFO failed (logged): the next run writes the file
+    clock.advance(1000)
+    manager.scheduler.run_due()
+    manager.wait_for_background_work()
+    assert read_checkpoint(dirs[0] / "replication-offset-checkpoint") == {("orders", 0): 2}
 
 
 def test_logs_opened_off_the_loop_are_spread_and_a_second_opening_gives_way(dirs, clock):

@@ -149,28 +149,59 @@ def reconcile(
 def elect_preferred_leaders(
     zk: KazooClient, partitions: list[tuple[str, int]], live: set[int], controller_epoch: int
 ) -> list[Change]:
-    changes = []
+    """Gives each of ``partitions`` to its preferred (first) replica if that one is alive and
+    in sync; returns what it changed, and why a partition was left. Each topic is read once,
+    its states all at once, and every new state is written at once: until a partition's new
+    state is written its old leader still leads it while its followers may already follow
+    the new one, so acks=all produces to it wait. One by one (the topic, the state, the write:
+    five round trips per partition) 20 of 60 partitions took 3.2 s to move on a loaded
+    machine, and produce latency peaked at 3.1 s."""
+    by_topic: dict[str, list[int]] = {}
     for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    assignments: dict[str, dict[int, tuple[int, ...]]] = {}
+    current: dict[tuple[str, int], tuple[PartitionState, int]] = {}
+    for topic, numbers in by_topic.items():
         metadata = zookeeper.read_topic(zk, topic)
-        current = zookeeper.read_state_and_version(zk, topic, partition)
-        if metadata is None or current is None or partition not in metadata.assignment:
-            what = f"{topic}-{partition}: no such partition for a preferred leader election"
-            changes.append(Change(topic, partition, (), None, what))
+        if metadata is None:
             continue
-        state, version = current
-        replicas = metadata.assignment[partition]
+        assignments[topic] = metadata.assignment
+        for number, state_and_version in zookeeper.read_states_and_versions(
+            zk, topic, numbers
+        ).items():
+            current[(topic, number)] = state_and_version
+    refused: list[Change] = []
+    writes: list[tuple[str, int, PartitionState, int]] = []
+    moved: list[tuple[tuple[int, ...], str]] = []
+    for topic, partition in partitions:
+        replicas = assignments.get(topic, {}).get(partition)
+        found = current.get((topic, partition))
+        if replicas is None or found is None:
+            what = f"{topic}-{partition}: no such partition for a preferred leader election"
+            refused.append(Change(topic, partition, (), None, what))
+            continue
+        state, version = found
         preferred = replicas[0]
         if state.leader == preferred:
             continue
         if preferred not in live or preferred not in state.isr:
             what = f"{topic}-{partition}: preferred replica {preferred} is not alive and in sync"
-            changes.append(Change(topic, partition, replicas, None, what))
+            refused.append(Change(topic, partition, replicas, None, what))
             continue
         new_state = PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
-        if zookeeper.write_state(zk, topic, partition, new_state, version):
-            what = (
+        writes.append((topic, partition, new_state, version))
+        moved.append(
+            (
+                replicas,
                 f"{topic}-{partition}: leader {state.leader} -> {preferred} (preferred) in epoch "
-                f"{new_state.leader_epoch}"
+                f"{new_state.leader_epoch}",
             )
-            changes.append(Change(topic, partition, replicas, new_state, what))
-    return changes
+        )
+    written = zookeeper.write_states(zk, writes)
+    return refused + [
+        Change(topic, partition, replicas, new_state, what)
+        for (topic, partition, new_state, _), (replicas, what), ok in zip(
+            writes, moved, written, strict=True
+        )
+        if ok
+    ]

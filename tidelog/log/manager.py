@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,9 @@ class LogManager:
         # what each checkpoint file last received: an idle broker does not rewrite (and fsync)
         # a thousand unchanged offsets every few seconds
         self._written: dict[Path, dict[TopicPartition, int]] = {}
+        # the offsets of the checkpoint writes handed to the background pool, not yet written
+        self._checkpoints_to_write: dict[Path, dict[TopicPartition, int]] = {}
+        self._checkpoints_lock = threading.Lock()
         # Flushes of rolled segments and deletions of segment files run here, off the append
         # path and the event loop, as Kafka's do; one thread keeps them in order.
         self.background_pool = WorkerPool("log-background", threads=1)
@@ -90,20 +95,21 @@ class LogManager:
         self.scheduler.schedule(
             "idle index release", INDEX_IDLE_CHECK_INTERVAL_MS, self.release_idle_indexes
         )
+        # the scheduler runs on the event loop: the files are written on the background pool
         self.scheduler.schedule(
             "recovery point checkpoint",
             config["log.flush.offset.checkpoint.interval.ms"],
-            self.checkpoint_recovery_points,
+            partial(self.checkpoint_recovery_points, in_background=True),
         )
         self.scheduler.schedule(
             "log start offset checkpoint",
             config["log.flush.start.offset.checkpoint.interval.ms"],
-            self.checkpoint_log_start_offsets,
+            partial(self.checkpoint_log_start_offsets, in_background=True),
         )
         self.scheduler.schedule(
             "high watermark checkpoint",
             config["replica.high.watermark.checkpoint.interval.ms"],
-            self.checkpoint_high_watermarks,
+            partial(self.checkpoint_high_watermarks, in_background=True),
         )
         if config["log.flush.interval.ms"] < 2**63 - 1:
             self.scheduler.schedule("log flush", config["log.flush.interval.ms"], self.flush_logs)
@@ -278,7 +284,13 @@ class LogManager:
         for _, partition_log in self:
             partition_log.flush()
 
-    def _checkpoint(self, name: str, value_of) -> None:
+    def _checkpoint(self, name: str, value_of, in_background: bool) -> None:
+        """Writes the ``name`` checkpoint of each log dir whose offsets changed since its last
+        write. The offsets are read here, where they change. ``in_background`` the file is
+        written on the background pool, after the flushes and deletions handed there before:
+        a write creates a file and fsyncs it and its directory, which waits on the disk's
+        journal behind other files' writes, and the event loop must not (up to 390 ms per
+        high watermark checkpoint, every 5 s, on a leader while a wiped broker rebuilt)."""
         for directory in self.log_dirs:
             offsets = {
                 key: value_of(self.logs[key])
@@ -286,21 +298,47 @@ class LogManager:
                 if owner == directory and key in self.logs
             }
             path = directory / name
-            if self._written.get(path) != offsets:
-                write_checkpoint(path, offsets)
-                self._written[path] = offsets
+            if self._written.get(path) == offsets:
+                continue
+            if not in_background:
+                self._write_checkpoint(path, offsets)
+                continue
+            # one write per file waits in the pool at most (flushes can hold it up for
+            # seconds), and it writes the newest offsets
+            with self._checkpoints_lock:
+                waiting = path in self._checkpoints_to_write
+                self._checkpoints_to_write[path] = offsets
+            if not waiting:
+                self.background_pool.submit(
+                    partial(self._write_newest_checkpoint, path), f"writing {path}"
+                )
 
-    def checkpoint_recovery_points(self) -> None:
+    def _write_newest_checkpoint(self, path: Path) -> None:
+        with self._checkpoints_lock:
+            offsets = self._checkpoints_to_write.pop(path)
+        self._write_checkpoint(path, offsets)
+
+    def _write_checkpoint(self, path: Path, offsets: dict[TopicPartition, int]) -> None:
+        write_checkpoint(path, offsets)
+        self._written[path] = offsets
+
+    def checkpoint_recovery_points(self, in_background: bool = False) -> None:
         self._checkpoint(
-            RECOVERY_POINT_CHECKPOINT, lambda partition_log: partition_log.recovery_point
+            RECOVERY_POINT_CHECKPOINT,
+            lambda partition_log: partition_log.recovery_point,
+            in_background,
         )
 
-    def checkpoint_log_start_offsets(self) -> None:
+    def checkpoint_log_start_offsets(self, in_background: bool = False) -> None:
         self._checkpoint(
-            LOG_START_OFFSET_CHECKPOINT, lambda partition_log: partition_log.log_start_offset
+            LOG_START_OFFSET_CHECKPOINT,
+            lambda partition_log: partition_log.log_start_offset,
+            in_background,
         )
 
-    def checkpoint_high_watermarks(self) -> None:
+    def checkpoint_high_watermarks(self, in_background: bool = False) -> None:
         self._checkpoint(
-            HIGH_WATERMARK_CHECKPOINT, lambda partition_log: partition_log.high_watermark
+            HIGH_WATERMARK_CHECKPOINT,
+            lambda partition_log: partition_log.high_watermark,
+            in_background,
         )
