@@ -93,12 +93,17 @@ def topic_config(tiered: bool, local_megabytes_per_broker: float) -> dict[str, s
     return config
 
 
-def local_megabytes(args: argparse.Namespace) -> float:
+def local_megabytes(args: argparse.Namespace, percent: float) -> float:
     """What the tiered cluster keeps locally per broker: --local-megabytes-per-broker, or
-    --local-percent of the history (1%, the issue's)."""
+    ``percent`` (one of --local-percent's, 1% by default, the issue's) of the history."""
     if args.local_megabytes_per_broker is not None:
         return float(args.local_megabytes_per_broker)
-    return args.megabytes_per_broker * args.local_percent / 100
+    return args.megabytes_per_broker * percent / 100
+
+
+def local_percents(args: argparse.Namespace) -> list[float]:
+    """One tiered cluster per local retention: --local-percent's, or the one fixed size."""
+    return [0.0] if args.local_megabytes_per_broker is not None else args.local_percent
 
 
 def data_megabytes(args: argparse.Namespace) -> float:
@@ -118,7 +123,8 @@ def megabytes_on_disk(args: argparse.Namespace) -> float:
     tier's one copy and, on each broker, a chunk being loaded on top of the local retention."""
     data = data_megabytes(args)
     baseline = 3 * data
-    local = min(args.chunk_megabytes, data) + local_megabytes(args) + 4 * SEGMENT / MB
+    most = max(local_megabytes(args, percent) for percent in local_percents(args))
+    local = min(args.chunk_megabytes, data) + most + 4 * SEGMENT / MB
     tiered = data + 3 * local
     return ON_DISK * max(baseline, tiered)
 
@@ -306,12 +312,12 @@ def say(text: str) -> None:
 
 
 def load_history(
-    cluster: LocalCluster, tiered: bool, directory: Path, args: argparse.Namespace
+    cluster: LocalCluster, name: str, directory: Path, args: argparse.Namespace, local: float
 ) -> float:
     """Produces the history (acks=1, as fast as it goes) in chunks; on the tiered cluster each
-    chunk is offloaded before the next. Returns the producers' MB/s. Stops (SystemExit) if the
-    free disk falls below --keep-free-megabytes plus what the next chunk takes."""
-    name = "tiered" if tiered else "baseline"
+    chunk is offloaded before the next (to ``local`` MB per broker; 0: not tiered). Returns the
+    producers' MB/s. Stops (SystemExit) if the free disk falls below --keep-free-megabytes plus
+    what the next chunk takes."""
     megabytes = args.megabytes_per_broker
     loaded = producing = 0.0
     started = time.perf_counter()
@@ -327,13 +333,13 @@ def load_history(
         summary = runtime.run(produce(cluster, chunk, -1, 1))
         loaded += chunk
         producing += chunk / summary.megabytes_per_second
-        if tiered:
-            wait_offloaded(cluster, local_megabytes(args))
+        if local:
+            wait_offloaded(cluster, local)
         elapsed = time.perf_counter() - started
-        local = max(broker_bytes(cluster, b) for b in cluster.broker_ids) / MB
+        fullest = max(broker_bytes(cluster, b) for b in cluster.broker_ids) / MB
         say(
             f"{name}: {loaded:,.0f} of {megabytes:,.0f} MB loaded "
-            f"({summary.megabytes_per_second:.1f} MB/s this chunk), {local:,.0f} MB on the "
+            f"({summary.megabytes_per_second:.1f} MB/s this chunk), {fullest:,.0f} MB on the "
             f"fullest broker's disk, {free_megabytes(directory):,.0f} MB free, about "
             f"{elapsed / loaded * (megabytes - loaded):.0f} s to go"
         )
@@ -341,14 +347,18 @@ def load_history(
     return megabytes / producing
 
 
-def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
+def run(tiered: bool, directory: Path, args: argparse.Namespace, percent: float = 0.0) -> dict:
+    """One cluster's run; the tiered one keeps ``percent`` of the history locally."""
     name = "tiered" if tiered else "baseline"
+    if tiered and args.local_megabytes_per_broker is None:
+        name = f"tiered (local {percent:g}%)"
+    local = local_megabytes(args, percent) if tiered else 0.0
     megabytes, seconds = args.megabytes_per_broker, args.seconds
-    cluster = LocalCluster(directory / name)
+    cluster = LocalCluster(directory / ("tiered" if tiered else "baseline"))
     cluster.up(3, overrides=TIERED_BROKER if tiered else {}, progress=quiet)
     try:
-        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local_megabytes(args)))
-        load_mb_s = load_history(cluster, tiered, directory, args)
+        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local))
+        load_mb_s = load_history(cluster, name, directory, args, local)
         say(f"{name}: loaded {megabytes:,.0f} MB at {load_mb_s:.1f} MB/s")
         os.sync()  # the paced run starts without the load's writeback
         paced = {}
@@ -364,7 +374,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
                 f"{latency['p99']:.1f} ms, {copied_during / MB:.0f} MB copied meanwhile"
             )
         if tiered:
-            wait_offloaded(cluster, local_megabytes(args))
+            wait_offloaded(cluster, local)
             say(f"{name}: offloaded")
         total = megabytes + sum(args.rates) * seconds
         read_mb_s = float("nan")
@@ -384,6 +394,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
             rebuilds.append((taken, replicated, held, os.getloadavg()[0], where))
             say(f"{name}: rebuilt in {taken:.2f} s, {replicated / MB:.1f} MB replicated: {where}")
         return {
+            "local": local,
             "load_mb_s": load_mb_s,
             "paced": paced,
             "read_mb_s": read_mb_s,
@@ -486,9 +497,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--local-percent",
-        type=float,
-        default=1.0,
-        help="local retention of the tiered cluster as a percentage of the history (default 1)",
+        type=lambda text: [float(p) for p in text.split(",") if p.strip()],
+        default=[1.0],
+        help="local retention of the tiered cluster as a percentage of the history, "
+        "comma-separated for one tiered cluster each against the same baseline (default 1)",
     )
     parser.add_argument(
         "--chunk-megabytes",
@@ -538,34 +550,34 @@ def main() -> None:
             f"{free_megabytes(directory):,.0f} MB free"
         )
         base = run(False, directory, args)
-        tier = run(True, directory, args)
+        tiers = [run(True, directory, args, percent) for percent in local_percents(args)]
     data = data_megabytes(args)
-    local = local_megabytes(args)
     print(f"data per broker: {data:,.0f} MB (replication factor 3, {PARTITIONS} partitions)")
-    print(
-        f"local retention with the tier: {local:,.1f} MB per broker, {local / data:.2%} of the data"
-    )
     base_s, base_bytes, _, base_load, base_where = base["rebuilds"][0]
-    tier_s, tier_bytes, _, tier_load, tier_where = sorted(tier["rebuilds"])[
-        len(tier["rebuilds"]) // 2
-    ]
-    runs = ", ".join(f"{r[0]:.1f}" for r in tier["rebuilds"])
     print("rebuild of a wiped broker (its restart to every replica back in every ISR):")
     print(
         f"  without tier {base_s:7.1f} s, {base_bytes / MB:8.1f} MB replicated "
         f"(load {base_load:.1f})"
     )
-    print(
-        f"  with tier    {tier_s:7.1f} s, {tier_bytes / MB:8.1f} MB replicated "
-        f"(load {tier_load:.1f}; median of {runs} s)"
-    )
-    ratio = base_bytes / max(tier_bytes, 1)
-    print(
-        f"  time ratio {base_s / tier_s:.1f}x, bytes ratio {ratio:.1f}x "
-        f"(local retention {local / data:.2%} of the data)"
-    )
     print(f"  where the seconds went without tier: {base_where}")
-    print(f"  where the seconds went with tier:    {tier_where}")
+    for tier in tiers:
+        local = tier["local"]
+        tier_s, tier_bytes, _, tier_load, tier_where = sorted(tier["rebuilds"])[
+            len(tier["rebuilds"]) // 2
+        ]
+        runs = ", ".join(f"{r[0]:.2f}" for r in tier["rebuilds"])
+        print(
+            f"  with tier, local retention {local:,.1f} MB per broker ({local / data:.2%} of the "
+            f"data): {tier_s:.2f} s, {tier_bytes / MB:.1f} MB replicated "
+            f"(load {tier_load:.1f}; median of {runs} s)"
+        )
+        ratio = base_bytes / max(tier_bytes, 1)
+        print(
+            f"    time ratio {base_s / tier_s:.1f}x, bytes ratio {ratio:.1f}x "
+            f"(local retention {local / data:.2%} of the data)"
+        )
+        print(f"    where the seconds went with tier: {tier_where}")
+    tier = tiers[0]
     for rate in args.rates:
         for label, result in (("copying off (baseline)", base), ("copying on", tier)):
             summary, load_during, _ = result["paced"][rate]
