@@ -1,12 +1,22 @@
 """Tiered storage on this machine: rebuild a wiped broker with and without the tier.
 
     .venv/bin/python benchmarks/tiered.py [--megabytes-per-broker 2000] [--rates 30,5]
+    .venv/bin/python benchmarks/tiered.py --megabytes-per-broker 14000 --local-percent 0.5 \
+        --rates '' --skip-read
     .venv/bin/python benchmarks/tiered.py --latency-only [--latency-rate 5] [--rounds 6]
 
 One run, two three-broker clusters, the same data and the same retention: a topic of 3
 partitions, replication factor 3 (every broker holds all of it), 1 KiB records, 1 MiB
-segments; on the tiered cluster remote.storage.enable=true with local.retention.bytes about 1%
-of a partition's data. The baseline cluster's files are deleted before the tiered one starts.
+segments; on the tiered cluster remote.storage.enable=true with local.retention.bytes
+--local-percent (1% by default, the issue's) of a partition's data. The baseline cluster's files
+are deleted before the tiered one starts.
+
+The history is loaded in chunks of --chunk-megabytes, with progress between them; on the tiered
+cluster each chunk waits until the leaders have offloaded it and kept only their local
+retention, so that its disk holds about the history (in the tier) plus 3 x (a chunk and the
+local retention), while the baseline cluster holds 3 x the history. A size the free disk cannot
+hold with --keep-free-megabytes to spare is refused before anything starts (the message names
+both figures), and the load stops if the free space falls below that meanwhile.
 
 - rebuild (the figure the design reproduces): broker 3 is killed, the cluster left to notice
   (out of every ISR, its leaderships moved), its log dirs deleted, and it is started again. The
@@ -42,8 +52,10 @@ import argparse
 import compileall
 import contextlib
 import os
+import resource
 import shutil
 import signal
+import sys
 import tempfile
 import time
 import urllib.request
@@ -81,12 +93,72 @@ def topic_config(tiered: bool, local_megabytes_per_broker: float) -> dict[str, s
     return config
 
 
-def local_megabytes(args: argparse.Namespace) -> float:
-    """What the tiered cluster keeps locally per broker: --local-megabytes-per-broker, or 1%
-    of the history (the issue's)."""
+def local_megabytes(args: argparse.Namespace, percent: float) -> float:
+    """What the tiered cluster keeps locally per broker: --local-megabytes-per-broker, or
+    ``percent`` (one of --local-percent's, 1% by default, the issue's) of the history."""
     if args.local_megabytes_per_broker is not None:
         return float(args.local_megabytes_per_broker)
-    return args.megabytes_per_broker / 100
+    return args.megabytes_per_broker * percent / 100
+
+
+def local_percents(args: argparse.Namespace) -> list[float]:
+    """One tiered cluster per local retention: --local-percent's, or the one fixed size."""
+    return [0.0] if args.local_megabytes_per_broker is not None else args.local_percent
+
+
+def data_megabytes(args: argparse.Namespace) -> float:
+    """The topic's data per broker: the history and the paced runs' records."""
+    return args.megabytes_per_broker + sum(args.rates) * args.seconds
+
+
+# Bytes on disk per byte of record values: batch and record headers (4,133 MB replicated for
+# 4,000 MB of 1 KiB values) and the offset and time indexes, with some room.
+ON_DISK = 1.05
+# File descriptors a broker needs beyond one per segment (sockets, indexes being written, ...).
+DESCRIPTOR_ROOM = 2000
+
+
+def megabytes_on_disk(args: argparse.Namespace) -> float:
+    """The most either cluster holds at once: the baseline's three copies of the data, or the
+    tier's one copy and, on each broker, a chunk being loaded on top of the local retention."""
+    data = data_megabytes(args)
+    baseline = 3 * data
+    most = max(local_megabytes(args, percent) for percent in local_percents(args))
+    local = min(args.chunk_megabytes, data) + most + 4 * SEGMENT / MB
+    tiered = data + 3 * local
+    return ON_DISK * max(baseline, tiered)
+
+
+def free_megabytes(directory: Path) -> float:
+    return shutil.disk_usage(directory).free / MB
+
+
+def refusal(directory: Path, args: argparse.Namespace) -> str | None:
+    """Why this machine cannot hold the run (disk, or a broker's file descriptors: one per
+    segment), or None. Raises the descriptor limit to its hard limit first (the brokers, child
+    processes, inherit it)."""
+    needed, free = megabytes_on_disk(args), free_megabytes(directory)
+    keep = args.keep_free_megabytes
+    if needed + keep > free:
+        fits = (free - keep) / ON_DISK / 3 - (data_megabytes(args) - args.megabytes_per_broker)
+        return (
+            f"--megabytes-per-broker {args.megabytes_per_broker:,.0f} needs {needed + keep:,.0f}"
+            f" MB of disk: {needed:,.0f} MB at once (3 x {data_megabytes(args):,.0f} MB of data "
+            f"on the baseline cluster) and {keep:,.0f} MB kept free (--keep-free-megabytes); "
+            f"{free:,.0f} MB are free under {directory}, enough for at most {fits:,.0f} MB "
+            "per broker"
+        )
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    segments = ON_DISK * data_megabytes(args) * MB / SEGMENT
+    if segments + DESCRIPTOR_ROOM > hard:
+        return (
+            f"--megabytes-per-broker {args.megabytes_per_broker:,.0f} makes about "
+            f"{segments:,.0f} segments per broker, each an open file, and the limit on open "
+            f"files is {hard:,} (ulimit -Hn)"
+        )
+    return None
 
 
 def broker_bytes(cluster: LocalCluster, broker_id: int) -> int:
@@ -239,16 +311,55 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text} ({load()})", flush=True)
 
 
-def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
+def load_history(
+    cluster: LocalCluster, name: str, directory: Path, args: argparse.Namespace, local: float
+) -> float:
+    """Produces the history (acks=1, as fast as it goes) in chunks; on the tiered cluster each
+    chunk is offloaded before the next (to ``local`` MB per broker; 0: not tiered). Returns the
+    producers' MB/s. Stops (SystemExit) if the free disk falls below --keep-free-megabytes plus
+    what the next chunk takes."""
+    megabytes = args.megabytes_per_broker
+    loaded = producing = 0.0
+    started = time.perf_counter()
+    while loaded < megabytes:
+        chunk = min(args.chunk_megabytes, megabytes - loaded)
+        free = free_megabytes(directory)
+        if free < args.keep_free_megabytes + 3 * ON_DISK * chunk:
+            sys.exit(
+                f"{name}: stopped after {loaded:,.0f} MB: {free:,.0f} MB free, and the next "
+                f"chunk needs {3 * ON_DISK * chunk:,.0f} MB with {args.keep_free_megabytes:,.0f} "
+                "MB kept free"
+            )
+        summary = runtime.run(produce(cluster, chunk, -1, 1))
+        loaded += chunk
+        producing += chunk / summary.megabytes_per_second
+        if local:
+            wait_offloaded(cluster, local)
+        elapsed = time.perf_counter() - started
+        fullest = max(broker_bytes(cluster, b) for b in cluster.broker_ids) / MB
+        say(
+            f"{name}: {loaded:,.0f} of {megabytes:,.0f} MB loaded "
+            f"({summary.megabytes_per_second:.1f} MB/s this chunk), {fullest:,.0f} MB on the "
+            f"fullest broker's disk, {free_megabytes(directory):,.0f} MB free, about "
+            f"{elapsed / loaded * (megabytes - loaded):.0f} s to go"
+        )
+    wait_for_full_isr(cluster, TOPIC, timeout=1800)
+    return megabytes / producing
+
+
+def run(tiered: bool, directory: Path, args: argparse.Namespace, percent: float = 0.0) -> dict:
+    """One cluster's run; the tiered one keeps ``percent`` of the history locally."""
     name = "tiered" if tiered else "baseline"
+    if tiered and args.local_megabytes_per_broker is None:
+        name = f"tiered (local {percent:g}%)"
+    local = local_megabytes(args, percent) if tiered else 0.0
     megabytes, seconds = args.megabytes_per_broker, args.seconds
-    cluster = LocalCluster(directory / name)
+    cluster = LocalCluster(directory / ("tiered" if tiered else "baseline"))
     cluster.up(3, overrides=TIERED_BROKER if tiered else {}, progress=quiet)
     try:
-        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local_megabytes(args)))
-        loaded = runtime.run(produce(cluster, megabytes, -1, 1))  # as fast as it goes
-        wait_for_full_isr(cluster, TOPIC, timeout=1800)
-        say(f"{name}: loaded {megabytes:,.0f} MB at {loaded.megabytes_per_second:.1f} MB/s")
+        create_topic(cluster, TOPIC, PARTITIONS, 3, topic_config(tiered, local))
+        load_mb_s = load_history(cluster, name, directory, args, local)
+        say(f"{name}: loaded {megabytes:,.0f} MB at {load_mb_s:.1f} MB/s")
         os.sync()  # the paced run starts without the load's writeback
         paced = {}
         for rate_mb in args.rates:
@@ -263,7 +374,7 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
                 f"{latency['p99']:.1f} ms, {copied_during / MB:.0f} MB copied meanwhile"
             )
         if tiered:
-            wait_offloaded(cluster, local_megabytes(args))
+            wait_offloaded(cluster, local)
             say(f"{name}: offloaded")
         total = megabytes + sum(args.rates) * seconds
         read_mb_s = float("nan")
@@ -283,7 +394,8 @@ def run(tiered: bool, directory: Path, args: argparse.Namespace) -> dict:
             rebuilds.append((taken, replicated, held, os.getloadavg()[0], where))
             say(f"{name}: rebuilt in {taken:.2f} s, {replicated / MB:.1f} MB replicated: {where}")
         return {
-            "load_mb_s": loaded.megabytes_per_second,
+            "local": local,
+            "load_mb_s": load_mb_s,
             "paced": paced,
             "read_mb_s": read_mb_s,
             "rebuilds": rebuilds,
@@ -381,7 +493,26 @@ def main() -> None:
     parser.add_argument(
         "--local-megabytes-per-broker",
         type=float,
-        help="local retention of the tiered cluster (default: 1%% of the history)",
+        help="local retention of the tiered cluster (default: --local-percent of the history)",
+    )
+    parser.add_argument(
+        "--local-percent",
+        type=lambda text: [float(p) for p in text.split(",") if p.strip()],
+        default=[1.0],
+        help="local retention of the tiered cluster as a percentage of the history, "
+        "comma-separated for one tiered cluster each against the same baseline (default 1)",
+    )
+    parser.add_argument(
+        "--chunk-megabytes",
+        type=float,
+        default=1000.0,
+        help="the history is loaded in chunks of this size (the tiered cluster offloads each)",
+    )
+    parser.add_argument(
+        "--keep-free-megabytes",
+        type=float,
+        default=10_000.0,
+        help="disk left free at every moment: a larger run is refused (default 10000)",
     )
     parser.add_argument(
         "--rates",
@@ -410,28 +541,43 @@ def main() -> None:
         if args.latency_only:
             latency_only(directory, args)
             return
+        refused = refusal(directory, args)
+        if refused:
+            parser.exit(2, f"benchmarks/tiered.py: refused: {refused}\n")
+        say(
+            f"{args.megabytes_per_broker:,.0f} MB per broker: up to "
+            f"{megabytes_on_disk(args):,.0f} MB on disk at once, "
+            f"{free_megabytes(directory):,.0f} MB free"
+        )
         base = run(False, directory, args)
-        tier = run(True, directory, args)
-    data = args.megabytes_per_broker + sum(args.rates) * args.seconds
+        tiers = [run(True, directory, args, percent) for percent in local_percents(args)]
+    data = data_megabytes(args)
     print(f"data per broker: {data:,.0f} MB (replication factor 3, {PARTITIONS} partitions)")
     base_s, base_bytes, _, base_load, base_where = base["rebuilds"][0]
-    tier_s, tier_bytes, _, tier_load, tier_where = sorted(tier["rebuilds"])[
-        len(tier["rebuilds"]) // 2
-    ]
-    runs = ", ".join(f"{r[0]:.1f}" for r in tier["rebuilds"])
     print("rebuild of a wiped broker (its restart to every replica back in every ISR):")
     print(
         f"  without tier {base_s:7.1f} s, {base_bytes / MB:8.1f} MB replicated "
         f"(load {base_load:.1f})"
     )
-    print(
-        f"  with tier    {tier_s:7.1f} s, {tier_bytes / MB:8.1f} MB replicated "
-        f"(load {tier_load:.1f}; median of {runs} s)"
-    )
-    ratio = base_bytes / max(tier_bytes, 1)
-    print(f"  time ratio {base_s / tier_s:.1f}x, bytes ratio {ratio:.1f}x")
     print(f"  where the seconds went without tier: {base_where}")
-    print(f"  where the seconds went with tier:    {tier_where}")
+    for tier in tiers:
+        local = tier["local"]
+        tier_s, tier_bytes, _, tier_load, tier_where = sorted(tier["rebuilds"])[
+            len(tier["rebuilds"]) // 2
+        ]
+        runs = ", ".join(f"{r[0]:.2f}" for r in tier["rebuilds"])
+        print(
+            f"  with tier, local retention {local:,.1f} MB per broker ({local / data:.2%} of the "
+            f"data): {tier_s:.2f} s, {tier_bytes / MB:.1f} MB replicated "
+            f"(load {tier_load:.1f}; median of {runs} s)"
+        )
+        ratio = base_bytes / max(tier_bytes, 1)
+        print(
+            f"    time ratio {base_s / tier_s:.1f}x, bytes ratio {ratio:.1f}x "
+            f"(local retention {local / data:.2%} of the data)"
+        )
+        print(f"    where the seconds went with tier: {tier_where}")
+    tier = tiers[0]
     for rate in args.rates:
         for label, result in (("copying off (baseline)", base), ("copying on", tier)):
             summary, load_during, _ = result["paced"][rate]

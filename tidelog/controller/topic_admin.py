@@ -162,7 +162,9 @@ class TopicAdminRequests:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while not done():
-            if loop.time() >= deadline:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 return False
-            await asyncio.sleep(POLL_SECONDS)
+            # never past the deadline: what comes after it is too late
+            await asyncio.sleep(min(POLL_SECONDS, remaining))
         return True
