@@ -1,4 +1,4 @@
-"""The admin HTTP API: health, Prometheus metrics, topics and their partitions."""
+"""The admin HTTP API (aiohttp): health, Prometheus metrics, topics and their partitions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import logging
 import socket
 from collections.abc import Callable
 
+from aiohttp import web
+
 from tidelog.broker.control import ControlRequests
-from tidelog.broker.http import HttpServer, Request, Response, json_response, text_response
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import ReplicaManager
@@ -48,31 +49,37 @@ class AdminServer:
         self.metrics = metrics
         self.host, self.port = host, port
         self.is_registered = is_registered
-        self._server = HttpServer(
-            [
-                ("GET", "/health", self.health),
-                ("GET", "/metrics", self.prometheus),
-                ("GET", "/topics", self.topics),
-                ("GET", "/topics/{topic}", self.topic),
-                ("GET", "/fetch-sessions", self.fetch_sessions),
-                ("PUT", "/clock", self.set_clock),
-                ("POST", "/control/{kind}", self.control_request),
-            ]
-        )
+        self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        if self.sock is None:
-            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-            self.sock = socket.create_server((self.host, self.port), family=family, backlog=128)
-            self.sock.setblocking(False)
-        await self._server.start(self.sock)
-        self.port = self.sock.getsockname()[1]
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/health", self.health),
+                web.get("/metrics", self.prometheus),
+                web.get("/topics", self.topics),
+                web.get("/topics/{topic}", self.topic),
+                web.get("/fetch-sessions", self.fetch_sessions),
+                web.put("/clock", self.set_clock),
+                web.post("/control/{kind}", self.control_request),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site: web.BaseSite
+        if self.sock is not None:
+            site = web.SockSite(self._runner, self.sock)
+        else:
+            site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         log.info("admin API on http://%s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        await self._server.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
-    async def health(self, request: Request) -> Response:
+    async def health(self, request: web.Request) -> web.Response:
         registered = self.is_registered()
         body = {
             "broker_id": self.broker_id,
@@ -80,9 +87,9 @@ class AdminServer:
             "status": "ok" if registered else "starting",
             "brokers": sorted(self.metadata.brokers),  # the live brokers this broker knows of
         }
-        return json_response(body, status=200 if registered else 503)
+        return web.json_response(body, status=200 if registered else 503)
 
-    async def control_request(self, request: Request) -> Response:
+    async def control_request(self, request: web.Request) -> web.Response:
         """POST /control/{leader-and-isr,update-metadata,stop-replica}: the controller's
         requests (see tidelog.broker.control)."""
         kinds = {
@@ -92,35 +99,35 @@ class AdminServer:
         }
         kind = request.match_info["kind"]
         if self.control is None or kind not in kinds:
-            return json_response({"error": f"no control request {kind!r}"}, status=404)
+            return web.json_response({"error": f"no control request {kind!r}"}, status=404)
         try:
             body = await request.json()
             answer = getattr(self.control, kinds[kind])(body)
         except (ValueError, KeyError, TypeError) as error:
-            return json_response({"error": f"malformed {kind} request: {error!r}"}, status=400)
-        return json_response(answer)
+            return web.json_response({"error": f"malformed {kind} request: {error!r}"}, status=400)
+        return web.json_response(answer)
 
-    async def set_clock(self, request: Request) -> Response:
+    async def set_clock(self, request: web.Request) -> web.Response:
         """PUT /clock {"skew_ms": N}: a testbed setting (broker.clock.skew.ms), changed live."""
         try:
             skew = int((await request.json())["skew_ms"])
         except (ValueError, KeyError, TypeError):
-            return json_response({"error": 'expected {"skew_ms": <integer>}'}, status=400)
+            return web.json_response({"error": 'expected {"skew_ms": <integer>}'}, status=400)
         if not hasattr(self.clock, "skew_ms"):
-            return json_response({"error": "this broker's clock cannot be skewed"}, status=409)
+            return web.json_response({"error": "this broker's clock cannot be skewed"}, status=409)
         self.clock.skew_ms = skew
         log.warning("broker %d clock skew set to %d ms through the admin API", self.broker_id, skew)
-        return json_response({"skew_ms": skew})
+        return web.json_response({"skew_ms": skew})
 
-    async def prometheus(self, request: Request) -> Response:
-        return text_response(self.metrics.render())
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
-    async def fetch_sessions(self, request: Request) -> Response:
+    async def fetch_sessions(self, request: web.Request) -> web.Response:
         """GET /fetch-sessions: the incremental fetch sessions followers hold here ("leader")
         and those this broker holds with each leader it follows ("follower")."""
         if self.replicas is None:
-            return json_response({"error": "no replica manager"}, status=404)
-        return json_response(
+            return web.json_response({"error": "no replica manager"}, status=404)
+        return web.json_response(
             {
                 "leader": self.replicas.fetch_sessions.describe(),
                 "follower": {
@@ -130,19 +137,19 @@ class AdminServer:
             }
         )
 
-    async def topics(self, request: Request) -> Response:
-        return json_response(
+    async def topics(self, request: web.Request) -> web.Response:
+        return web.json_response(
             {
                 name: {"partitions": len(topic.assignment), "config": topic.config}
                 for name, topic in sorted(self.metadata.topics.items())
             }
         )
 
-    async def topic(self, request: Request) -> Response:
+    async def topic(self, request: web.Request) -> web.Response:
         name = request.match_info["topic"]
         topic = self.metadata.topics.get(name)
         if topic is None:
-            return json_response({"error": f"no topic {name!r}"}, status=404)
+            return web.json_response({"error": f"no topic {name!r}"}, status=404)
         partitions = []
         for partition, replicas in sorted(topic.assignment.items()):
             state = topic.states.get(partition)
@@ -176,4 +183,4 @@ class AdminServer:
                 if last_clean is not None:
                     entry["last_clean"] = last_clean.as_dict()
             partitions.append(entry)
-        return json_response({"topic": name, "config": topic.config, "partitions": partitions})
+        return web.json_response({"topic": name, "config": topic.config, "partitions": partitions})
