@@ -14,7 +14,6 @@ left by a crash or a reboot is reported as stale, never acted on.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from tidelog.cluster.processes import ProcessRecord
 from tidelog.cluster.zookeeper import EmbeddedZooKeeper, free_port, is_serving, port_taken
+from tidelog.files import replace_text
 
 STATE_FILE = "cluster.json"
 
@@ -114,7 +114,8 @@ class LocalCluster:
             ),
             "brokers": {str(k): v.to_json() for k, v in self.state.brokers.items()},
         }
-        (self.directory / STATE_FILE).write_text(json.dumps(document, indent=2) + "\n")
+        # the state of a cluster a killed command leaves behind is read by the next command
+        replace_text(self.directory / STATE_FILE, json.dumps(document, indent=2) + "\n")
 
     @property
     def running(self) -> bool:
@@ -339,10 +340,7 @@ class LocalCluster:
         elif broker.stale:
             broker.process = None
         config = Path(broker.config)
-        text = "".join(f"{key}={value}\n" for key, value in settings.items())
-        partial = config.with_suffix(".properties.tmp")
-        partial.write_text(text)
-        os.replace(partial, config)
+        replace_text(config, "".join(f"{key}={value}\n" for key, value in settings.items()))
         changed = ", ".join(f"{k}={v}" for k, v in (overrides or {}).items()) or "no changes"
         progress(f"starting broker {broker_id} ({changed})")
         self.start_broker(broker_id, timeout=timeout)

@@ -11,7 +11,6 @@ which step, why, and how the cluster stood, and the same command resumes from th
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from tidelog.cluster.local import ClusterError
 from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import ConfigError
+from tidelog.files import replace_text
 from tidelog.upgrade import checks
 from tidelog.upgrade.plan import Step, plan, read_settings
 
@@ -71,9 +71,7 @@ class Journal:
 
 def write_journal(path: Path, document: dict[str, Any]) -> None:
     """Replaces the journal whole (through a temporary file): a crash leaves the old or the new."""
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(document, indent=2))
-    os.replace(partial, path)
+    replace_text(path, json.dumps(document, indent=2))
 
 
 def unfinished_run(cluster: RollableCluster) -> str | None:
