@@ -1,0 +1,42 @@
+"""The delivery check's reading of a live replica's time indexes, which retention may delete
+while they are read."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tidelog.cluster.delivery import time_index_mismatches
+from tidelog.log.files import LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file
+
+
+@pytest.fixture
+def segment_dir(tmp_path: Path) -> Path:
+    """A segment of base offset 178 with no messages: an empty .log and .timeindex."""
+    for suffix in (LOG_SUFFIX, TIME_INDEX_SUFFIX):
+        segment_file(tmp_path, 178, suffix).write_bytes(b"")
+    return tmp_path
+
+
+def test_an_intact_segment_has_no_mismatches(segment_dir):
+    assert time_index_mismatches(segment_file(segment_dir, 178, TIME_INDEX_SUFFIX)) == []
+
+
+def test_a_segment_deleted_while_it_is_read_is_passed_over(segment_dir):
+    index = segment_file(segment_dir, 178, TIME_INDEX_SUFFIX)
+    segment_file(segment_dir, 178, LOG_SUFFIX).unlink()  # retention deletes the .log first
+    later = threading.Timer(0.2, index.unlink)  # and its indexes after
+    later.start()
+    try:
+        assert time_index_mismatches(index, settle_seconds=5) == []
+    finally:
+        later.join()
+
+
+def test_an_index_left_without_its_log_is_an_error(segment_dir):
+    index = segment_file(segment_dir, 178, TIME_INDEX_SUFFIX)
+    segment_file(segment_dir, 178, LOG_SUFFIX).unlink()
+    with pytest.raises(ValueError, match="needs 00000000000000000178.log beside it"):
+        time_index_mismatches(index, settle_seconds=0.3)
