@@ -916,24 +916,23 @@ def with_overrides(
     """The profile with the command line's --duration, --history-mb-per-broker, --partitions,
     --segment-bytes, --local-retention-bytes, --rebuild-timeout and --scale (a factor on every
     rate: the producers' and the catching-up consumers')."""
-    if rebuild_timeout_s is not None:
-        profile = replace(profile, rebuild_timeout_s=rebuild_timeout_s)
-    if segment_bytes is not None:
-        profile = replace(profile, segment_bytes=segment_bytes)
-    if local_retention_bytes is not None:
-        profile = replace(profile, local_retention_bytes=local_retention_bytes)
-    if duration_s is not None:
-        profile = replace(profile, duration_s=duration_s)
-    if history_mb is not None:
-        profile = replace(profile, history_mb_per_broker=history_mb)
-    if partitions is not None:
-        profile = replace(profile, partitions=partitions)
-    if scale is not None:
+    changes: dict[str, Any] = scaling(  # profile fields (ints or floats) and "scale"
+        duration_s,
+        history_mb,
+        scale,
+        partitions,
+        segment_bytes,
+        local_retention_bytes,
+        rebuild_timeout_s,
+    )
+    factor = changes.pop("scale", None)
+    profile = replace(profile, **changes)
+    if factor is not None:
         profile = replace(
             profile,
-            acks_all_mb_per_broker=profile.acks_all_mb_per_broker * scale,
-            acks_1_mb_per_broker=profile.acks_1_mb_per_broker * scale,
-            catch_up_mb_per_broker=profile.catch_up_mb_per_broker * scale,
+            acks_all_mb_per_broker=profile.acks_all_mb_per_broker * factor,
+            acks_1_mb_per_broker=profile.acks_1_mb_per_broker * factor,
+            catch_up_mb_per_broker=profile.catch_up_mb_per_broker * factor,
         )
     return profile
 
