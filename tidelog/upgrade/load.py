@@ -64,7 +64,8 @@ class EraConsumer:
     Draining ends at each partition's high watermark, and not before ``ends`` (the offset after
     the last acknowledged message, per partition): a leader elected during the run may answer
     with a high watermark below what its predecessor acknowledged until its followers fetch
-    again, and a reader that stopped there would report acknowledged messages as missed.
+    again, and a reader that stopped there would report acknowledged messages as missed. Only a
+    pass begun after ``drain`` was set, and so with ``ends`` final, can end the draining.
     """
 
     bootstrap_servers: str
@@ -86,7 +87,9 @@ class EraConsumer:
         drain_deadline: float | None = None
         try:
             while True:
-                if drain.is_set():
+                # ends are final once drain is set: a pass that began before cannot end the run
+                draining = drain.is_set()
+                if draining:
                     now = asyncio.get_running_loop().time()
                     drain_deadline = drain_deadline or now + timeout
                     if now > drain_deadline:
@@ -115,9 +118,9 @@ class EraConsumer:
                     versions.clear()
                     await asyncio.sleep(0.2)
                     continue
-                if drain.is_set() and caught_up:
+                if draining and caught_up:
                     return
-                if not stop.is_set() or drain.is_set():
+                if not stop.is_set() or draining:
                     continue
                 await asyncio.sleep(0.05)
         finally:

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tidelog.cluster.delivery import verify
+from tidelog.cluster.delivery import Acked, verify
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
 from tidelog.records.format import Codec
@@ -63,6 +63,23 @@ def create_topics(cluster: LocalCluster, scenario: UpgradeScenario) -> dict[tupl
                 topics.create_topic(client, name, scenario.partitions, 3, config)
                 names[codec, era] = name
     return names
+
+
+def describe_missed(acked: list[Acked], missed: set[bytes], consumer: EraConsumer) -> str:
+    """The first missed messages, each with its partition and offset and what the consumer read
+    at that offset, if anything."""
+    read = {
+        (partition, offset): value
+        for partition, got in consumer.consumed.items()
+        for offset, value, _ in got
+    }
+    described = []
+    for ack in sorted(acked, key=lambda a: (a.partition, a.offset)):
+        if ack.value in missed:
+            there = read.get((ack.partition, ack.offset))
+            seen = "nothing" if there is None else there.decode(errors="replace")
+            described.append(f"{ack.value.decode()} at {ack.partition}/{ack.offset} (read: {seen})")
+    return "; ".join(described[:5])
 
 
 def fetch_bytes(cluster: LocalCluster) -> dict[str, int]:
@@ -157,7 +174,10 @@ async def run_upgrade_scenario(
                 "formats": sorted(magics),
             }
             if acked - seen:
-                report["failures"].append(f"{name}: {era} consumer missed {len(acked - seen)}")
+                report["failures"].append(
+                    f"{name}: {era} consumer missed {len(acked - seen)}: "
+                    + describe_missed(producer.acked, acked - seen, consumer)
+                )
             if era == "v0" and magics - {0}:
                 report["failures"].append(f"{name}: the v0 consumer was sent format v1")
         for check, found in checked.items():
