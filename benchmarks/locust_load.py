@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,18 +31,13 @@ from pathlib import Path
 from common import create_topic, quiet
 
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.zookeeper import free_port
 from tidelog.perf.locust.client import LATEST, BlockingClient
 
 HERE = Path(__file__).resolve().parent
 LOCUSTFILE = HERE.parent / "tidelog" / "perf" / "locust" / "locustfile.py"
 BASELINE = HERE / "locust_kafka_python.py"
 RECORD_SIZE, BATCH_BYTES = 100, 16384
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def records_in(cluster: LocalCluster, topic: str) -> int:

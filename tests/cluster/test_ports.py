@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import socket
 
+from tidelog.cluster import zookeeper
+from tidelog.cluster.compose import host_ports
+from tidelog.cluster.local import _port_plan
 from tidelog.cluster.zookeeper import EPHEMERAL_PORTS, LOWEST_LISTENER_PORT, free_port
 
 
@@ -17,3 +20,24 @@ def test_a_listener_port_is_free_and_below_the_ephemeral_range():
     for port in ports:
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", port))
+
+
+def test_one_clusters_ports_are_all_different_when_the_random_picks_repeat(monkeypatch):
+    """Each port is free when picked, but nothing binds it until the brokers start: a plan
+    whose picks repeat would put two listeners of one cluster on the same port."""
+    picks = iter([20101, 20101, 20102, 20101, 20103, 20102, 20104, 20105, 20106, 20107, 20108])
+    monkeypatch.setattr(zookeeper.random, "randrange", lambda *_: next(picks))
+
+    plan = _port_plan(3, None)
+
+    ports = [port for broker_id in (1, 2, 3) for port in plan.broker(broker_id)]
+    assert len(set(ports)) == 6 and set(ports) <= set(range(20101, 20109))
+
+
+def test_a_compose_clusters_host_ports_are_all_different(monkeypatch):
+    picks = iter([20201] * 3 + list(range(20202, 20212)))
+    monkeypatch.setattr(zookeeper.random, "randrange", lambda *_: next(picks))
+
+    ports = host_ports()
+
+    assert len(set(ports.values())) == len(ports) == 7

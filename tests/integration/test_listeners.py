@@ -10,7 +10,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.test_bad_input import closed_by_broker, request
-from tidelog.cluster.local import LocalCluster, free_port, wait_until
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.zookeeper import free_port
 from tidelog.controller import topics, zookeeper
 from tidelog.protocol.schemas import ApiKey
 

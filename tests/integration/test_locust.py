@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from tidelog.cluster.local import wait_until
+from tidelog.cluster.zookeeper import free_port
 from tidelog.controller import topics, zookeeper
 from tidelog.errors import ErrorCode
 from tidelog.perf.locust.client import LATEST, BlockingClient
@@ -204,12 +204,6 @@ def test_an_option_out_of_range_is_refused_naming_it(tmp_path, option, value, sa
     )
     assert result.returncode != 0
     assert f"argument {option}:" in result.stderr and said in result.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_master_and_two_workers_share_the_load_and_the_options(

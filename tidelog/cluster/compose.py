@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidelog.cluster.local import ClusterError, wait_until
-from tidelog.cluster.zookeeper import free_port
+from tidelog.cluster.zookeeper import free_ports
 
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
@@ -81,13 +81,12 @@ class ComposeState:
     brokers: dict[int, ComposeBroker] = field(default_factory=dict)
 
 
-def free_ports() -> dict[str, int]:
+def host_ports() -> dict[str, int]:
     """Host ports for one cluster, free now (compose.yaml's defaults are 19091-19093 etc.)."""
-    ports = {"TIDELOG_ZOOKEEPER_PORT": free_port()}
+    names = ["TIDELOG_ZOOKEEPER_PORT"]
     for broker_id in BROKERS:
-        ports[f"TIDELOG_BROKER_{broker_id}_PORT"] = free_port()
-        ports[f"TIDELOG_BROKER_{broker_id}_ADMIN_PORT"] = free_port()
-    return ports
+        names += [f"TIDELOG_BROKER_{broker_id}_PORT", f"TIDELOG_BROKER_{broker_id}_ADMIN_PORT"]
+    return dict(zip(names, free_ports(len(names)), strict=True))
 
 
 class ComposeCluster:
@@ -137,7 +136,7 @@ class ComposeCluster:
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         root = Path(compose_file).resolve().parent
-        environment = compose_environment(project, ports or free_ports())
+        environment = compose_environment(project, ports or host_ports())
         environment["TIDELOG_COMPOSE_FILE"] = str(Path(compose_file).resolve())
         environment["TIDELOG_BROKER_SETTINGS"] = str(directory / BROKER_SETTINGS_FILE)
         for broker_id in BROKERS:  # one file each, written by restart_broker

@@ -23,7 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tidelog.cluster.processes import ProcessRecord
-from tidelog.cluster.zookeeper import EmbeddedZooKeeper, free_port, is_serving, port_taken
+from tidelog.cluster.zookeeper import (
+    EmbeddedZooKeeper,
+    free_ports,
+    is_serving,
+    port_taken,
+)
 from tidelog.files import replace_text
 
 STATE_FILE = "cluster.json"
@@ -440,6 +445,7 @@ class PortPlan:
 
     base: int | None
     brokers: int
+    chosen: tuple[int, ...] = ()  # without a base: each broker's two ports, in broker order
 
     @property
     def zookeeper(self) -> int | None:
@@ -448,13 +454,13 @@ class PortPlan:
     def broker(self, broker_id: int) -> tuple[int, int]:
         """(Kafka port, admin port) of a broker."""
         if self.base is None:
-            return free_port(), free_port()
+            return self.chosen[2 * broker_id - 2], self.chosen[2 * broker_id - 1]
         return self.base + broker_id - 1, self.base + self.brokers + broker_id - 1
 
 
 def _port_plan(brokers: int, base_port: int | None) -> PortPlan:
     if base_port is None:
-        return PortPlan(None, brokers)
+        return PortPlan(None, brokers, tuple(free_ports(2 * brokers)))
     last = base_port + 2 * brokers
     if not base_port >= 1024 or last > 65535:
         raise ClusterError(

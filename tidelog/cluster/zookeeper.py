@@ -50,6 +50,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` different ports, each free now (as ``free_port``). Each is held bound until
+    all are chosen, so one cluster's listeners are never planned onto the same port."""
+    ports: list[int] = []
+    with contextlib.ExitStack() as held:
+        for _ in range(100 * count):
+            if len(ports) == count:
+                return ports
+            port = free_port(host)
+            probe = held.enter_context(socket.socket())
+            try:
+                probe.bind((host, port))
+            except OSError:  # taken since free_port looked
+                continue
+            ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise ZooKeeperError(f"found {len(ports)} free ports of the {count} needed on {host}")
+
+
 def port_taken(port: int, host: str = "127.0.0.1") -> bool:
     """Whether a listener could not bind ``port`` now (connections of a listener that just
     closed, in TIME_WAIT, do not count: listeners bind with SO_REUSEADDR, as this probe)."""
