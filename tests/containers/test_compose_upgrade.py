@@ -115,7 +115,7 @@ def test_roll_moves_every_broker_to_another_image_under_a_producer(
         images = {cluster.inspect(f"broker-{b}")["Config"]["Image"] for b in BROKERS}
         assert images == {f"tidelog:{NEW}"}
         assert {client_release(cluster, b) for b in BROKERS} == {(0, 10, 1)}
-        assert checks.lagging(cluster) == ([], [])
+        checks.wait_in_sync(cluster, 60)  # a follower of a moved leader may be a moment late
         during = [a for a in producer.acked if started < a.acked_at < time.time() - 2]
         assert len(during) > 100, f"{len(during)} acknowledged during the roll"
         report = asyncio.run(verify(cluster, topic, producer.acked))
@@ -163,7 +163,7 @@ def test_upgrade_run_takes_a_compose_cluster_from_format_v0_to_v1_under_a_produc
         journal = json.loads((tmp_path / "upgrade-journal.json").read_text())
         assert [s["status"] for s in journal["steps"]] == ["done"] * 9
         assert {client_release(cluster, b) for b in BROKERS} == {(0, 10, 0)}
-        assert checks.lagging(cluster) == ([], [])
+        checks.wait_in_sync(cluster, 60)  # a follower of a moved leader may be a moment late
         report = asyncio.run(verify(cluster, topic, producer.acked))
         assert report.ok, report.table()
     finally:

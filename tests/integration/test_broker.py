@@ -265,7 +265,9 @@ def test_perf_produce_and_consume_report_their_figures(cluster, new_topic, tmp_p
     assert "20000 records sent" in produced.stdout and "99.9th" in produced.stdout
     figures = json.loads(report.read_text())["summary"]
     assert figures["records"] == 20000 and 0 < figures["latency_ms"]["p99"] < 5000
-    assert 10_000 < figures["records_per_second"] < 25_000  # the throughput cap holds
+    # the throughput cap (20,000/s) holds; the floor only catches a producer held far below
+    # it, as a loaded machine can halve the rate without anything being wrong
+    assert 2_000 < figures["records_per_second"] < 25_000
     assert "20000 records consumed" in consumed.stdout
     assert "MB/sec of keys and values" in consumed.stdout and "MB/sec fetched" in consumed.stdout
     assert "12345 records consumed" in fewer.stdout  # exactly, although batches hold more

@@ -280,11 +280,19 @@ def test_an_out_of_sync_replica_leads_only_when_unclean_election_is_enabled(
     try:
         if allowed:
             faults.wait_until_leader(cluster, topic, lambda current: current == follower)
-            controller_logs = "".join(
-                (cluster.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
+
+            def controller_logs() -> str:  # written once the controller's whole round is done
+                return "".join(
+                    (cluster.directory / f"broker-{b}" / "broker.log").read_text()
+                    for b in (1, 2, 3)
+                )
+
+            wait_until(
+                lambda: f"{topic}-0: leader -1 -> {follower}" in controller_logs(),
+                30,
+                "the controller's log line for the election",
             )
-            assert f"{topic}-0: leader -1 -> {follower}" in controller_logs
-            assert "UNCLEAN" in controller_logs
+            assert "UNCLEAN" in controller_logs()
         else:
             time.sleep(3)  # the controller has seen the follower return and left it out
             faults.wait_until_leader(cluster, topic, lambda current: current == -1, timeout=1)

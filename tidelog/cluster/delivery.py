@@ -214,10 +214,15 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
 
 
 def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes | None, int]]:
-    """(offset, value, timestamp) of every message a replica holds below ``below``."""
+    """(offset, value, timestamp) of every message a replica holds below ``below``; a segment
+    that retention deletes between the listing and the read is no longer held."""
     found = []
     for segment in segment_files(log_directory):
-        for message in iter_deep(segment.read_bytes()):
+        try:
+            data = segment.read_bytes()
+        except FileNotFoundError:
+            continue
+        for message in iter_deep(data):
             if message.offset < below:
                 found.append((message.offset, message.value, message.timestamp))
     return found
