@@ -3,12 +3,17 @@ run with a report and a non-zero exit, and the same command resumes it where it 
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
+import urllib.request
+from types import SimpleNamespace
 
 from tests.integration.conftest import run_tidelog
-from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
+from tidelog.upgrade import checks
 
 FROM_0_10_0 = {
     "broker.protocol.max.version": "0.10.0",
@@ -69,3 +74,47 @@ def test_a_failed_step_stops_the_run_and_the_same_command_resumes_it(tmp_path):
         assert again.stdout.strip() == "nothing to do: the cluster runs 0.10.1"
     finally:
         LocalCluster(cluster.directory).down(progress=lambda _: None)
+
+
+def test_leaders_count_as_applied_only_when_every_brokers_own_view_has_them(cluster, new_topic):
+    """The upgrade's format marks wait for this after an election: a view one election behind
+    (a broker that has not yet taken the new leader, and may still append as the old one)
+    keeps it false."""
+    topic = new_topic(partitions=2)
+    wait_until(lambda: checks.leaders_applied(cluster), 30, "the brokers to take the new topic")
+
+    real = cluster.status()
+    port = real[0]["admin_port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/topics/{topic}", timeout=5) as reply:
+        view = json.loads(reply.read())
+    view["partitions"][1]["leader_epoch"] -= 1
+    behind = OneViewBehind(topic, view)
+    try:
+        stale = {"broker": 9, "registered": True, "admin_port": behind.server_port}
+        lagging = SimpleNamespace(zookeeper=cluster.zookeeper, status=lambda: [*real, stale])
+        assert not checks.leaders_applied(lagging)
+        view["partitions"][1]["leader_epoch"] += 1  # it takes the election
+        assert checks.leaders_applied(lagging)
+    finally:
+        behind.shutdown()
+
+
+class OneViewBehind(http.server.ThreadingHTTPServer):
+    """An admin API that answers GET /topics/{topic} with ``view`` (a 404 for other topics)."""
+
+    def __init__(self, topic: str, view: dict) -> None:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(outer.view).encode()
+                self.send_response(200 if self.path == f"/topics/{topic}" else 404)
+                self.end_headers()
+                self.wfile.write(body if self.path == f"/topics/{topic}" else b"{}")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.view = view
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()

@@ -7,7 +7,9 @@ int8 per top-level message), on every replica, for the messages appended after a
 from __future__ import annotations
 
 import contextlib
+import json
 import struct
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,7 +59,8 @@ def wait_in_sync(cluster: RollableCluster, timeout: float) -> None:
 
 def elect_preferred_leaders(cluster: RollableCluster, timeout: float) -> None:
     """Moves each partition's leadership back to its preferred replica, as a rolling bounce
-    would leave it on the brokers restarted first; waits until every one has it. The election
+    would leave it on the brokers restarted first; waits until every one has it, in ZooKeeper
+    and in every broker's own view (``leaders_applied``). The election
     is asked again whenever the controller has taken the last request and some partition is
     still elsewhere (its preferred replica was not yet in sync), and a request left pending (a
     run killed after asking) is waited for rather than refused."""
@@ -78,6 +81,41 @@ def elect_preferred_leaders(cluster: RollableCluster, timeout: float) -> None:
         return not elsewhere
 
     wait_until(preferred, timeout, "every partition led by its preferred replica", interval=0.5)
+    wait_until(
+        lambda: leaders_applied(cluster),
+        timeout,
+        "every broker to have taken the new leaders",
+        interval=0.2,
+    )
+
+
+def leaders_applied(cluster: RollableCluster) -> bool:
+    """Whether every registered broker's own view (its admin API) holds ZooKeeper's leader and
+    leader epoch for every partition. Until then a replaced leader may still append: a mark of
+    end offsets taken when ZooKeeper alone shows the new leader can have the old leader's
+    messages after it."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        truth = zookeeper.read_cluster(client)
+    expected = {
+        name: {number: [state.leader, state.leader_epoch] for number, state in t.states.items()}
+        for name, t in truth.topics.items()
+    }
+    for broker in cluster.status():
+        if not broker["registered"]:
+            continue
+        for name, states in expected.items():
+            url = f"http://127.0.0.1:{broker['admin_port']}/topics/{name}"
+            try:
+                with urllib.request.urlopen(url, timeout=5) as reply:
+                    described = json.loads(reply.read())
+            except (OSError, ValueError):  # not serving yet, or the topic not known yet (404)
+                return False
+            seen = {
+                p["partition"]: [p["leader"], p["leader_epoch"]] for p in described["partitions"]
+            }
+            if seen != states:
+                return False
+    return True
 
 
 def leaders(cluster: RollableCluster) -> dict[tuple[str, int], tuple[int, int]]:
