@@ -48,16 +48,19 @@ def test_a_fetch_waits_for_min_bytes_and_an_append_wakes_it(cluster, new_topic):
     topic = new_topic()
     leader = leader_of(cluster, topic)
     answers = {}
+    asking = threading.Event()
 
     def waiting_fetch() -> None:
         with connect(cluster, leader) as connection:
             started = time.monotonic()
+            asking.set()
             answers["response"] = request(connection, ApiKey.FETCH, 3, fetch_body(topic, 0, 10_000))
             answers["seconds"] = time.monotonic() - started
 
     fetcher = threading.Thread(target=waiting_fetch)
     fetcher.start()
-    time.sleep(0.5)
+    assert asking.wait(15)
+    time.sleep(0.5)  # the fetch waits (min_bytes) for this long before the append wakes it
     with connect(cluster, leader) as connection:
         request(
             connection,
