@@ -7,6 +7,7 @@ import http.server
 import json
 import subprocess
 import threading
+import urllib.error
 import urllib.request
 from types import SimpleNamespace
 
@@ -88,7 +89,7 @@ def test_leaders_count_as_applied_only_when_every_brokers_own_view_has_them(clus
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/topics/{topic}", timeout=5) as reply:
         view = json.loads(reply.read())
     view["partitions"][1]["leader_epoch"] -= 1
-    behind = OneViewBehind(topic, view)
+    behind = OneViewBehind(topic, view, port)
     try:
         stale = {"broker": 9, "registered": True, "admin_port": behind.server_port}
         lagging = SimpleNamespace(zookeeper=cluster.zookeeper, status=lambda: [*real, stale])
@@ -100,17 +101,25 @@ def test_leaders_count_as_applied_only_when_every_brokers_own_view_has_them(clus
 
 
 class OneViewBehind(http.server.ThreadingHTTPServer):
-    """An admin API that answers GET /topics/{topic} with ``view`` (a 404 for other topics)."""
+    """An admin API that answers GET /topics/{topic} with ``view`` and every other path as the
+    broker at ``real_port`` does (the shared cluster holds other tests' topics too)."""
 
-    def __init__(self, topic: str, view: dict) -> None:
+    def __init__(self, topic: str, view: dict, real_port: int) -> None:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                body = json.dumps(outer.view).encode()
-                self.send_response(200 if self.path == f"/topics/{topic}" else 404)
+                status, body = 200, json.dumps(outer.view).encode()
+                if self.path != f"/topics/{topic}":
+                    url = f"http://127.0.0.1:{real_port}{self.path}"
+                    try:
+                        with urllib.request.urlopen(url, timeout=5) as reply:
+                            body = reply.read()
+                    except urllib.error.HTTPError as error:
+                        status, body = error.code, error.read()
+                self.send_response(status)
                 self.end_headers()
-                self.wfile.write(body if self.path == f"/topics/{topic}" else b"{}")
+                self.wfile.write(body)
 
             def log_message(self, *args) -> None:
                 pass
