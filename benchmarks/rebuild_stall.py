@@ -52,7 +52,10 @@ TOPIC = "stall"
 RECORD = 480
 SEGMENT = 256 * 1024
 LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-LOOP_BLOCK = re.compile(r"event loop blocked (\d+) ms .*samples in: (.*)$")
+LOOP_BLOCK = re.compile(
+    r"event loop blocked (\d+) ms .*?(?:on cpu (\d+), runnable (\d+), asleep (\d+) ms.*)?"
+    r"samples in: (.*)$"
+)
 OVERRIDES = {
     "remote.log.storage.system.enable": "true",
     "remote.log.manager.task.interval.ms": "1000",
@@ -86,12 +89,16 @@ def log_times(cluster: LocalCluster, pattern: str) -> list[float]:
 
 @dataclass(frozen=True)
 class LoopBlock:
-    """A block of a broker's event loop the watchdog logged: when it began, for how long, and
-    the stack seen in most of its samples (innermost frame first)."""
+    """A block of a broker's event loop the watchdog logged: when it began, for how long, how
+    much of it the loop's thread was on a CPU, runnable without one, or asleep (system calls,
+    the GIL), and the stack seen in most of its samples (innermost frame first)."""
 
     broker_id: int
     began: float
     milliseconds: int
+    on_cpu_ms: int
+    runnable_ms: int
+    asleep_ms: int
     stack: str
 
 
@@ -171,6 +178,11 @@ async def run(args: argparse.Namespace, directory: Path) -> None:
         report(args, target, started, events, acks_dir, errors, loop_blocks(cluster))
     finally:
         cluster.down(progress=lambda _: None)
+        if args.keep_logs:
+            Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+            for broker_id in cluster.broker_ids:
+                destination = Path(args.keep_logs) / f"broker-{broker_id}.log"
+                shutil.copyfile(cluster.broker(broker_id).log_path, destination)
 
 
 def report(
@@ -235,23 +247,30 @@ def report_loop_blocks(
     then the stacks (their innermost frames) that held the loops longest in all."""
     print(f"event loop blocks of {args.watchdog_ms:g} ms or more (broker {target} rebuilt):")
     for name, low, high in bounds:
-        by_broker: dict[int, list[int]] = defaultdict(list)
+        by_broker: dict[int, list[LoopBlock]] = defaultdict(list)
         for block in blocks:
             if low <= block.began < high:
-                by_broker[block.broker_id].append(block.milliseconds)
+                by_broker[block.broker_id].append(block)
         cells = [
-            f"broker {broker_id}: {len(lengths)} blocks, {sum(lengths)} ms, max {max(lengths)}"
-            for broker_id, lengths in sorted(by_broker.items())
+            f"broker {broker_id}: {len(found)} blocks, {sum(b.milliseconds for b in found)} ms "
+            f"(cpu {sum(b.on_cpu_ms for b in found)}, runnable {sum(b.runnable_ms for b in found)}"
+            f", asleep {sum(b.asleep_ms for b in found)}), max {max(b.milliseconds for b in found)}"
+            for broker_id, found in sorted(by_broker.items())
         ]
         print(f"  {name:8s} {'; '.join(cells) or 'none'}")
-    by_stack: dict[str, list[int]] = defaultdict(list)
+    by_stack: dict[str, list[LoopBlock]] = defaultdict(list)
     for block in blocks:
         if bounds[0][1] <= block.began < bounds[-1][2]:
             innermost = " < ".join(block.stack.split(" < ")[: args.stack_frames])
-            by_stack[innermost].append(block.milliseconds)
-    ranked = sorted(by_stack.items(), key=lambda item: -sum(item[1]))
-    for stack, lengths in ranked[: args.stacks]:
-        print(f"  {len(lengths):4d} blocks, {sum(lengths):6d} ms, max {max(lengths):4d}: {stack}")
+            by_stack[innermost].append(block)
+    ranked = sorted(by_stack.items(), key=lambda item: -sum(b.milliseconds for b in item[1]))
+    for stack, found in ranked[: args.stacks]:
+        print(
+            f"  {len(found):4d} blocks, {sum(b.milliseconds for b in found):6d} ms (cpu "
+            f"{sum(b.on_cpu_ms for b in found)}, runnable {sum(b.runnable_ms for b in found)}, "
+            f"asleep {sum(b.asleep_ms for b in found)}), max "
+            f"{max(b.milliseconds for b in found):4d}: {stack}"
+        )
 
 
 def main() -> None:
@@ -267,6 +286,7 @@ def main() -> None:
     parser.add_argument("--watchdog-ms", type=float, default=20, help="loop blocks reported")
     parser.add_argument("--stacks", type=int, default=12, help="stacks of loop blocks shown")
     parser.add_argument("--stack-frames", type=int, default=5, help="frames shown per stack")
+    parser.add_argument("--keep-logs", help="a directory to copy the brokers' logs to")
     args = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="rebuild-stall-"))
     try:
