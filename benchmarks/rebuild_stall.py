@@ -103,12 +103,14 @@ class LoopBlock:
 
 
 def loop_blocks(cluster: LocalCluster) -> list[LoopBlock]:
-    return [
-        LoopBlock(
-            broker_id, ended - int(found.group(1)) / 1000, int(found.group(1)), found.group(2)
+    blocks = []
+    for ended, broker_id, found in log_lines(cluster, LOOP_BLOCK.pattern):
+        milliseconds, on_cpu, runnable, asleep = (int(found.group(n) or 0) for n in range(1, 5))
+        began = ended - milliseconds / 1000
+        blocks.append(
+            LoopBlock(broker_id, began, milliseconds, on_cpu, runnable, asleep, found.group(5))
         )
-        for ended, broker_id, found in log_lines(cluster, LOOP_BLOCK.pattern)
-    ]
+    return blocks
 
 
 async def run(args: argparse.Namespace, directory: Path) -> None:
