@@ -50,7 +50,6 @@ from tidelog.records.format import Codec
 
 TOPIC = "stall"
 RECORD = 480
-SEGMENT = 256 * 1024
 LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 LOOP_BLOCK = re.compile(
     r"event loop blocked (\d+) ms .*?(?:on cpu (\d+), runnable (\d+), asleep (\d+) ms.*)?"
@@ -118,9 +117,12 @@ async def run(args: argparse.Namespace, directory: Path) -> None:
     cluster = LocalCluster(directory)
     cluster.up(3, overrides=OVERRIDES, progress=lambda _: None)
     try:
-        config = {"min.insync.replicas": "2", "segment.bytes": str(SEGMENT)}
+        config = {"min.insync.replicas": "2", "segment.bytes": str(args.segment_bytes)}
         if args.tiered:
-            config |= {"remote.storage.enable": "true", "local.retention.bytes": str(SEGMENT)}
+            config |= {
+                "remote.storage.enable": "true",
+                "local.retention.bytes": str(args.segment_bytes),
+            }
         create_topic(cluster, TOPIC, args.partitions, 3, config)
         history = ProducerSettings(
             TOPIC, int(args.history_mb * 1e6 / RECORD), RECORD, acks=1, codec=Codec.SNAPPY,
@@ -284,6 +286,12 @@ def main() -> None:
     parser.add_argument("--history-mb", type=float, default=100)
     parser.add_argument("--rate", type=float, default=2000, help="records/s of 480 bytes")
     parser.add_argument("--seconds", type=float, default=40)
+    parser.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=256 * 1024,
+        help="segment.bytes, and local.retention.bytes with --tiered (perf's full profile: 1 MiB)",
+    )
     parser.add_argument("--kill-at", type=float, default=5, help="seconds into the traffic")
     parser.add_argument("--watchdog-ms", type=float, default=20, help="loop blocks reported")
     parser.add_argument("--stacks", type=int, default=12, help="stacks of loop blocks shown")
