@@ -9,6 +9,7 @@ import socket
 import pytest
 import uvloop
 
+from tests.conftest import message_set
 from tidelog.broker.server import _send_slice
 from tidelog.log.segment import FileSlice
 
@@ -57,3 +58,25 @@ def test_a_slice_arrives_whole_between_what_was_written_around_it(
     assert received == b"header" + data[1_000:5_001_000] + b"trailer"
     if slow:  # most of it still went by sendfile
         assert 0 < sum(map(len, copied)) < 5_000_000 / 4
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_slice_whose_segment_was_deleted_after_the_read_is_sent_whole(make_log, clock, loop):
+    """A fetch is read, then retention deletes the segment (on tiered topics local retention
+    does so every few seconds) before the answer is sent: the answer still goes out whole. The
+    leader used to fail with "I/O operation on closed file" and close the follower's
+    connection, which then waited replica.fetch.backoff.ms and fetched everything again."""
+    log = make_log(segment_bytes=100_000, retention_bytes=1)
+    for _ in range(30):
+        clock.advance(10)
+        log.append_as_leader(message_set(100, timestamp=clock.milliseconds()))
+    log.high_watermark = log.log_end_offset
+    file_slice = log.read(0, 10**7).slice
+    expected = file_slice.read()
+    assert log.delete_old_segments() >= 1 and log.local_log_start_offset > 0
+
+    runner = asyncio.Runner(loop_factory=LOOPS[loop])
+    with runner:
+        received = runner.run(serve_and_read(file_slice, b"header", b"trailer", slow=True))
+
+    assert received == b"header" + expected + b"trailer"

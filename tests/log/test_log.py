@@ -309,6 +309,55 @@ def test_retention_by_size_deletes_the_oldest_segments_beyond_retention_bytes(ma
     assert segments_of(log) == [10, 15, 20]
 
 
+def descriptors_of(path) -> int:
+    """How many of this process's descriptors are open on ``path`` (deleted or not)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the listing's own descriptor, closed by now
+            continue
+        count += target in (str(path), f"{path} (deleted)")
+    return count
+
+
+@pytest.mark.parametrize("deleted_by", ["retention", "truncation"])
+def test_a_slice_read_before_its_segment_was_deleted_still_reads_whole(make_log, clock, deleted_by):
+    """A fetch answer holds file slices until it is sent; a segment deleted meanwhile (local
+    retention of a tiered topic deletes one every few seconds) must not close the descriptor
+    under it: the leader closed a catching-up follower's connection over it."""
+    segment_size = 5 * MESSAGE_BYTES
+    log = make_log(segment_bytes=segment_size, retention_bytes=2 * segment_size + 1)
+    fill(log, clock, 5)
+    log.high_watermark = log.log_end_offset
+    first_path = log.segments[0].log_path
+    first_slice = log.read(0, 10**6).slice
+    expected = first_slice.read()
+
+    if deleted_by == "retention":
+        assert log.delete_old_segments() == 2
+    else:
+        log.truncate_fully_and_start_at(log.log_end_offset)
+
+    assert not first_path.exists()
+    assert first_slice.read() == expected
+    assert [m.offset for m in iter_deep(expected)][:5] == [0, 1, 2, 3, 4]
+
+
+def test_a_deleted_segments_descriptor_closes_with_its_last_slice(make_log, clock):
+    segment_size = 5 * MESSAGE_BYTES
+    log = make_log(segment_bytes=segment_size, retention_bytes=2 * segment_size + 1)
+    fill(log, clock, 5)
+    log.high_watermark = log.log_end_offset
+    first_path = log.segments[0].log_path
+    first_slice = log.read(0, 10**6).slice
+    assert log.delete_old_segments() == 2
+
+    assert descriptors_of(first_path) == 1  # the slice's
+    del first_slice
+    assert descriptors_of(first_path) == 0
+
+
 def test_retention_never_deletes_above_the_high_watermark(make_log, clock):
     log = make_log(segment_bytes=5 * MESSAGE_BYTES, retention_ms=1000)
     fill(log, clock, 4)

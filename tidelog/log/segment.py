@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import mmap
 import os
@@ -37,11 +38,24 @@ HEADER_PREFIX = LOG_OVERHEAD + 14  # offset, size, crc, magic, attributes, times
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
+class SegmentLogFile(io.FileIO):
+    """A segment's open ``.log`` file. Deleting a segment unlinks its files but does not close
+    this: a FileSlice read before the deletion may still be on its way to a client, and
+    sendfile reads through the descriptor (a closed descriptor's number may already belong to
+    another file). The descriptor closes when the last reference to the file, the segment's or
+    a slice's, is gone (CPython frees an object when its last reference goes), or when the
+    segment is closed (a clean shutdown, a deleted partition)."""
+
+    def __del__(self) -> None:
+        self.close()  # on purpose, so not the "unclosed file" ResourceWarning
+
+
 @dataclass(frozen=True)
 class FileSlice:
     """``length`` bytes of a segment's log file from ``position``: what a fetch sends, with
     ``os.sendfile`` when no conversion is needed. The file stays readable after the segment is
-    deleted (the descriptor keeps the data), so a slice taken may still be sent."""
+    deleted (the descriptor keeps the data, see SegmentLogFile), so a slice taken may still be
+    sent."""
 
     file: BinaryIO
     position: int
@@ -77,7 +91,7 @@ class LogSegment:
         self.max_index_size = max_index_size
         self.suffix = suffix  # after each file's own suffix: the cleaner's .cleaned and .swap
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
-        self.file: BinaryIO = open(self.log_path, "a+b", buffering=0)  # noqa: SIM115
+        self.file: BinaryIO = SegmentLogFile(self.log_path, "a+b")
         self._fd = self.file.fileno()
         self.size = os.fstat(self._fd).st_size
         self.index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix)
@@ -350,7 +364,10 @@ class LogSegment:
         self.file.close()
 
     def delete(self) -> None:
-        self.close()
+        """Removes the segment's files. Its log file stays open while a slice of it is
+        referenced (see SegmentLogFile); the indexes are closed at once."""
+        self.index.close()
+        self.time_index.close()
         for path in (self.log_path, self.index.path, self.time_index.path):
             path.unlink(missing_ok=True)
 
