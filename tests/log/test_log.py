@@ -321,17 +321,22 @@ def descriptors_of(path) -> int:
     return count
 
 
+def slice_of_the_first_of_five_segments(make_log, clock):
+    """A log of five one-segment-sized fills whose retention keeps two segments, and a fetch
+    answer's slice read from its first segment: (log, that segment's path, the slice)."""
+    segment_size = 5 * MESSAGE_BYTES
+    log = make_log(segment_bytes=segment_size, retention_bytes=2 * segment_size + 1)
+    fill(log, clock, 5)
+    log.high_watermark = log.log_end_offset
+    return log, log.segments[0].log_path, log.read(0, 10**6).slice
+
+
 @pytest.mark.parametrize("deleted_by", ["retention", "truncation"])
 def test_a_slice_read_before_its_segment_was_deleted_still_reads_whole(make_log, clock, deleted_by):
     """A fetch answer holds file slices until it is sent; a segment deleted meanwhile (local
     retention of a tiered topic deletes one every few seconds) must not close the descriptor
     under it: the leader closed a catching-up follower's connection over it."""
-    segment_size = 5 * MESSAGE_BYTES
-    log = make_log(segment_bytes=segment_size, retention_bytes=2 * segment_size + 1)
-    fill(log, clock, 5)
-    log.high_watermark = log.log_end_offset
-    first_path = log.segments[0].log_path
-    first_slice = log.read(0, 10**6).slice
+    log, first_path, first_slice = slice_of_the_first_of_five_segments(make_log, clock)
     expected = first_slice.read()
 
     if deleted_by == "retention":
@@ -345,12 +350,7 @@ def test_a_slice_read_before_its_segment_was_deleted_still_reads_whole(make_log,
 
 
 def test_a_deleted_segments_descriptor_closes_with_its_last_slice(make_log, clock):
-    segment_size = 5 * MESSAGE_BYTES
-    log = make_log(segment_bytes=segment_size, retention_bytes=2 * segment_size + 1)
-    fill(log, clock, 5)
-    log.high_watermark = log.log_end_offset
-    first_path = log.segments[0].log_path
-    first_slice = log.read(0, 10**6).slice
+    log, first_path, first_slice = slice_of_the_first_of_five_segments(make_log, clock)
     assert log.delete_old_segments() == 2
 
     assert descriptors_of(first_path) == 1  # the slice's
