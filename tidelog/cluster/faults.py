@@ -229,6 +229,17 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     return _zookeeper_read(cluster, roles)
 
 
+def topic_view(admin_port: int, topic: str) -> dict | None:
+    """A broker's own view of ``topic`` (its admin API's GET /topics/{topic}); None when the
+    broker does not answer or does not know the topic (404)."""
+    try:
+        url = f"http://127.0.0.1:{admin_port}/topics/{topic}"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            return json.loads(reply.read())
+    except (OSError, ValueError):
+        return None
+
+
 def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) -> None:
     """Waits until the leader of every partition of ``topic`` has moved its older data to the
     remote tier and deleted it locally (local log start above the log start): a broker rebuilt
@@ -237,12 +248,8 @@ def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) ->
     def offloaded() -> bool:
         led: dict[int, dict] = {}
         for broker_id in cluster.broker_ids:
-            port = cluster.broker(broker_id).admin_port
-            try:
-                url = f"http://127.0.0.1:{port}/topics/{topic}"
-                with urllib.request.urlopen(url, timeout=5) as reply:
-                    described = json.loads(reply.read())
-            except (OSError, ValueError):
+            described = topic_view(cluster.broker(broker_id).admin_port, topic)
+            if described is None:
                 continue  # not up, or does not know the topic yet
             for entry in described["partitions"]:
                 if entry["leader"] == broker_id and "local_log_start_offset" in entry:
@@ -295,13 +302,8 @@ def every_replica_has_its_log(cluster: Cluster, topic: str, brokers: set[int]) -
     """Each of ``brokers`` has opened the log of every partition of ``topic`` assigned to it
     (its admin API says so; a broker serves clients once its logs are open)."""
     for broker_id in brokers:
-        port = cluster.broker(broker_id).admin_port
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/topics/{topic}", timeout=10
-            ) as response:
-                described = json.loads(response.read())
-        except OSError:  # not up yet, or not serving this topic yet (404)
+        described = topic_view(cluster.broker(broker_id).admin_port, topic)
+        if described is None:  # not up yet, or not serving this topic yet (404)
             return False
         if any(
             broker_id in p["replicas"] and "log_end_offset" not in p

@@ -7,12 +7,11 @@ int8 per top-level message), on every replica, for the messages appended after a
 from __future__ import annotations
 
 import contextlib
-import json
 import struct
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from tidelog.cluster.faults import topic_view
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.rolling import RollableCluster
 from tidelog.config import broker_config
@@ -104,11 +103,8 @@ def leaders_applied(cluster: RollableCluster) -> bool:
         if not broker["registered"]:
             continue
         for name, states in expected.items():
-            url = f"http://127.0.0.1:{broker['admin_port']}/topics/{name}"
-            try:
-                with urllib.request.urlopen(url, timeout=5) as reply:
-                    described = json.loads(reply.read())
-            except (OSError, ValueError):  # not serving yet, or the topic not known yet (404)
+            described = topic_view(broker["admin_port"], name)
+            if described is None:  # not serving yet, or the topic not known yet
                 return False
             seen = {
                 p["partition"]: [p["leader"], p["leader_epoch"]] for p in described["partitions"]
