@@ -112,3 +112,23 @@ def test_a_broker_stopped_mid_produce_keeps_what_it_acknowledged(single_broker, 
         assert "after a clean shutdown" in broker_log
     else:
         assert "after an unclean shutdown" in broker_log
+
+
+def test_down_stops_a_broker_that_another_command_restarted(tmp_path):
+    """A cluster object read its state before a command (another object, as every `tidelog`
+    command is) restarted a broker: its ``down`` stops the broker running now, not the one it
+    remembers (a canary test left such a broker running after its cluster was gone)."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.up(1, progress=lambda _: None)
+    command = LocalCluster(tmp_path / "cluster")
+    try:
+        command.stop_broker(1)
+        command.start_broker(1)
+        restarted = command.broker(1).pid
+        assert restarted is not None
+    finally:
+        cluster.down(progress=lambda _: None)
+
+    assert LocalCluster(tmp_path / "cluster").broker(1).pid is None
+    stat = Path(f"/proc/{restarted}/stat")  # exited: gone, or a zombie until its parent reaps it
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"

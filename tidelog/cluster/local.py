@@ -268,6 +268,8 @@ class LocalCluster:
         return BrokerProcess(broker_id, port, admin_port, str(config))
 
     def down(self, timeout: float = 30.0, progress=print) -> None:
+        # another object or command may have restarted brokers since this one read the state
+        self.state = self._load() or self.state
         if self.state is None:
             raise ClusterError(f"no cluster in {self.directory}")
         for broker in self.state.brokers.values():
