@@ -104,3 +104,25 @@ def test_a_cluster_directory_is_read_from_the_replica_that_holds_most(make_log, 
     assert {s.directory for s in segments} == {str(leader)}
     assert [r["offset"] for r in rows_of(segments)] == list(range(100))
     assert find_segments(tmp_path / "cluster", topic="other") == []
+
+
+def test_a_segment_deleted_after_it_was_planned_has_no_rows(make_log, clock, tmp_path):
+    """The data source plans a live broker's segments, then reads them: retention may delete
+    one in between (seen on the suite's shared cluster), and its messages are gone."""
+    log = make_log(segment_bytes=1000)
+    fill(log, clock, 30)
+    log.flush()
+    first, second = find_segments(tmp_path)[:2]
+    scans = [plan_segment(first, Bounds()), plan_segment(second, Bounds())]
+    first.log_path.unlink()
+
+    stats: list = []
+    rows = [
+        row
+        for scan in scans
+        for batch in read_segment(scan, stats=stats)
+        for row in batch.to_pylist()
+    ]
+
+    assert rows and all(r["offset"] >= second.base_offset for r in rows)
+    assert stats[0].bytes_read == 0 and stats[1].bytes_read > 0

@@ -18,6 +18,7 @@ the filters to them. ``ScanStats`` counts the bytes a scan read and the bytes it
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import struct
@@ -44,6 +45,8 @@ from tidelog.records.format import (
     iter_inner,
     view_at,
 )
+
+log = logging.getLogger(__name__)
 
 SCHEMA = pa.schema(
     [
@@ -356,14 +359,21 @@ def read_segment(
     reach BATCH_ROWS rows).
 
     Reads chunks of READ_CHUNK bytes (more when one entry is larger) and stops quietly at a
-    partial last entry (a live segment being appended to). Appends the scan's ScanStats to
-    ``stats`` when the scan ends: the bytes read are those of the entries decoded.
+    partial last entry (a live segment being appended to). A segment that retention deleted
+    since it was planned has no rows: its messages are no longer in the log. Appends the
+    scan's ScanStats to ``stats`` when the scan ends: the bytes read are those of the entries
+    decoded.
     """
     segment = scan.segment
     columns = _Columns(segment.topic, segment.partition, tier)
     rows, position = 0, scan.start_position
-    if not scan.skipped:
-        with open(segment.log_path, "rb", buffering=0) as file:
+    try:
+        file = None if scan.skipped else open(segment.log_path, "rb", buffering=0)  # noqa: SIM115
+    except FileNotFoundError:
+        log.info("%s: deleted since the scan was planned; no rows", segment.log_path)
+        file = None
+    if file is not None:
+        with file:
             descriptor = file.fileno()
             size, chunk_size = os.fstat(descriptor).st_size, READ_CHUNK
             while position < size:
@@ -384,7 +394,7 @@ def read_segment(
         rows += len(columns)
         yield columns.batch()
     if stats is not None:
-        bytes_read = 0 if scan.skipped else position - scan.start_position
+        bytes_read = 0 if file is None else position - scan.start_position
         stats.append(ScanStats(max(segment.size, position), bytes_read, rows))
 
 
