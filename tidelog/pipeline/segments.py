@@ -367,11 +367,12 @@ def read_segment(
     segment = scan.segment
     columns = _Columns(segment.topic, segment.partition, tier)
     rows, position = 0, scan.start_position
-    try:
-        file = None if scan.skipped else open(segment.log_path, "rb", buffering=0)  # noqa: SIM115
-    except FileNotFoundError:
-        log.info("%s: deleted since the scan was planned; no rows", segment.log_path)
-        file = None
+    file = None
+    if not scan.skipped:
+        try:
+            file = open(segment.log_path, "rb", buffering=0)  # noqa: SIM115 (closed below)
+        except FileNotFoundError:
+            log.info("%s: deleted since the scan was planned; no rows", segment.log_path)
     if file is not None:
         with file:
             descriptor = file.fileno()
