@@ -250,9 +250,9 @@ def test_consumer_lag_and_rebuild_tables_match_the_raw_rows(cases, spark, tmp_pa
     rebuild = design[("3 rebuild a broker (data wiped)", "acks=all")]
     assert rebuild["reference: with tiered"] == "56 / 23 ms; 2 min"
     assert rebuild["tiered-cases: with tiered"] == (
-        f"{with_tiered['max_p99_ms']:.1f} / {with_tiered['max_p95_ms']:.1f} ms; 2.0 min"
+        f"{with_tiered['max_p99_ms']:.1f} / {with_tiered['max_p95_ms']:.1f} ms; 120.0 s"
     )
-    assert rebuild["tiered-cases: without"].endswith("; 15.0 min")
+    assert rebuild["tiered-cases: without"].endswith("; 15 min")
     assert design[("1 normal traffic", "acks=all")]["tiered-cases: with tiered"] == "-"
     lag_csv = read_csv(tmp_path / "consumer_lag.csv")
     assert {(r["kind"], r["tiered"]) for r in lag_csv} == {
@@ -260,7 +260,8 @@ def test_consumer_lag_and_rebuild_tables_match_the_raw_rows(cases, spark, tmp_pa
     }
     assert all(value != "" for row in lag_csv for value in row.values())
     plot = tmp_path / "consumer_lag_over_time.png"
-    assert plot in written and plot.stat().st_size > 10_000 and png_size(plot) == PIXELS
+    assert plot in written and plot.stat().st_size > 10_000
+    assert png_size(plot) == (PIXELS[0], 2 * PIXELS[1])  # a row of panels per consumer kind
     for name in ("tiered-cases_rebuild_acks-all_tiered", "tiered-cases_rebuild_acks-all_local"):
         assert png_size(tmp_path / f"latency_over_time_{name}.png") == PIXELS
     page = (tmp_path / "report.html").read_text()

@@ -1,5 +1,9 @@
-"""The report's PNG plots (matplotlib, no display): every figure is FIGURE_SIZE inches at DPI,
-so every image is PIXELS wide and high.
+"""The report's PNG plots (matplotlib, no display): every figure is FIGURE_SIZE inches at DPI
+per row of panels, so every image is PIXELS wide and PIXELS[1] high per row.
+
+Every plot draws a case x workload x tiered group in its workload's colour and its tier's line
+style, the same in every plot of a report (SeriesStyle); a plot of several groups has a panel
+per case.
 
 Plots draw the report's per-window and per-second rows, never raw rows; a line longer than
 MAX_POINTS points is thinned to every k-th point for drawing (THINNED says so on the page; the
@@ -9,11 +13,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from tidelog.pipeline.report import GROUP, ReportData, group_key
 
@@ -25,6 +32,37 @@ THINNED = (
     f"Plots draw at most {MAX_POINTS} points per line (longer series: every k-th window); "
     "the tables and CSV files hold every window."
 )
+
+
+# tab:red marks the events on the latency plots, so no series is red
+PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+           "tab:olive", "tab:cyan", "tab:gray"]  # fmt: skip
+TIER_STYLES = {True: "-", False: "--"}
+TIER_NAMES = {True: "tiered", False: "no tiered"}
+
+
+@dataclass(frozen=True)
+class SeriesStyle:
+    """How the plots of one report draw a case x workload x tiered group: the colour of its
+    workload and the line style of its tier (TIER_STYLES); its case is its panel. The report's
+    workloads, sorted, take PALETTE's colours in turn; draw_all builds one SeriesStyle for all
+    its plots, so a workload has one colour and a tier one style in every plot."""
+
+    colours: dict[str, str]
+
+    @classmethod
+    def of(cls, data: ReportData) -> SeriesStyle:
+        workloads = sorted({run.metadata.workload for run in data.runs})
+        return cls({name: PALETTE[n % len(PALETTE)] for n, name in enumerate(workloads)})
+
+    def line(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Axes.plot's keywords for the series of ``row`` (a row with a workload and tiered)."""
+        tiered = bool(row["tiered"])
+        return {
+            "color": self.colours[row["workload"]],
+            "linestyle": TIER_STYLES[tiered],
+            "label": f"{row['workload']}, {TIER_NAMES[tiered]}",
+        }
 
 
 def thin(xs: list[float], ys: list[float]) -> tuple[list[float], list[float]]:
@@ -71,6 +109,49 @@ def _figure() -> tuple[Figure, Axes]:
     return figure, figure.subplots()
 
 
+def _panels(
+    series: SeriesStyle,
+    keys: Iterable[tuple],
+    sharex: bool = False,
+    sharey: bool | Literal["row"] = False,
+) -> tuple[Figure, dict[tuple, Axes]]:
+    """A figure of panels, a column per case, and the legend of ``series``; returns each line's
+    panel. ``keys`` are the lines' (run, case, workload, tiered, *more): ``more`` (a consumer
+    kind) makes rows of panels, and so do runs when two of them have the same case x workload x
+    tiered (their lines would look alike in one panel)."""
+    keys = list(keys)
+    runs: dict[tuple, set[str]] = {}
+    for run, *line in keys:
+        runs.setdefault((*line,), set()).add(run)
+    apart = any(len(found) > 1 for found in runs.values())
+
+    def panel(key: tuple) -> tuple[tuple, str]:
+        """(row, column): the row names the run (if apart) and ``more``."""
+        run, case, _, _, *more = key
+        return ((run, *more) if apart else (*more,)), case
+
+    where = {key: panel(key) for key in keys}
+    rows = sorted({row for row, _ in where.values()})
+    columns = sorted({column for _, column in where.values()})
+    size = (FIGURE_SIZE[0], FIGURE_SIZE[1] * len(rows))
+    figure = Figure(figsize=size, dpi=DPI, layout="constrained")
+    grid = figure.subplots(len(rows), len(columns), squeeze=False, sharex=sharex, sharey=sharey)
+    used = set(where.values())
+    for i, row in enumerate(rows):
+        for j, column in enumerate(columns):
+            if (row, column) not in used:
+                grid[i][j].set_axis_off()
+                continue
+            grid[i][j].set_title(column + (f" ({', '.join(row)})" if row else ""), fontsize=10)
+            grid[i][j].grid(True, alpha=0.3)
+    drawn = sorted({(key[2], bool(key[3])) for key in keys}, key=lambda w: (w[0], not w[1]))
+    handles = [Line2D([], [], **series.line({"workload": w, "tiered": t})) for w, t in drawn]
+    figure.legend(handles=handles, loc="outside right upper", fontsize=8)
+    return figure, {
+        key: grid[rows.index(row)][columns.index(column)] for key, (row, column) in where.items()
+    }
+
+
 def _save(figure: Figure, path: Path) -> Path:
     figure.savefig(path, dpi=DPI)
     return path
@@ -92,7 +173,15 @@ def _with_gaps(
     return seconds, values
 
 
-def latency_over_time(data: ReportData, out: Path) -> list[Path]:
+# the percentiles over time of one group: its series' colour and style, the higher the wider
+PERCENTILE_LINES = {
+    "p50_ms": {"linewidth": 1.0, "alpha": 0.7},
+    "p95_ms": {"linewidth": 1.4, "alpha": 0.8},
+    "p99_ms": {"linewidth": 2.2, "alpha": 1.0},
+}
+
+
+def latency_over_time(data: ReportData, series: SeriesStyle, out: Path) -> list[Path]:
     """One plot per group: p50, p95 and p99 of each window, the group's events marked."""
     paths = []
     events = _groups(data.events)
@@ -100,9 +189,11 @@ def latency_over_time(data: ReportData, out: Path) -> list[Path]:
         figure, axes = _figure()
         # each window's point sits at its middle; a window without acknowledgements has none
         middle = data.window_seconds / 2
-        for column, style in [("p50_ms", "-"), ("p95_ms", "--"), ("p99_ms", "-")]:
+        line = series.line(windows[0])
+        for column, width in PERCENTILE_LINES.items():
             seconds, values = thin(*_with_gaps(windows, column, data.window_seconds))
-            axes.plot([s + middle for s in seconds], values, style, label=column[:-3])
+            xs = [s + middle for s in seconds]
+            axes.plot(xs, values, **(line | width | {"label": column[:-3]}))
         first_ack = data.starts[key]
         for event in events.get(key, []):
             at = (event["at"] - first_ack).total_seconds()
@@ -128,62 +219,71 @@ def latency_over_time(data: ReportData, out: Path) -> list[Path]:
     return paths
 
 
-def throughput_over_time(data: ReportData, out: Path) -> Path | None:
+def throughput_over_time(data: ReportData, series: SeriesStyle) -> Figure | None:
+    """Records acknowledged per second, a panel per case."""
     if not data.throughput:
         return None
-    figure, axes = _figure()
-    for key, seconds in _groups(data.throughput).items():
+    lines = _groups(data.throughput)
+    figure, panels = _panels(series, lines, sharex=True, sharey=True)
+    for key, seconds in lines.items():
+        row = dict(zip(GROUP, key, strict=True))
         xs, ys = thin([r["second"] for r in seconds], [r["records"] for r in seconds])
-        axes.plot(xs, ys, label=_group_name(dict(zip(GROUP, key, strict=True)), 2))
-    axes.set_xlabel("seconds since the first acknowledgement")
-    axes.set_ylabel("records acknowledged per second")
-    axes.set_title("throughput over time")
-    axes.legend(loc="upper right")
-    axes.grid(True, alpha=0.3)
-    return _save(figure, out / "throughput_over_time.png")
+        panels[key].plot(xs, ys, **series.line(row))
+    figure.supxlabel("seconds since the first acknowledgement")
+    figure.supylabel("records acknowledged per second")
+    figure.suptitle("throughput over time")
+    return figure
 
 
-def latency_cdf(data: ReportData, out: Path) -> Path | None:
-    """The latency distribution of each group (tiered storage on and off drawn apart)."""
+def latency_cdf(data: ReportData, series: SeriesStyle) -> Figure | None:
+    """The latency distribution of each group, a panel per case."""
     if not data.cdf:
         return None
-    figure, axes = _figure()
-    for row in data.cdf:
+    lines = {group_key(row): row for row in data.cdf}
+    figure, panels = _panels(series, lines, sharex=True, sharey=True)
+    for key, row in lines.items():
         values = [v for v, _ in row["points"]]
         fractions = [f for _, f in row["points"]]
-        style = "-" if row["tiered"] else "--"
-        axes.plot(values, fractions, style, label=_group_name(row, len(data.labels)))
-    axes.set_xscale("log")
-    axes.set_xlabel("produce latency (ms)")
-    axes.set_ylabel("fraction of acknowledgements")
-    axes.set_title("latency CDF (solid: tiered storage on, dashed: off)")
-    axes.legend(loc="lower right", fontsize=8)
-    axes.grid(True, alpha=0.3)
-    return _save(figure, out / "latency_cdf.png")
+        panels[key].plot(values, fractions, **series.line(row))
+        panels[key].set_xscale("log")
+    figure.supxlabel("produce latency (ms)")
+    figure.supylabel("fraction of acknowledgements")
+    figure.suptitle("latency CDF")
+    return figure
 
 
-def consumer_lag_over_time(data: ReportData, out: Path) -> Path | None:
-    """The largest lag of each consumer kind per window, a line per group and kind."""
+def consumer_lag_over_time(data: ReportData, series: SeriesStyle) -> Figure | None:
+    """The largest lag of each consumer kind per window: a panel per case and kind (a row of
+    panels per kind), a line per workload and tier."""
     if not data.lag_windows:
         return None
-    figure, axes = _figure()
     lines: dict[tuple, list[dict[str, Any]]] = {}
     for row in data.lag_windows:
         lines.setdefault((*group_key(row), row["kind"]), []).append(row)
-    for (*key, kind), rows in lines.items():
+    figure, panels = _panels(series, lines, sharex=True, sharey="row")
+    for key, rows in lines.items():
         xs, ys = thin([r["second"] for r in rows], [r["max_lag"] for r in rows])
-        name = _group_name(dict(zip(GROUP, key, strict=True)), len(data.labels))
-        axes.plot(xs, ys, label=f"{kind} ({name})")
-    axes.set_xlabel("seconds since the first acknowledgement")
-    axes.set_ylabel(f"largest consumer lag per {data.window_seconds:g} s window (records)")
-    axes.set_title("consumer lag over time")
-    axes.legend(loc="upper right", fontsize=8)
-    axes.grid(True, alpha=0.3)
-    return _save(figure, out / "consumer_lag_over_time.png")
+        panels[key].plot(xs, ys, **series.line(rows[0]))
+    figure.supxlabel("seconds since the first acknowledgement")
+    figure.supylabel(f"largest consumer lag per {data.window_seconds:g} s window (records)")
+    figure.suptitle("consumer lag over time")
+    return figure
+
+
+# The plots that draw several case x workload x tiered groups, a panel per case, by file name.
+SERIES_PLOTS = {
+    "throughput_over_time": throughput_over_time,
+    "latency_cdf": latency_cdf,
+    "consumer_lag_over_time": consumer_lag_over_time,
+}
 
 
 def draw_all(data: ReportData, out: Path) -> list[Path]:
-    paths = latency_over_time(data, out)
-    others = (throughput_over_time(data, out), latency_cdf(data, out))
-    paths += [p for p in (*others, consumer_lag_over_time(data, out)) if p]
+    """Every plot, each workload in one colour and each tier in one line style throughout."""
+    series = SeriesStyle.of(data)
+    paths = latency_over_time(data, series, out)
+    for name, plot in SERIES_PLOTS.items():
+        figure = plot(data, series)
+        if figure is not None:
+            paths.append(_save(figure, out / f"{name}.png"))
     return paths

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tidelog.pipeline import units
 from tidelog.pipeline.plots import THINNED, draw_all
 from tidelog.pipeline.report import ReportData, group_key
 
@@ -115,11 +116,10 @@ def _design_cell(reference: ReferenceFigure, found: dict | None, rebuild: dict |
     if found is None:
         return NOT_MEASURED
     p99, p95 = reference.columns
-    latency = f"{found[p99]:.1f} / {found[p95]:.1f} ms"
+    latency = units.milliseconds(found[p99], found[p95])
     if reference.case != "rebuild":
         return latency
-    duration = NOT_MEASURED if rebuild is None else f"{rebuild['total_s'] / 60:.1f} min"
-    return f"{latency}; {duration}"
+    return f"{latency}; {NOT_MEASURED if rebuild is None else units.duration(rebuild['total_s'])}"
 
 
 COMPARED = [
