@@ -18,8 +18,10 @@ answered (librdkafka sends one partition batch per ProduceRequest to these broke
 producer's own count of batches is printed beside it). At 60 and 600 partitions almost every
 batch holds one record.
 
-Baseline, measured in the same run: the brokers' CPU while idle with the same topic, and each
-delivered rate as a ratio of its offered rate. ``--profile DIR`` writes py-spy speedscope
+Baseline, measured in the same run: the brokers' CPU while idle with the same topic; the
+latency of one single-record request answered at a time with acks=1 and with acks=all (their
+difference is one replication round trip); and each delivered rate as a ratio of its offered
+rate. ``--profile DIR`` writes py-spy speedscope
 profiles of every broker during the first point of each topic. The load average is printed with
 each point (the machine may be shared). Nothing is asserted.
 """
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from common import MB, create_topic, quiet
 
+from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
 
 KEY_BYTES = 8
@@ -195,6 +198,38 @@ def run_point(
     )
 
 
+async def round_trips(cluster: LocalCluster, topic: str, count: int) -> dict[int, float]:
+    """Median seconds of one single-record produce request answered at a time (tidelog's own
+    connection, to the leader of partition 0), for acks=1 and acks=all: their difference is
+    the replication round trip (the followers woken, their fetch and append, the next fetch
+    moving the high watermark, the produce completed)."""
+    from tidelog.perf.client import Client
+    from tidelog.protocol.schemas import ApiKey
+    from tidelog.records.format import Record, build_message_set
+
+    client = Client(cluster.bootstrap_servers)
+    leaders = await client.partitions(topic)
+    connection = await client.connection(leaders[0].leader)
+    medians = {}
+    for acks in (1, -1):
+        seconds = []
+        for number in range(count):
+            records = build_message_set(
+                [Record(b"%08d" % number, b"v" * (RECORD_BYTES - KEY_BYTES), 0)], magic=1
+            )
+            body = {
+                "acks": acks,
+                "timeout": 30000,
+                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
+            }
+            started = time.perf_counter()
+            await connection.request(ApiKey.PRODUCE, 2, body)
+            seconds.append(time.perf_counter() - started)
+        medians[acks] = sorted(seconds)[count // 2]
+    await client.close()
+    return medians
+
+
 def profile_brokers(cluster: LocalCluster, directory: Path, name: str, seconds: float) -> list:
     """Starts py-spy on every broker for ``seconds``; the processes to wait for."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -223,15 +258,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", default="6,60,600", help="topics' partition counts")
     parser.add_argument("--acks", default="all,1")
-    parser.add_argument("--rates", default="2,8,20", help="offered MB/s for the cluster")
+    parser.add_argument("--rates", default="2,8,20", help="offered MB/s for the cluster ('': none)")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each point")
     parser.add_argument("--drain", type=float, default=20.0, help="wait for late reports")
-    parser.add_argument("--cost-rate", type=float, default=0.5, help="MB/s of the CPU cost")
+    parser.add_argument(
+        "--cost-rate", type=float, default=0.5, help="MB/s of the CPU cost (0: none)"
+    )
     parser.add_argument("--profile", type=Path, help="py-spy profiles of the brokers here")
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
     acks_list = args.acks.split(",")
-    rates = [float(r) for r in args.rates.split(",")]
+    rates = [float(r) for r in args.rates.split(",") if r]
 
     os.sync()  # the previous benchmark's writeback is not this one's
     with tempfile.TemporaryDirectory(prefix="tidelog-shape-") as directory:
@@ -251,6 +288,14 @@ def main() -> None:
                 topic = f"shape-{count}"
                 create_topic(cluster, topic, count, 3, CONFIG)
                 idle = idle_cores(cluster, 3.0)
+                trips = runtime.run(round_trips(cluster, topic, 500))
+                print(
+                    f"{count} partitions: one request at a time, median acks=1 "
+                    f"{trips[1] * 1000:.2f} ms, acks=all {trips[-1] * 1000:.2f} ms "
+                    f"(replication round trip {(trips[-1] - trips[1]) * 1000:.2f} ms) "
+                    f"| {load_average()}",
+                    flush=True,
+                )
                 profiled = False
                 for acks in acks_list:
                     for rate in rates:
@@ -268,14 +313,15 @@ def main() -> None:
                             spy.wait(timeout=args.seconds + 60)
                         print(
                             f"{count} partitions | {acks} | {point.offered_mb_s:.1f} | "
-                            f"{point.delivered_mb_s:.1f} ({point.delivered_mb_s / rate:.2f}) | "
+                            f"{point.delivered_mb_s:.1f} "
+                            f"({point.delivered_mb_s / point.offered_mb_s:.2f}) | "
                             f"{point.p50_ms:,.1f} / {point.p99_ms:,.1f} | "
                             f"{point.undelivered:,}"
                             + (f" ({point.errors:,} errors)" if point.errors else "")
                             + f" | {point.brokers_cores:.2f} ({idle:.2f}) | {point.load}",
                             flush=True,
                         )
-                for acks in acks_list:
+                for acks in acks_list if args.cost_rate else []:
                     point = run_point(
                         cluster, topic, acks, args.cost_rate, args.seconds, args.drain
                     )
