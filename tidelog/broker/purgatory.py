@@ -138,7 +138,9 @@ class ProducePurgatory:
     def _replicated(self, key: TopicPartition, offset: int) -> bool:
         """Whether the high watermark reached ``offset``; raises if the partition is not led
         here or (once reached) its ISR is below min.insync.replicas."""
-        partition = self._leader_partition(*key)
+        partition = self._partitions.get(key)
+        if partition is None or not partition.is_leader:
+            partition = self._leader_partition(*key)  # raises the error a client gets
         if partition.log.high_watermark < offset:
             return False
         error = self._isr_error(key, partition)
