@@ -137,7 +137,9 @@ class ResponseQueue:
         """The connection is gone: what its requests still wait for is not needed."""
         for entry in self.entries:
             if isinstance(entry.answer, Pending):
-                entry.answer.future.cancel()
+                future = entry.answer.future
+                if not future.cancel() and not future.cancelled():
+                    future.exception()  # seen: not reported again as never retrieved
 
 
 class IdleTimer:
