@@ -299,6 +299,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
             (_connection_overrides, "a comma-separated list of host:count"),
         ),
         _key("connections.max.idle.ms", _int, 600000, _at_least(1)),
+        # tidelog's: how far a connection's requests are read ahead of their answers
+        _key("connection.max.inflight.requests", _int, 1000, _at_least(1, INT_MAX)),
+        _key("connection.max.inflight.bytes", _int, 64 * 1024 * 1024, _at_least(1, INT_MAX)),
         _key("log.dirs", _list, ("/tmp/tidelog-logs",), (bool, "a comma-separated list of dirs")),
         _key("log.dir", _str, "/tmp/tidelog-logs", (bool, "a directory")),
         _key("zookeeper.connect", _str, "127.0.0.1:2181"),

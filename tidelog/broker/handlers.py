@@ -39,6 +39,24 @@ LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LIMIT = 2**31 - 1
 
 
+class Pending:
+    """A response body still to come: ``finish`` turns the result of ``future`` into it. The
+    future runs (or is completed) on its own, whether or not anyone awaits it yet, so a
+    connection can check ``future.done()`` and answer in order."""
+
+    __slots__ = ("finish", "future")
+
+    def __init__(self, future: asyncio.Future, finish: Callable[[Any], dict | None]) -> None:
+        self.future, self.finish = future, finish
+
+    async def body(self) -> dict | None:
+        return self.finish(await self.future)
+
+
+def _same(body: dict | None) -> dict | None:
+    return body
+
+
 def valid_topic_name(name: str) -> bool:
     return bool(LEGAL_TOPIC.match(name)) and name not in (".", "..")
 
@@ -79,6 +97,17 @@ class RequestHandler:
             ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.REPLICA_FETCH: self.replica_fetch,
         }
+
+    # The APIs a connection pipelines (KafkaServer): a request's first stage runs as it is read,
+    # in arrival order (a produce's appends), the rest while the requests after it are read.
+    PIPELINED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+
+    def start(self, request: Request) -> dict | Pending | None:
+        """Starts a request of a PIPELINED API: its first stage runs now; returns its response
+        body (None: no response) or what gives it once the rest is done."""
+        if request.api_key == ApiKey.PRODUCE:
+            return self.start_produce(request)
+        return Pending(asyncio.ensure_future(self.fetch(request)), _same)
 
     def register(self, handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]) -> None:
         """Adds the handlers of APIs served by other packages (groups, topic admin)."""
@@ -228,6 +257,13 @@ class RequestHandler:
     # -- Produce -------------------------------------------------------------------------------
 
     async def produce(self, request: Request) -> dict | None:
+        answer = self.start_produce(request)
+        return await answer.body() if isinstance(answer, Pending) else answer
+
+    def start_produce(self, request: Request) -> dict | Pending | None:
+        """A produce's first stage, now: every partition's message set validated and appended
+        to the leader's log, in the request's order. Returns the response body (None for
+        acks=0) or, for acks=all, what awaits replication and then gives the body."""
         acks = request.body["acks"]
         waiting: dict[tuple[str, int], int] = {}  # acks=all: offset to wait for, per partition
         waiting_responses: dict[tuple[str, int], dict] = {}
@@ -253,16 +289,20 @@ class RequestHandler:
         )
         if acks == 0:
             return None
-        if waiting:
-            # acks=all: one delayed produce for the whole request
-            failed = await self.replicas.wait_for_replication_of(
-                waiting, max(request.body["timeout"], 0) / 1000
-            )
+        body = {"responses": responses, "throttle_time_ms": 0}
+        if not waiting:
+            return body
+        # acks=all: one delayed produce for the whole request
+        replicated = self.replicas.delay_produce(waiting, max(request.body["timeout"], 0) / 1000)
+
+        def finish(failed: dict[tuple[str, int], KafkaError]) -> dict:
             for (topic, partition), error in failed.items():
                 waiting_responses[(topic, partition)]["error_code"] = self._error(
                     error.code, f"produce from {request.client_id} to {topic}-{partition}", error
                 )
-        return {"responses": responses, "throttle_time_ms": 0}
+            return body
+
+        return Pending(replicated, finish)
 
     # -- Fetch ---------------------------------------------------------------------------------
 

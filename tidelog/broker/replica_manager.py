@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import MetadataCache
+from tidelog.broker.purgatory import ProducePurgatory
 from tidelog.clock import Clock
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
@@ -70,6 +71,8 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
+        # acks=all produces waiting for replication, by partition
+        self.purgatory = ProducePurgatory(self.leader_partition, self.partitions)
         # partitions with an ISR change under way, and the changes waiting for the write in
         # flight: one writer sends them together (after a pause, a follower rejoins the ISR
         # of thousands of partitions at once)
@@ -239,54 +242,20 @@ class ReplicaManager:
         if failed:
             raise failed[(topic, number)]
 
+    def delay_produce(
+        self, offsets: Mapping[TopicPartition, int], timeout: float
+    ) -> asyncio.Future[dict[TopicPartition, KafkaError]]:
+        """One delayed produce for all partitions of a request: its future resolves once every
+        in-sync replica of each partition has the messages below its offset, or the timeout
+        passed, with the partitions that failed and why. It waits in the purgatory, keyed by
+        partition: a high-watermark move wakes only the produces waiting on that partition."""
+        return self.purgatory.add(offsets, timeout)
+
     async def wait_for_replication_of(
         self, offsets: Mapping[TopicPartition, int], timeout: float
     ) -> dict[TopicPartition, KafkaError]:
-        """One delayed produce for all partitions of a request: returns once every in-sync
-        replica of each partition has the messages below its offset, or the timeout passed;
-        the partitions that failed, with why. Each wake-up re-checks only the partitions still
-        waiting, and one future waits for all of them (not a task per partition)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        waiting = dict(offsets)
-        failed: dict[TopicPartition, KafkaError] = {}
-        while True:
-            for key, offset in list(waiting.items()):
-                try:
-                    done = self._replicated(key, offset)
-                except KafkaError as error:
-                    failed[key], done = error, True
-                if done:
-                    del waiting[key]
-            if not waiting:
-                return failed
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                for (topic, number), offset in waiting.items():
-                    partition = self.leader_partition(topic, number)  # checked just above
-                    failed[(topic, number)] = KafkaError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"{topic}-{number}: offset {offset - 1} not on every in-sync replica "
-                        f"{sorted(partition.isr)} in time "
-                        f"(high watermark {partition.log.high_watermark})",
-                    )
-                return failed
-            await self.wait_for_change(waiting, remaining)
-
-    def _replicated(self, key: TopicPartition, offset: int) -> bool:
-        """Whether the high watermark reached ``offset``; raises if the partition is no longer
-        led here or its ISR shrank below min.insync.replicas."""
-        partition = self.leader_partition(*key)
-        if partition.log.high_watermark < offset:
-            return False
-        minimum = partition.log.config.min_insync_replicas
-        if len(partition.isr) < minimum:
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                f"{key[0]}-{key[1]} shrank to {sorted(partition.isr)} in-sync replicas, "
-                f"below min.insync.replicas {minimum}",
-            )
-        return True
+        """delay_produce, awaited."""
+        return await self.delay_produce(offsets, timeout)
 
     # -- fetch ---------------------------------------------------------------------------------
 
@@ -366,6 +335,7 @@ class ReplicaManager:
 
     def _wake(self, key: TopicPartition) -> None:
         self.fetch_sessions.mark_changed(key)
+        self.purgatory.check(key)
         for future in self._waiters.pop(key, ()):
             if not future.done():
                 future.set_result(None)

@@ -1,4 +1,5 @@
-"""The Kafka protocol listener: frames in, responses out, one request at a time per connection."""
+"""The Kafka protocol listener: frames in, responses out, each connection's requests pipelined
+and answered in order."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import logging
 import os
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 
-from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.handlers import Pending, RequestHandler
 from tidelog.broker.metrics import Metrics
 from tidelog.errors import ErrorCode
 from tidelog.log.segment import FileSlice
@@ -28,6 +29,160 @@ log = logging.getLogger(__name__)
 
 # What goes through the transport (copied) when a sendfile finds the socket full.
 FULL_SOCKET_CHUNK = 64 * 1024
+# Answers that are ready one after another go out in one write of at most this many.
+COALESCED_RESPONSES = 64
+# The answer to an ApiVersions request above the versions served, in a v0 body (as 0.10 brokers
+# answer, so clients fall back).
+_UNSUPPORTED_VERSION = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
+
+
+class Entry:
+    """A request read on a connection and not answered yet: what its answer is encoded with
+    (API key, version, correlation id), the answer (a body; None for no response; or a
+    Pending body), its frame size, and the API name and start time its metrics are kept
+    under (None: not counted)."""
+
+    __slots__ = ("answer", "api", "api_key", "api_version", "correlation_id", "size", "started")
+
+    def __init__(
+        self,
+        api_key: ApiKey,
+        api_version: int,
+        correlation_id: int,
+        answer: dict | Pending | None,
+        size: int,
+        api: str | None,
+        started: float,
+    ) -> None:
+        self.api_key, self.api_version, self.correlation_id = api_key, api_version, correlation_id
+        self.answer, self.size, self.api, self.started = answer, size, api, started
+
+
+class ResponseQueue:
+    """The requests of one connection that were read and are not answered yet, in the order
+    they were read, which is the order they are answered in.
+
+    The reading side ``put``s an entry per request; the answering side takes the oldest with
+    ``next`` (or ``next_ready``, which does not wait) and, once it has sent its answer, calls
+    ``answered``. Read-ahead is bounded: ``room(size)`` returns once a request of ``size``
+    bytes fits, that is fewer than ``max_requests`` entries and at most ``max_bytes`` of their
+    frames; an empty queue always takes one request, so a single frame as large as
+    socket.request.max.bytes is served. ``empty()`` returns once every entry is answered.
+    After ``close()`` no entry is added, and ``next`` returns None once the last is answered.
+    """
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        if max_requests < 1 or max_bytes < 1:
+            raise ValueError(f"a read-ahead of {max_requests} requests and {max_bytes} bytes")
+        self.max_requests, self.max_bytes = max_requests, max_bytes
+        self.entries: deque[Entry] = deque()
+        self.bytes = 0
+        self.closed = False
+        self._added = asyncio.Event()
+        self._answered = asyncio.Event()
+
+    def put(self, entry: Entry) -> None:
+        if self.closed:
+            raise RuntimeError("a request queued on a closed connection")
+        self.entries.append(entry)
+        self.bytes += entry.size
+        self._added.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._added.set()
+
+    def fits(self, size: int) -> bool:
+        entries = self.entries
+        return not entries or (
+            len(entries) < self.max_requests and self.bytes + size <= self.max_bytes
+        )
+
+    async def room(self, size: int) -> None:
+        while not self.fits(size):
+            self._answered.clear()
+            await self._answered.wait()
+
+    async def empty(self) -> None:
+        while self.entries:
+            self._answered.clear()
+            await self._answered.wait()
+
+    def next_ready(self) -> Entry | None:
+        """The oldest entry if its answer is ready now, else None."""
+        if not self.entries:
+            return None
+        entry = self.entries[0]
+        answer = entry.answer
+        if isinstance(answer, Pending) and not answer.future.done():
+            return None
+        return entry
+
+    async def next(self) -> Entry | None:
+        """The oldest entry (its answer may still be pending); None once closed and empty."""
+        while not self.entries:
+            if self.closed:
+                return None
+            self._added.clear()
+            await self._added.wait()
+        return self.entries[0]
+
+    def answered(self) -> None:
+        """The oldest entry has been answered."""
+        entry = self.entries.popleft()
+        self.bytes -= entry.size
+        self._answered.set()
+
+    def cancel_pending(self) -> None:
+        """The connection is gone: what its requests still wait for is not needed."""
+        for entry in self.entries:
+            if isinstance(entry.answer, Pending):
+                future = entry.answer.future
+                if not future.cancel() and not future.cancelled():
+                    future.exception()  # seen: not reported again as never retrieved
+
+
+class IdleTimer:
+    """Closes a connection (cancels its task, ``fired`` set) once it has sent nothing for
+    ``seconds`` while none of its requests was in flight (queued, or ``busy`` being served).
+    One timer per connection, re-armed when it comes due, not one per request."""
+
+    def __init__(self, seconds: float, task: asyncio.Task, responses: ResponseQueue) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.seconds, self.task, self.responses = seconds, task, responses
+        self.busy = False
+        self.fired = False
+        self.last_active = self.loop.time()
+        self._handle = self.loop.call_at(self.last_active + seconds, self._check)
+
+    def active(self) -> None:
+        self.last_active = self.loop.time()
+
+    def _check(self) -> None:
+        now = self.loop.time()
+        if self.busy or self.responses.entries:
+            self.last_active = now
+        due = self.last_active + self.seconds
+        if now >= due:
+            self.fired = True
+            self.task.cancel()
+        else:
+            self._handle = self.loop.call_at(due, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+
+def _failure(task: asyncio.Task) -> BaseException | None:
+    if not task.done() or task.cancelled():
+        return None
+    return task.exception()
+
+
+def _stop_reading_if_failed(answering: asyncio.Task, reading: asyncio.Task) -> None:
+    """The answering side of a connection failed: its reading side stops too."""
+    if _failure(answering) is not None:
+        reading.cancel()
 
 
 class ConnectionQuotas:
@@ -55,11 +210,19 @@ class ConnectionQuotas:
 class KafkaServer:
     """Serves the Kafka wire protocol on one listener.
 
-    Each connection's requests are answered in order, as Kafka does. A frame larger than
+    Each connection's requests are answered in order, as Kafka does, but read ahead of their
+    answers (after Redpanda's connection_context): a Produce or Fetch starts as it is read, in
+    arrival order (a produce's appends happen there, so each partition's appends follow the
+    arrival order, as with one request at a time), and the rest of it (waiting for the
+    followers, for data) runs while the requests after it are read; any other request is
+    served once every request before it is answered. Read-ahead stops at
+    ``max_inflight_requests`` unanswered requests or ``max_inflight_bytes`` of their frames
+    (connection.max.inflight.requests / .bytes). A frame larger than
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
     that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
     body, as 0.10 brokers do, so clients fall back; a broker of release 0.9.0 closes it, as 0.9
-    brokers did); every other connection goes on. The versions served are the handler's. A file
+    brokers did), after the requests before it are answered; every other connection goes on.
+    The versions served are the handler's. A file
     slice in a response goes out with ``os.sendfile`` (zero-copy). A connection beyond
     max.connections.per.ip (or its override) for its address is closed at once; one that sends
     nothing for connections.max.idle.ms is closed.
@@ -76,6 +239,8 @@ class KafkaServer:
         listener: str = "PLAINTEXT",
         quotas: ConnectionQuotas | None = None,
         connections_max_idle_ms: int = 600_000,
+        max_inflight_requests: int = 1000,
+        max_inflight_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.handler = handler
         self.metrics = metrics
@@ -85,6 +250,8 @@ class KafkaServer:
         self.max_request_bytes = max_request_bytes
         self.quotas = quotas or ConnectionQuotas()
         self.idle_seconds = connections_max_idle_ms / 1000
+        self.max_inflight_requests = max_inflight_requests
+        self.max_inflight_bytes = max_inflight_bytes
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
 
@@ -131,9 +298,25 @@ class KafkaServer:
             writer.close()
             return
         self._connections.add(task)
+        responses = ResponseQueue(self.max_inflight_requests, self.max_inflight_bytes)
+        answering = asyncio.create_task(self._answer(responses, writer))
+        answering.add_done_callback(lambda done: _stop_reading_if_failed(done, task))
+        idle = IdleTimer(self.idle_seconds, task, responses)
         try:
-            while await self._serve_one(reader, writer, peer):
-                pass
+            try:
+                await self._read_requests(reader, responses, idle, peer)
+                # no more requests: the ones read are answered, then the connection closes
+                responses.close()
+                await answering
+            except asyncio.CancelledError:
+                failure = _failure(answering)
+                if failure is not None:
+                    task.uncancel()  # the answering side failed: its error says why
+                    raise failure from None
+                if idle.fired:
+                    task.uncancel()
+                    raise TimeoutError from None
+                raise
         except (asyncio.IncompleteReadError, ConnectionError) as error:
             # normal traffic: a client closed its connection, perhaps in the middle of a response
             log.debug("connection from %s closed by the client (%s)", peer, type(error).__name__)
@@ -148,68 +331,151 @@ class KafkaServer:
         except Exception:
             log.exception("closing the connection from %s after an unexpected error", peer)
         finally:
+            idle.cancel()
+            answering.cancel()
+            responses.cancel_pending()
             self._connections.discard(task)
             self.quotas.give_back(host)
             writer.close()
 
-    async def _serve_one(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str
-    ) -> bool:
-        async with asyncio.timeout(self.idle_seconds):
-            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-        if not 0 < size <= self.max_request_bytes:
-            log.warning(
-                "closing the connection from %s: a frame of %d bytes (socket.request.max.bytes "
-                "is %d)",
-                peer,
-                size,
-                self.max_request_bytes,
-            )
-            return False
-        frame = await reader.readexactly(size)
-        self.metrics.bytes_in += SIZE.size + size
-        started = time.perf_counter()
-        try:
-            request = decode_request(frame)
-            request.client_host = "/" + peer.rpartition(":")[0]
-            request.listener = self.listener
-        except UnsupportedRequest as unsupported:
-            if unsupported.api_key == ApiKey.API_VERSIONS and self.handler.serves(
-                ApiKey.API_VERSIONS
-            ):
-                body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
-                await self._send(
-                    writer,
-                    encode_response(ApiKey.API_VERSIONS, 0, unsupported.correlation_id, body),
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        responses: ResponseQueue,
+        idle: IdleTimer,
+        peer: str,
+    ) -> None:
+        """Reads requests until the input ends or one must close the connection. A pipelined
+        request (RequestHandler.PIPELINED) starts at once, in arrival order, and is queued for
+        its answer; any other request is served only after every request before it has been
+        answered, so it sees all their effects."""
+        handler, metrics, listener = self.handler, self.metrics, self.listener
+        client_host = "/" + peer.rpartition(":")[0]
+        pipelined = handler.PIPELINED
+        read_size = SIZE.size
+        while True:
+            try:
+                header = await reader.readexactly(read_size)
+            except asyncio.IncompleteReadError as end:
+                if end.partial:
+                    raise
+                return  # the client has sent all it will: what it sent is answered
+            (size,) = SIZE.unpack(header)
+            idle.active()
+            if not 0 < size <= self.max_request_bytes:
+                log.warning(
+                    "closing the connection from %s: a frame of %d bytes "
+                    "(socket.request.max.bytes is %d)",
+                    peer,
+                    size,
+                    self.max_request_bytes,
                 )
-                return True
-            log.warning("closing the connection from %s: %s", peer, unsupported)
-            return False
-        except ProtocolError as error:
-            log.warning("closing the connection from %s: malformed request (%s)", peer, error)
-            return False
-        if not self.handler.serves(request.api_key, request.api_version):
-            if request.api_key == ApiKey.API_VERSIONS and self.handler.serves(request.api_key):
-                body = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
-                await self._send(
-                    writer, encode_response(ApiKey.API_VERSIONS, 0, request.correlation_id, body)
+                return
+            await responses.room(size)
+            frame = await reader.readexactly(size)
+            metrics.bytes_in += read_size + size
+            started = time.perf_counter()
+            try:
+                request = decode_request(frame)
+            except UnsupportedRequest as unsupported:
+                if unsupported.api_key == ApiKey.API_VERSIONS and handler.serves(
+                    ApiKey.API_VERSIONS
+                ):
+                    responses.put(
+                        Entry(
+                            ApiKey.API_VERSIONS,
+                            0,
+                            unsupported.correlation_id,
+                            _UNSUPPORTED_VERSION,
+                            size,
+                            None,
+                            0.0,
+                        )
+                    )
+                    continue
+                log.warning("closing the connection from %s: %s", peer, unsupported)
+                return
+            except ProtocolError as error:
+                log.warning("closing the connection from %s: malformed request (%s)", peer, error)
+                return
+            request.client_host = client_host
+            request.listener = listener
+            api_key = request.api_key
+            if not handler.serves(api_key, request.api_version):
+                if api_key == ApiKey.API_VERSIONS and handler.serves(api_key):
+                    responses.put(
+                        Entry(
+                            api_key,
+                            0,
+                            request.correlation_id,
+                            _UNSUPPORTED_VERSION,
+                            size,
+                            None,
+                            0.0,
+                        )
+                    )
+                    continue
+                log.warning(
+                    "closing the connection from %s: API %s v%d is not served",
+                    peer,
+                    api_key,
+                    request.api_version,
                 )
-                return True
-            log.warning(
-                "closing the connection from %s: API %s v%d is not served",
-                peer,
-                request.api_key,
-                request.api_version,
+                return
+            if api_key in pipelined:
+                answer = handler.start(request)
+            else:
+                await responses.empty()
+                idle.busy = True
+                try:
+                    answer = await handler.handle(request, listener)
+                finally:
+                    idle.busy = False
+            responses.put(
+                Entry(
+                    api_key,
+                    request.api_version,
+                    request.correlation_id,
+                    answer,
+                    size,
+                    api_key.name,
+                    started,
+                )
             )
-            return False
-        answer = await self.handler.handle(request, self.listener)
-        if answer is not None:
-            parts = encode_response(
-                request.api_key, request.api_version, request.correlation_id, answer
-            )
-            await self._send(writer, parts)
-        self.metrics.record_request(request.api_key.name, time.perf_counter() - started)
-        return True
+
+    async def _answer(self, responses: ResponseQueue, writer: asyncio.StreamWriter) -> None:
+        """Sends the answers strictly in request order, each once it is ready. Answers that are
+        ready one after another go out in one write."""
+        transport = writer.transport
+        ready: list[bytes | bytearray] = []
+        while True:
+            entry = responses.next_ready()
+            if entry is None or len(ready) >= COALESCED_RESPONSES:
+                if ready:
+                    transport.writelines(ready)
+                    ready = []
+                    await writer.drain()
+                entry = await responses.next()
+                if entry is None:
+                    return
+            answer = entry.answer
+            if isinstance(answer, Pending):
+                answer = answer.finish(await answer.future)
+            if answer is not None:
+                parts = encode_response(
+                    entry.api_key, entry.api_version, entry.correlation_id, answer
+                )
+                if len(parts) == 1 and not isinstance(parts[0], FileSlice):
+                    ready.append(parts[0])
+                    self.metrics.bytes_out += len(parts[0])
+                else:
+                    if ready:
+                        transport.writelines(ready)
+                        ready = []
+                    await self._send(writer, parts)
+            if entry.api is not None:
+                self.metrics.record_request(entry.api, time.perf_counter() - entry.started)
+            responses.answered()
 
     async def _send(self, writer: asyncio.StreamWriter, parts: list) -> None:
         """Writes a response; its file slices go by sendfile. A response with slices is corked

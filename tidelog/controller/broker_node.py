@@ -130,6 +130,8 @@ class BrokerNode:
                 max_request_bytes=config["socket.request.max.bytes"],
                 quotas=quotas,
                 connections_max_idle_ms=config["connections.max.idle.ms"],
+                max_inflight_requests=config["connection.max.inflight.requests"],
+                max_inflight_bytes=config["connection.max.inflight.bytes"],
             )
             for listener in config["listeners"]
         ]

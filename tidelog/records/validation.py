@@ -19,20 +19,20 @@ The rules (DESIGN.md, "Message format"):
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import cast
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.compression import compress, decompress
 from tidelog.records.conversion import convert_message, rebuild_inner_set
 from tidelog.records.format import (
+    ATTRIBUTES_POSITION,
     CODEC_MASK,
     CRC,
     INT32,
     INT64,
     LOG_OVERHEAD,
     MAGIC_POSITION,
-    MAGIC_VALUES,
     MESSAGE_OVERHEAD,
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
@@ -84,9 +84,10 @@ class ValidatedMessageSet:
         return self.last_offset - self.first_offset + 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Checks:
-    """What every message of one format must pass, fixed for one validation call."""
+    """What every message of one format must pass, fixed for one validation call (made for
+    each append, so a plain slotted class: a frozen dataclass costs a setattr per field)."""
 
     magic: int
     max_size: int  # the largest message size, without its 12-byte offset/size header
@@ -94,6 +95,25 @@ class _Checks:
     now: int
     max_difference: int | None  # None: CreateTime is not checked
     append_time: int  # -1: timestamps are kept as they are
+
+
+# Where an entry's attributes byte is: offset, size, crc, magic come first.
+_ATTRIBUTES_AT = LOG_OVERHEAD + ATTRIBUTES_POSITION
+
+
+def _checks(
+    magic: int, policy: RecordsPolicy, now: int, max_difference: int | None, append_time: int
+) -> _Checks:
+    """The checks of messages of ``magic`` under ``policy``; ``max_difference`` is None when
+    CreateTime is not checked (it only is in format v1)."""
+    return _Checks(
+        magic,
+        policy.max_message_bytes - LOG_OVERHEAD,
+        policy.compacted,
+        now,
+        max_difference if magic == 1 else None,
+        append_time,
+    )
 
 
 def _plain_run(
@@ -209,36 +229,26 @@ def validate_and_assign_offsets(
     log_append_time = target == 1 and policy.timestamp_type == TimestampType.LOG_APPEND_TIME
     append_time = max(last_appended_timestamp, now) if log_append_time else NO_TIMESTAMP
     max_difference = policy.timestamp_difference_max_ms
-    checks_for = {
-        magic: _Checks(
-            magic=magic,
-            max_size=policy.max_message_bytes - LOG_OVERHEAD,
-            compacted=policy.compacted,
-            now=now,
-            max_difference=(
-                max_difference
-                if magic == 1 and not log_append_time and max_difference < 2**63 - 1
-                else None
-            ),
-            append_time=append_time,
-        )
-        for magic in MAGIC_VALUES
-    }
-    target_checks = checks_for[target]
+    checked_difference = (
+        max_difference if not log_append_time and max_difference < 2**63 - 1 else None
+    )
+    target_checks = _checks(target, policy, now, checked_difference, append_time)
     replacements: list[tuple[int, int, bytes]] = []
     offset = next_offset
     max_timestamp, offset_of_max_timestamp = NO_TIMESTAMP, -1
     position = 0
     while position < limit:
-        # Uncompressed messages already in the topic's format: rewritten in place.
-        position, count, run_max, index_of_max, _ = _plain_run(
-            out, position, limit, target_checks, offset
-        )
-        if run_max > max_timestamp:
-            max_timestamp, offset_of_max_timestamp = run_max, offset + index_of_max
-        offset += count
-        if position >= limit:
-            break
+        # Uncompressed messages already in the topic's format: rewritten in place (a
+        # compressed wrapper, librdkafka's every batch, skips the run's set-up).
+        if limit - position <= _ATTRIBUTES_AT or not out[position + _ATTRIBUTES_AT] & CODEC_MASK:
+            position, count, run_max, index_of_max, _ = _plain_run(
+                out, position, limit, target_checks, offset
+            )
+            if run_max > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = run_max, offset + index_of_max
+            offset += count
+            if position >= limit:
+                break
         # Anything else: a compressed wrapper, a message to convert, or an invalid entry.
         _, size, magic, attributes = read_entry(out, position, limit)
         start, end = position + LOG_OVERHEAD, position + LOG_OVERHEAD + size
@@ -252,15 +262,22 @@ def validate_and_assign_offsets(
                 f"{policy.max_message_bytes}",
             )
         if codec == 0:
+            checks_for = {
+                magic: _checks(magic, policy, now, checked_difference, append_time),
+                target: target_checks,
+            }
             converted, timestamp = _converted_message(
                 out, position, limit, magic, target, checks_for
             )
             replacements.append((position, end, encode_entry(offset, converted)))
             last = offset
         else:
-            inner, count, inner_max, in_order = _checked_inner_set(
-                out, start, magic, codec, checks_for[magic]
+            checks = (
+                target_checks
+                if magic == target
+                else _checks(magic, policy, now, checked_difference, append_time)
             )
+            inner, count, inner_max, in_order = _checked_inner_set(out, start, magic, codec, checks)
             last = offset + count - 1
             if magic == target == 1 and in_order:
                 timestamp = append_time if log_append_time else inner_max
@@ -319,7 +336,9 @@ def _checked_inner_set(
     if value is None:
         raise corrupt("compressed wrapper with a null value")
     inner = decompress(codec, memoryview(buffer)[value], magic)
-    inner_checks = replace(checks, max_size=2**31 - 1, append_time=NO_TIMESTAMP)
+    inner_checks = _Checks(
+        checks.magic, 2**31 - 1, checks.compacted, checks.now, checks.max_difference, NO_TIMESTAMP
+    )
     position, count, max_timestamp, _, in_order = _plain_run(
         inner, 0, len(inner), inner_checks, None
     )

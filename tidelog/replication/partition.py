@@ -94,9 +94,14 @@ class Partition:
                 state.caught_up_ms = max(state.caught_up_ms, last_fetch_ms.get(replica, 0))
 
     def maybe_advance_high_watermark(self) -> bool:
-        ends = [self.log.log_end_offset]
-        ends += [self.followers[r].log_end_offset for r in self.isr if r in self.followers]
-        candidate = min(ends)
+        """Moves the high watermark to the smallest log end offset in the ISR if that is
+        higher (called on every append and follower fetch: no list built)."""
+        candidate = self.log.log_end_offset
+        followers = self.followers
+        for replica in self.isr:
+            state = followers.get(replica)
+            if state is not None and state.log_end_offset < candidate:
+                candidate = state.log_end_offset
         if candidate > self.log.high_watermark:
             self.log.high_watermark = candidate
             return True

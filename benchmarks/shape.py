@@ -1,0 +1,350 @@
+"""The tiered-storage design's workload shape through librdkafka at its defaults (issue 21).
+
+    .venv/bin/python benchmarks/shape.py [--partitions 6,60,600] [--acks all,1]
+                                         [--rates 2,8,20] [--seconds 10] [--drain 20]
+                                         [--cost-rate 0.5] [--profile DIR]
+
+3 local brokers, replication factor 3, min.insync.replicas 2; 480-byte keyed records (an 8-byte
+key, a 472-byte value), snappy, from confluent-kafka (librdkafka) with its defaults (linger.ms 5),
+produced at fixed offered rates (MB/s for the whole cluster) by a paced producer. For each topic
+(partition count), acks and rate: the offered and delivered rate (records whose delivery report
+came within the run, per second of the run), p50 / p99 latency from ``produce()`` to the delivery
+report (the records still undelivered ``--drain`` seconds after the run are counted, not
+timed), and the brokers' CPU (utime + stime of the three broker processes from /proc, in cores).
+
+Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU per thousand
+partition batches: CPU seconds of the three brokers over the produce requests their leaders
+answered (librdkafka sends one partition batch per ProduceRequest to these brokers; the
+producer's own count of batches is printed beside it). At 60 and 600 partitions almost every
+batch holds one record.
+
+Baseline, measured in the same run: the brokers' CPU while idle with the same topic; the
+latency of one single-record request answered at a time with acks=1 and with acks=all (their
+difference is one replication round trip); and each delivered rate as a ratio of its offered
+rate. ``--profile DIR`` writes py-spy speedscope
+profiles of every broker during the first point of each topic. The load average is printed with
+each point (the machine may be shared). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from common import MB, create_topic, quiet
+
+from tidelog import runtime
+from tidelog.cluster.local import LocalCluster
+
+KEY_BYTES = 8
+RECORD_BYTES = 480
+CONFIG = {"min.insync.replicas": "2"}
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pids(cluster: LocalCluster) -> list[int]:
+    assert cluster.state is not None
+    return [b.pid for b in cluster.state.brokers.values() if b.pid is not None]
+
+
+def brokers_cpu(cluster: LocalCluster) -> float:
+    return sum(process_cpu_seconds(pid) for pid in broker_pids(cluster))
+
+
+def produce_requests(cluster: LocalCluster) -> int:
+    """ProduceRequests answered by all brokers so far (their /metrics)."""
+    total = 0
+    for broker_id in cluster.broker_ids:
+        port = cluster.broker(broker_id).admin_port
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith('tidelog_requests_total{api="PRODUCE"}'):
+                    total += int(line.split()[-1])
+    return total
+
+
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 1)[0]
+
+
+@dataclass
+class Point:
+    """One paced run's figures."""
+
+    offered_mb_s: float
+    delivered_mb_s: float
+    p50_ms: float
+    p99_ms: float
+    undelivered: int
+    errors: int
+    brokers_cores: float
+    cpu_seconds: float
+    produce_requests: int
+    producer_batches: int
+    load: str
+
+
+def run_point(
+    cluster: LocalCluster, topic: str, acks: str, rate_mb_s: float, seconds: float, drain: float
+) -> Point:
+    """Produces at ``rate_mb_s`` for ``seconds``; waits at most ``drain`` more for reports."""
+    from confluent_kafka import Producer
+
+    batches = 0
+
+    def count_batches(document: str) -> None:
+        nonlocal batches
+        # batchcnt is a window histogram, reset at each statistics report
+        batches += (
+            json.loads(document).get("topics", {}).get(topic, {}).get("batchcnt", {}).get("cnt", 0)
+        )
+
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": acks,
+            "compression.type": "snappy",
+            "statistics.interval.ms": 500,
+            "stats_cb": count_batches,
+            "log_level": 3,
+        }
+    )
+    records = int(rate_mb_s * MB / RECORD_BYTES * seconds)
+    interval = RECORD_BYTES / (rate_mb_s * MB)
+    sent_at = [0.0] * records
+    latencies: list[float] = []
+    errors = 0
+    value = b"v" * (RECORD_BYTES - KEY_BYTES)
+    clock = time.perf_counter
+    in_window = 0
+    window_end = 0.0
+
+    def report(error, message) -> None:  # type: ignore[no-untyped-def]
+        nonlocal errors, in_window
+        now = clock()
+        if error is not None:
+            errors += 1
+            return
+        latencies.append(now - sent_at[int(message.key())])
+        if now <= window_end:
+            in_window += 1
+
+    # the topic's metadata and connections, before the clock starts
+    producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
+    producer.flush(30)
+    cpu_before, requests_before = brokers_cpu(cluster), produce_requests(cluster)
+    start = clock()
+    window_end = start + seconds
+    produced = 0
+    while produced < records:
+        now = clock()
+        due = min(records, int((now - start) / interval) + 1)
+        while produced < due:
+            key = b"%08d" % produced
+            try:
+                sent_at[produced] = clock()
+                producer.produce(topic, value, key=key, on_delivery=report)
+                produced += 1
+            except BufferError:
+                producer.poll(0.001)
+        producer.poll(0)
+        if produced < records:
+            time.sleep(max(0.0, start + produced * interval - clock()))
+    offered_seconds = clock() - start
+    producer.poll(max(0.0, window_end - clock()))
+    while clock() < window_end:
+        producer.poll(window_end - clock())
+    cpu = brokers_cpu(cluster) - cpu_before
+    cpu_window = clock() - start
+    requests = produce_requests(cluster) - requests_before
+    deadline = clock() + drain
+    while len(latencies) + errors < records and clock() < deadline:
+        producer.poll(0.1)
+    undelivered = records - len(latencies) - errors
+    failed = errors
+    producer.purge()
+    producer.flush(5)
+    latencies.sort()
+
+    def percentile(fraction: float) -> float:
+        if not latencies:
+            return float("nan")
+        return latencies[min(len(latencies) - 1, int(len(latencies) * fraction))] * 1000
+
+    return Point(
+        offered_mb_s=records * RECORD_BYTES / offered_seconds / MB,
+        delivered_mb_s=in_window * RECORD_BYTES / seconds / MB,
+        p50_ms=percentile(0.50),
+        p99_ms=percentile(0.99),
+        undelivered=undelivered,
+        errors=failed,
+        brokers_cores=cpu / cpu_window,
+        cpu_seconds=cpu,
+        produce_requests=requests,
+        producer_batches=batches,
+        load=load_average(),
+    )
+
+
+async def round_trips(cluster: LocalCluster, topic: str, count: int) -> dict[int, float]:
+    """Median seconds of one single-record produce request answered at a time (tidelog's own
+    connection, to the leader of partition 0), for acks=1 and acks=all: their difference is
+    the replication round trip (the followers woken, their fetch and append, the next fetch
+    moving the high watermark, the produce completed)."""
+    from tidelog.perf.client import Client
+    from tidelog.protocol.schemas import ApiKey
+    from tidelog.records.format import Record, build_message_set
+
+    client = Client(cluster.bootstrap_servers)
+    leaders = await client.partitions(topic)
+    connection = await client.connection(leaders[0].leader)
+    medians = {}
+    for acks in (1, -1):
+        seconds = []
+        for number in range(count):
+            records = build_message_set(
+                [Record(b"%08d" % number, b"v" * (RECORD_BYTES - KEY_BYTES), 0)], magic=1
+            )
+            body = {
+                "acks": acks,
+                "timeout": 30000,
+                "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
+            }
+            started = time.perf_counter()
+            await connection.request(ApiKey.PRODUCE, 2, body)
+            seconds.append(time.perf_counter() - started)
+        medians[acks] = sorted(seconds)[count // 2]
+    await client.close()
+    return medians
+
+
+def profile_brokers(cluster: LocalCluster, directory: Path, name: str, seconds: float) -> list:
+    """Starts py-spy on every broker for ``seconds``; the processes to wait for."""
+    directory.mkdir(parents=True, exist_ok=True)
+    py_spy = str(Path(sys.executable).parent / "py-spy")
+    processes = []
+    for broker_id, pid in zip(cluster.broker_ids, broker_pids(cluster), strict=True):
+        out = directory / f"{name}-broker{broker_id}.speedscope.json"
+        command = [py_spy, "record", "-p", str(pid), "-d", str(int(seconds)), "-f", "speedscope"]
+        processes.append(
+            subprocess.Popen(
+                [*command, "-o", str(out), "--nonblocking"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    return processes
+
+
+def idle_cores(cluster: LocalCluster, seconds: float) -> float:
+    before = brokers_cpu(cluster)
+    time.sleep(seconds)  # the measurement itself: CPU used over this window
+    return (brokers_cpu(cluster) - before) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", default="6,60,600", help="topics' partition counts")
+    parser.add_argument("--acks", default="all,1")
+    parser.add_argument("--rates", default="2,8,20", help="offered MB/s for the cluster ('': none)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each point")
+    parser.add_argument("--drain", type=float, default=20.0, help="wait for late reports")
+    parser.add_argument(
+        "--cost-rate", type=float, default=0.5, help="MB/s of the CPU cost (0: none)"
+    )
+    parser.add_argument("--profile", type=Path, help="py-spy profiles of the brokers here")
+    args = parser.parse_args()
+    counts = [int(n) for n in args.partitions.split(",")]
+    acks_list = args.acks.split(",")
+    rates = [float(r) for r in args.rates.split(",") if r]
+
+    os.sync()  # the previous benchmark's writeback is not this one's
+    with tempfile.TemporaryDirectory(prefix="tidelog-shape-") as directory:
+        cluster = LocalCluster(Path(directory) / "cluster")
+        cluster.up(3, progress=quiet, overrides={"log.segment.bytes": str(256 * 1024 * 1024)})
+        try:
+            print(
+                f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "
+                f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point"
+            )
+            print(
+                "topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
+                "| undelivered | brokers' cores (idle) | load"
+            )
+            costs = []
+            for count in counts:
+                topic = f"shape-{count}"
+                create_topic(cluster, topic, count, 3, CONFIG)
+                idle = idle_cores(cluster, 3.0)
+                trips = runtime.run(round_trips(cluster, topic, 500))
+                print(
+                    f"{count} partitions: one request at a time, median acks=1 "
+                    f"{trips[1] * 1000:.2f} ms, acks=all {trips[-1] * 1000:.2f} ms "
+                    f"(replication round trip {(trips[-1] - trips[1]) * 1000:.2f} ms) "
+                    f"| {load_average()}",
+                    flush=True,
+                )
+                profiled = False
+                for acks in acks_list:
+                    for rate in rates:
+                        spies = []
+                        if args.profile and not profiled:
+                            spies = profile_brokers(
+                                cluster,
+                                args.profile,
+                                f"{count}p-acks{acks}-{rate:g}MBs",
+                                args.seconds,
+                            )
+                            profiled = True
+                        point = run_point(cluster, topic, acks, rate, args.seconds, args.drain)
+                        for spy in spies:
+                            spy.wait(timeout=args.seconds + 60)
+                        print(
+                            f"{count} partitions | {acks} | {point.offered_mb_s:.1f} | "
+                            f"{point.delivered_mb_s:.1f} "
+                            f"({point.delivered_mb_s / point.offered_mb_s:.2f}) | "
+                            f"{point.p50_ms:,.1f} / {point.p99_ms:,.1f} | "
+                            f"{point.undelivered:,}"
+                            + (f" ({point.errors:,} errors)" if point.errors else "")
+                            + f" | {point.brokers_cores:.2f} ({idle:.2f}) | {point.load}",
+                            flush=True,
+                        )
+                for acks in acks_list if args.cost_rate else []:
+                    point = run_point(
+                        cluster, topic, acks, args.cost_rate, args.seconds, args.drain
+                    )
+                    costs.append((count, acks, point, idle))
+            print(f"brokers' CPU per thousand partition batches at {args.cost_rate:g} MB/s:")
+            print(
+                "topic | acks | produce requests (producer's batches) | records per batch "
+                "| delivered MB/s | p99 ms | CPU ms per 1000 batches (idle share) | load"
+            )
+            for count, acks, point, idle in costs:
+                records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
+                requests = max(point.produce_requests, 1)
+                idle_share = idle * args.seconds / point.cpu_seconds if point.cpu_seconds else 0
+                print(
+                    f"{count} partitions | {acks} | {point.produce_requests:,} "
+                    f"({point.producer_batches:,}) | {records / requests:.2f} | "
+                    f"{point.delivered_mb_s:.2f} | {point.p99_ms:,.1f} | "
+                    f"{point.cpu_seconds * 1e6 / requests:,.1f} ({idle_share:.2f}) | {point.load}",
+                    flush=True,
+                )
+        finally:
+            cluster.down(progress=quiet)
+
+
+if __name__ == "__main__":
+    main()
