@@ -10,6 +10,7 @@ import pytest
 
 from tidelog import rundata
 from tidelog.cli import build_parser
+from tidelog.cli import perf as perf_commands
 from tidelog.perf import cases
 from tidelog.perf.producer import MessageRing
 from tidelog.records.format import Codec, iter_deep
@@ -184,7 +185,7 @@ def test_the_command_line_reaches_the_cases():
         ["perf", "tiered-storage", "--profile", "small", "--out", "runs/ts", "--cases", "rebuild"]
     )
 
-    assert args.run is cases.run_command
+    assert args.run is perf_commands.run_tiered_storage
     assert (args.profile, args.out, args.cases, args.seed) == ("small", "runs/ts", ["rebuild"], 0)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["perf", "tiered-storage", "--profile", "huge", "--out", "x"])

@@ -10,10 +10,7 @@ from the broker where it stopped.
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -59,26 +56,3 @@ def roll_image(
     checks.wait_in_sync(cluster, timeout)
     progress(f"every broker runs {image}; leaders preferred")
     return rows
-
-
-def add_roll(actions) -> None:
-    """Adds `roll` to `tidelog upgrade`'s actions."""
-    text = "recreate a compose cluster's brokers from another image tag, one at a time"
-    roll = actions.add_parser("roll", help=text, description=text[0].upper() + text[1:] + ".")
-    roll.add_argument(
-        "--dir", required=True, help="the compose cluster's directory (it holds compose.env)"
-    )
-    roll.add_argument("--image-tag", required=True, help="the brokers' new image: tidelog:TAG")
-    roll.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
-    roll.set_defaults(run=roll_command)
-
-
-def roll_command(args: argparse.Namespace) -> int:
-    try:
-        cluster = ComposeCluster(args.dir)
-        rows = roll_image(cluster, args.image_tag, timeout=args.timeout)
-    except (ClusterError, TimeoutError) as error:
-        print(f"tidelog upgrade roll: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps({"image": f"tidelog:{args.image_tag}", "brokers": rows}))
-    return 0
