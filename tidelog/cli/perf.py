@@ -142,7 +142,8 @@ def consume_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, boo
 
 
 def _add_tiered_storage(actions) -> None:
-    from tidelog.perf.cases import CASES, PROFILES, WORKLOADS
+    from tidelog.perf.cases.events import CASES
+    from tidelog.perf.cases.profiles import PROFILES, WORKLOADS
 
     command = actions.add_parser(
         "tiered-storage",
@@ -191,7 +192,7 @@ def run_tiered_storage(args: argparse.Namespace) -> int:
     from tidelog.cluster.local import ClusterError
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
-    from tidelog.perf import cases
+    from tidelog.perf.cases import profiles, runner, table
 
     overrides = (
         args.duration,
@@ -202,18 +203,19 @@ def run_tiered_storage(args: argparse.Namespace) -> int:
         args.local_retention_bytes,
         args.rebuild_timeout,
     )
-    profile = cases.with_overrides(cases.PROFILES[args.profile], *overrides)
-    settings = cases.Settings(
+    profile = profiles.with_overrides(profiles.PROFILES[args.profile], *overrides)
+    settings = runner.Settings(
         profile=profile,
         out=Path(args.out),
         cases=tuple(args.cases),
         workloads=tuple(args.workloads),
         seed=args.seed,
         cluster_dir=Path(args.dir).resolve() if args.dir else None,
-        scaling=cases.scaling(*overrides),
+        scaling=profiles.scaling(*overrides),
     )
     try:
-        results = cases.run(settings, progress=lambda line: print(line, flush=True))
+        results = runner.run(settings, progress=lambda line: print(line, flush=True))
+        table.write_table(settings, results)
     except (ClusterError, ZooKeeperError, KafkaError, OSError, RuntimeError) as error:
         print(f"tidelog perf tiered-storage: {error}", file=sys.stderr)
         return 1
@@ -225,7 +227,7 @@ def run_tiered_storage(args: argparse.Namespace) -> int:
 
 
 def _add_max_rate(actions) -> None:
-    from tidelog.perf.cases import WORKLOADS
+    from tidelog.perf.cases.profiles import WORKLOADS
     from tidelog.perf.max_rate import Settings
 
     defaults = Settings(workload="acks=all", out=Path("."))

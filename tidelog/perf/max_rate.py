@@ -1,9 +1,9 @@
 """``tidelog perf max-rate``: the largest rate a cluster sustains for one of the design's workloads.
 
-The workload is the cases' (tidelog/perf/cases.py): a producer with acks=all or acks=1 (snappy,
-the profile's record size and keys) and in-sync consumers reading everything produced from the
-log end, on a cluster of its own with the cases' broker settings and a topic as theirs. The
-offered rate goes up in steps of ``step_seconds``; a step holds when
+The workload is the cases' (tidelog/perf/cases/profiles.py): a producer with acks=all or
+acks=1 (snappy, the profile's record size and keys) and in-sync consumers reading everything
+produced from the log end, on a cluster of its own with the cases' broker settings and a topic
+as theirs. The offered rate goes up in steps of ``step_seconds``; a step holds when
 
 - the producer's achieved rate (acknowledged bytes over the seconds from its start to its last
   acknowledgement) is at least ``1 - shortfall`` of the offered rate, and no produce failed;
@@ -44,7 +44,7 @@ from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
-from tidelog.perf import cases
+from tidelog.perf.cases import clusters, profiles, runner
 from tidelog.perf.producer import run_producer
 from tidelog.perf.readers import Reader, ReaderSettings
 
@@ -62,13 +62,13 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 class Settings:
     """What ``tidelog perf max-rate`` was asked to do. Rates are MB/s per leader broker."""
 
-    workload: str  # a key of cases.WORKLOADS
+    workload: str  # a key of profiles.WORKLOADS
     out: Path
     brokers: int = 3
     partitions: int = 30
-    record_size: int = cases.PROFILES["full"].record_size
-    keys: int = cases.PROFILES["full"].keys
-    in_sync_consumers: int = cases.PROFILES["full"].in_sync_consumers
+    record_size: int = profiles.PROFILES["full"].record_size
+    keys: int = profiles.PROFILES["full"].keys
+    in_sync_consumers: int = profiles.PROFILES["full"].in_sync_consumers
     start_mb_per_broker: float = 0.25
     step_factor: float = 1.5
     refine: int = 2
@@ -175,7 +175,7 @@ async def run_step(
 ) -> Step:
     """The in-sync consumers at the log end, then the producer at ``offered_mb_s`` for
     ``step_seconds``; writes the step's run directory."""
-    workload = cases.WORKLOADS[settings.workload]
+    workload = profiles.WORKLOADS[settings.workload]
     run_dir = settings.out / f"step-{number:02d}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -250,7 +250,7 @@ async def run_step(
             started_at=started_at,
             ended_at=rundata.now(),
             settings=_recorded(settings) | {"producer": asdict(producer) | {"codec": "snappy"}},
-            machine=cases.machine(settings.out),
+            machine=runner.machine(settings.out),
             verdict={
                 "step": asdict(step),
                 "producer": summary.as_dict(),
@@ -309,7 +309,7 @@ def create_topic(cluster: LocalCluster, settings: Settings) -> None:
         "retention.bytes": str(16 * 1024 * 1024),
     }
     with zookeeper.session(cluster.zookeeper) as client:
-        topics.create_topic(client, TOPIC, settings.partitions, cases.REPLICATION_FACTOR, config)
+        topics.create_topic(client, TOPIC, settings.partitions, clusters.REPLICATION_FACTOR, config)
     faults.wait_for_full_isr(cluster, TOPIC)
 
 
@@ -321,7 +321,7 @@ def run(settings: Settings, progress: Callable[[str], None] = print) -> list[Ste
     directory = settings.cluster_dir or Path(tempfile.mkdtemp(prefix="tidelog-max-rate-"))
     cluster = LocalCluster(directory)
     progress(f"starting {settings.brokers} brokers in {cluster.directory}")
-    cluster.up(settings.brokers, overrides=cases.BROKER_OVERRIDES, progress=lambda _: None)
+    cluster.up(settings.brokers, overrides=clusters.BROKER_OVERRIDES, progress=lambda _: None)
     try:
         create_topic(cluster, settings)
         steps = runtime.run(search(cluster, settings, progress))
@@ -341,7 +341,7 @@ def summary(settings: Settings, steps: list[Step]) -> dict:
         "kind": KIND,
         "workload": settings.workload,
         "settings": _recorded(settings),
-        "machine": cases.machine(settings.out),
+        "machine": runner.machine(settings.out),
         "steps": [asdict(step) | {"held": step.held} for step in steps],
         "max_rate": None
         if best is None
@@ -370,10 +370,10 @@ def step_line(settings: Settings, step: Step) -> str:
 
 def format_report(settings: Settings, steps: list[Step]) -> str:
     """Every step (the cluster's MB/s of keys and values), then the largest rate that held."""
-    workload = cases.WORKLOADS[settings.workload]
+    workload = profiles.WORKLOADS[settings.workload]
     lines = [
         f"workload {workload.name}: {settings.brokers} brokers, {settings.partitions} partitions "
-        f"x {cases.REPLICATION_FACTOR} replicas, {settings.record_size}-byte records (snappy), "
+        f"x {clusters.REPLICATION_FACTOR} replicas, {settings.record_size}-byte records (snappy), "
         f"{settings.in_sync_consumers} in-sync consumers, {settings.step_seconds:g} s steps",
         f"a step holds when it achieves {1 - settings.shortfall:.0%} of the offered rate with no "
         f"failures, every consumer reads {1 - settings.shortfall:.0%} of what was acknowledged, "
@@ -398,7 +398,7 @@ def format_report(settings: Settings, steps: list[Step]) -> str:
             f"({best.achieved_mb_s * MB / settings.record_size:,.0f} records/s achieved, "
             f"p99 {best.p99_ms:.1f} ms, load average {best.load_average:.2f}; step {best.number})"
         )
-        design = cases.PROFILES["full"]
+        design = profiles.PROFILES["full"]
         asked = workload.mb_per_broker(design)
         lines.append(
             f"  the design's {asked:g} MB/s per leader broker is {asked / per_broker:.0f} times "
