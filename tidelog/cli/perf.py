@@ -295,12 +295,10 @@ def run_max_rate(args: argparse.Namespace) -> int:
     from tidelog.perf import max_rate
 
     if args.step_factor <= 1 or not 0 < args.shortfall < 1 or args.step_seconds <= 0:
-        print(
-            "tidelog perf max-rate: --step-factor must be above 1, --shortfall between 0 and 1 "
-            "and --step-seconds above 0",
-            file=sys.stderr,
+        return fail(
+            "perf max-rate",
+            "--step-factor must be above 1, --shortfall between 0 and 1 and --step-seconds above 0",
         )
-        return 2
     settings = max_rate.Settings(
         workload=args.workload_names[args.workload],
         out=Path(args.out),

@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -214,11 +213,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
     codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
     unknown = [c for c in codecs if c not in CODECS]
     if unknown or not codecs:
-        print(
-            f"tidelog scenario upgrade: --codecs {args.codecs!r}: allowed: {', '.join(CODECS)}",
-            file=sys.stderr,
-        )
-        return 2
+        return fail("scenario upgrade", f"--codecs {args.codecs!r}: allowed: {', '.join(CODECS)}")
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-upgrade-")
     cluster = LocalCluster(directory)
     try:
@@ -230,11 +225,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
             run_upgrade_scenario(cluster, UpgradeScenario(args.start, codecs, args.rate))
         )
     except ClusterError as error:
-        print(
-            f"tidelog scenario upgrade: {error}\n(the cluster's files are in {directory})",
-            file=sys.stderr,
-        )
-        return 2
+        return fail("scenario upgrade", f"{error}\n(the cluster's files are in {directory})")
     finally:
         if cluster.state is not None:
             cluster.down(progress=lambda _: None)
