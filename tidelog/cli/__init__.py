@@ -15,6 +15,8 @@ import sys
 
 from tidelog import __version__
 from tidelog.cli import broker, cluster, dump_log, perf, report, scenario, topic, upgrade
+from tidelog.cli.common import unreachable
+from tidelog.reach import Unreachable
 
 # in the order `tidelog --help` lists them
 GROUPS = (dump_log, broker, cluster, topic, perf, scenario, upgrade, report)
@@ -56,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     if not args.verbose:
-        logging.getLogger("kazoo").setLevel(logging.WARNING)
+        # a broker's log keeps kazoo's warnings (a lost session, a reconnect); a command says
+        # what it could not reach in one line of its own
+        quiet = logging.WARNING if args.command == "broker" else logging.CRITICAL
+        logging.getLogger("kazoo").setLevel(quiet)
     try:
         return args.run(args)
+    except Unreachable as error:
+        return unreachable(args, error)
     except BrokenPipeError:
         # The reader went away (`tidelog dump-log ... | head`): stop quietly, as Unix tools do.
         # Python flushes stdout again at exit, so it is pointed at /dev/null first.

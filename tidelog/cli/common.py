@@ -1,5 +1,5 @@
 """What several command groups share: an action's parser, KEY=VALUE options, the cluster an
-address is read from, and the one-line failure every command ends with."""
+address is read from, and the one-line failures every command ends with."""
 
 from __future__ import annotations
 
@@ -7,11 +7,46 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from tidelog.reach import Unreachable
+
+# What to check when a service does not answer at the address a command was given; one a
+# command read from a cluster's directory (--dir) points at the cluster instead.
+NEXT_STEP = {
+    "ZooKeeper": "is ZooKeeper running at that address?",
+    "Kafka": "is a broker listening at that address?",
+    "the Docker engine": "is it running? (./scripts/docker-engine.sh starts one)",
+    "Spark": "is Java installed, and JAVA_HOME (if set) right? (Spark runs on a JVM)",
+}
+CLUSTER_SERVICES = ("ZooKeeper", "Kafka")
+# How long a command waits for a ZooKeeper session: a live one starts it in milliseconds
+ZOOKEEPER_TIMEOUT = 5.0
+
 
 def fail(command: str, error: Exception | str) -> int:
-    """``tidelog COMMAND: error`` on stderr, and the exit code of a usage error."""
+    """``tidelog COMMAND: error`` on stderr, and the exit code of a usage error. A service that
+    did not answer is raised on to main, whichever command caught it, to be said as every
+    command says it (unreachable)."""
+    if isinstance(error, Unreachable):
+        raise error
+    return _say(command, error)
+
+
+def _say(command: str, error: Exception | str) -> int:
     print(f"tidelog {command}: {error}", file=sys.stderr)
     return 2
+
+
+def unreachable(args: argparse.Namespace, error: Unreachable) -> int:
+    """The one line of any command whose ZooKeeper, broker or engine did not answer: what,
+    where, and what to do about it."""
+    directory = getattr(args, "dir", None)
+    given = getattr(args, "zookeeper", None) or getattr(args, "bootstrap_server", None)
+    if directory and not given and error.service in CLUSTER_SERVICES:
+        step = f"is the cluster up? (tidelog cluster status --dir {directory})"
+    else:
+        step = NEXT_STEP.get(error.service, "is it running at that address?")
+    words = [args.command, getattr(args, "action", None) or getattr(args, "kind", None)]
+    return _say(" ".join(word for word in words if word), f"{error}: {step}")
 
 
 def action_parser(actions, name: str, text: str) -> argparse.ArgumentParser:

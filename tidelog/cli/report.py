@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from tidelog.cli.common import fail
+from tidelog.reach import Unreachable
 
 
 def add(commands) -> None:
@@ -40,6 +41,8 @@ def add(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        from pyspark.errors import PySparkRuntimeError
+
         from tidelog.pipeline.render import write_report
         from tidelog.pipeline.report import compute, load_runs
         from tidelog.pipeline.session import local_session
@@ -51,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
         runs = load_runs(args.run_dirs)
     except (OSError, ValueError, TypeError) as error:
         return fail("report", error)
-    spark = local_session(cores=args.cores, app_name="tidelog-report")
+    try:
+        spark = local_session(cores=args.cores, app_name="tidelog-report")
+    except PySparkRuntimeError as error:  # its JVM did not start, or did not answer
+        reason = str(error).split("] ", 1)[-1].rstrip(".")
+        raise Unreachable("Spark", f"local[{args.cores}]", reason) from None
     try:
         data = compute(spark, runs, window_seconds=args.window_seconds)
     finally:

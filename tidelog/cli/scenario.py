@@ -131,8 +131,11 @@ def run_replication(args: argparse.Namespace) -> int:
         **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
         "replica.truncation.mode": args.truncation_mode,
     }
-    cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
-    started_here = not cluster.running
+    try:
+        cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
+        started_here = not cluster.running
+    except ClusterError as error:
+        return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tidelog.cli.common import action_parser, fail, from_cluster, key_values
+from tidelog.cli.common import ZOOKEEPER_TIMEOUT, action_parser, fail, from_cluster, key_values
 
 
 def add(commands) -> None:
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         client = zookeeper.connect(
-            from_cluster(args, args.zookeeper, "--zookeeper host:port", lambda c: c.zookeeper)
+            from_cluster(args, args.zookeeper, "--zookeeper host:port", lambda c: c.zookeeper),
+            timeout=ZOOKEEPER_TIMEOUT,
         )
     except (ClusterError, OSError) as error:
         return fail(f"topic {args.action}", error)

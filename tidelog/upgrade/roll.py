@@ -10,11 +10,10 @@ from the broker where it stopped.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable
 
-from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.compose import ComposeCluster, run_docker
 from tidelog.cluster.local import ClusterError
 from tidelog.upgrade import checks
 
@@ -31,9 +30,12 @@ def roll_image(
     Raises ClusterError if the image is missing or a broker does not come back, TimeoutError if
     the replicas do not catch up in ``timeout`` seconds."""
     image = f"tidelog:{tag}"
-    found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
-    if found.returncode != 0:
-        raise ClusterError(f"no image {image} in the engine (build or `docker tag` it first)")
+    try:
+        run_docker(["docker", "image", "inspect", image], 60)
+    except ClusterError:
+        raise ClusterError(
+            f"no image {image} in the engine (build or `docker tag` it first)"
+        ) from None
     checks.wait_in_sync(cluster, timeout)  # a roll starts from a cluster in sync
     rows = []
     for broker_id in cluster.broker_ids:
