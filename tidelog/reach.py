@@ -15,10 +15,16 @@ class Unreachable(ConnectionError):
         self.service, self.address, self.reason = service, address, reason
 
 
-def refusal(address: str, timeout: float) -> str | None:
-    """Why nothing can be dialled at ``address`` (host:port), or None if a TCP connection opens
-    there within ``timeout`` seconds. Whether the listener ever answers is the caller's to see."""
-    host, _, port = address.rpartition(":")
+def refusal(address: str, timeout: float, default_port: int) -> str | None:
+    """Why nothing can be dialled at ``address`` (host[:port]), or None if a TCP connection
+    opens there within ``timeout`` seconds, or if the address is not one this can read (the
+    client that dials it will say what is wrong). Whether the listener ever answers is the
+    caller's to see."""
+    host, colon, port = address.strip().rpartition(":")
+    if not colon or "]" in port:  # no port, or an IPv6 address without one
+        host, port = address.strip(), str(default_port)
+    if not port.isdigit():
+        return None
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             return None

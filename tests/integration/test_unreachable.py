@@ -5,10 +5,8 @@ for a cluster brought down, a refused port, and a port that takes connections bu
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +14,7 @@ from pathlib import Path
 import compose
 import pytest
 
+from tests.integration.conftest import run_tidelog
 from tidelog import rundata
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import LocalCluster
@@ -24,15 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """The command's result, and how many seconds it took."""
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "tidelog.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    result = run_tidelog(*args, timeout=120, env=env)
     return result, time.monotonic() - started
 
 

@@ -92,7 +92,7 @@ def connect(
     refusing server is tried again until ``timeout``, as kazoo does."""
     if not wait_for_server:
         servers = hosts.split("/", 1)[0].split(",")
-        refusals = [refusal(server, min(timeout, 5.0)) for server in servers]
+        refusals = [refusal(server, min(timeout, 5.0), 2181) for server in servers]
         if all(refusals):
             reasons = dict.fromkeys(reason for reason in refusals if reason)
             raise Unreachable("ZooKeeper", hosts, "; ".join(reasons))
