@@ -44,7 +44,7 @@ def produce_body(topic: str, records: bytes, acks: int) -> dict:
 
 
 async def leader_connection(cluster: LocalCluster, topic: str) -> Connection:
-    from tidelog.perf.client import Client
+    from tidelog.protocol.client import Client
 
     client = Client(cluster.bootstrap_servers)
     (partition,) = await client.partitions(topic)
@@ -102,7 +102,7 @@ def last_offset(records: bytes) -> int:
 
 async def latency_producer(cluster: LocalCluster, topic: str, stop: asyncio.Event, out: list):
     """(time, seconds) of each acknowledged acks=all request; failures as (time, None)."""
-    from tidelog.perf.client import Client
+    from tidelog.protocol.client import Client
 
     client = Client(cluster.bootstrap_servers)
     records = build_message_set([Record(None, b"y" * RECORD, 0)], magic=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -112,12 +113,16 @@ def magics_on_disk(cluster: LocalCluster, broker_id: int, topic: str, partition:
     return found
 
 
-def run_tidelog(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """The tidelog command in a new interpreter, as a user runs it; its output captured."""
+def run_tidelog(
+    *args: str, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """The tidelog command in a new interpreter, as a user runs it (``env``: variables set for
+    it on top of this process's); its output captured."""
     return subprocess.run(
         [sys.executable, "-m", "tidelog.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **(env or {})},
     )

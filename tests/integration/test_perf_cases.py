@@ -22,15 +22,17 @@ from kazoo.exceptions import NoNodeError
 
 from tidelog import rundata
 from tidelog.controller import zookeeper
-from tidelog.perf import cases, max_rate
+from tidelog.perf import max_rate
+from tidelog.perf.cases.clusters import TOPIC
+from tidelog.perf.cases.events import CASES
+from tidelog.perf.cases.profiles import PROFILES, WORKLOADS
+from tidelog.perf.cases.runner import KIND, Result, run_dir_name
+from tidelog.perf.cases.table import table_rows
 
 CLUSTERS = ("without-tiered", "tiered")
 STATE = "cluster.json"
 RUNS = [
-    (case, workload, tiered)
-    for case in cases.CASES
-    for workload in cases.WORKLOADS
-    for tiered in (False, True)
+    (case, workload, tiered) for case in CASES for workload in WORKLOADS for tiered in (False, True)
 ]
 
 
@@ -72,10 +74,10 @@ class IsrWatcher:
                 client = clients[name] = KazooClient(hosts=connect, timeout=2.0)
                 client.start(timeout=2.0)
             started = time.time()
-            topic = client.get_async(zookeeper.topic_path(cases.TOPIC)).get(timeout=2)[0]
+            topic = client.get_async(zookeeper.topic_path(TOPIC)).get(timeout=2)[0]
             assignment = json.loads(topic)["partitions"]
             pending = [
-                (replicas, client.get_async(zookeeper.state_path(cases.TOPIC, int(number))))
+                (replicas, client.get_async(zookeeper.state_path(TOPIC, int(number))))
                 for number, replicas in assignment.items()
             ]
             missing = frozenset(
@@ -107,7 +109,7 @@ class CommandRun:
     watcher: IsrWatcher
 
     def run_dir(self, case: str, workload: str, tiered: bool) -> Path:
-        return self.out / cases.run_dir_name(case, workload, tiered)
+        return self.out / run_dir_name(case, workload, tiered)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +158,7 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
     table = (command_run.out / "table.txt").read_text()
     assert table in command_run.stdout
     assert table.startswith("profile small, scaled to this machine: scale 0.5, duration_s 4")
-    rows = cases.table_rows(
+    rows = table_rows(
         [
             _result_from(command_run.run_dir(case, workload, tiered))
             for case, workload, tiered in RUNS
@@ -169,7 +171,7 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
     for case, workload, tiered in RUNS:
         metadata = rundata.read_metadata(command_run.run_dir(case, workload, tiered))
         assert (metadata.kind, metadata.case, metadata.workload, metadata.tiered) == (
-            cases.KIND,
+            KIND,
             case,
             workload,
             tiered,
@@ -189,9 +191,9 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
         )
 
 
-def _result_from(run_dir: Path) -> cases.Result:
+def _result_from(run_dir: Path) -> Result:
     figures = rundata.read_metadata(run_dir).verdict["figures"]  # type: ignore[index]
-    return cases.Result(run_dir=run_dir, **figures)
+    return Result(run_dir=run_dir, **figures)
 
 
 def test_the_acks_table_holds_every_record_the_producer_saw_acknowledged(command_run):
@@ -221,7 +223,7 @@ def test_the_acks_table_holds_every_record_the_producer_saw_acknowledged(command
 
 
 def test_the_catching_up_consumers_read_old_data_and_the_in_sync_ones_keep_up(command_run):
-    for workload in cases.WORKLOADS:
+    for workload in WORKLOADS:
         for tiered in (False, True):
             run_dir = command_run.run_dir("consumers", workload, tiered)
             consumer = rundata.read_table(run_dir, "consumer").to_pylist()
@@ -231,7 +233,7 @@ def test_the_catching_up_consumers_read_old_data_and_the_in_sync_ones_keep_up(co
             readers = rundata.read_metadata(run_dir).verdict["readers"]
             assert all(
                 readers[f"catching-up-{n}"]["bytes"] > 0
-                for n in range(1, cases.PROFILES["small"].catch_up_consumers + 1)
+                for n in range(1, PROFILES["small"].catch_up_consumers + 1)
             )
             events = rundata.read_table(run_dir, "events").to_pylist()
             assert [e["kind"] for e in events] == ["catch_up_consumers"]
@@ -241,7 +243,7 @@ def test_the_catching_up_consumers_read_old_data_and_the_in_sync_ones_keep_up(co
 
 
 def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_run):
-    for workload in cases.WORKLOADS:
+    for workload in WORKLOADS:
         for tiered in (False, True):
             run_dir = command_run.run_dir("rebuild", workload, tiered)
             events = rundata.read_table(run_dir, "events").to_pylist()

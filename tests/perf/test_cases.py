@@ -10,13 +10,14 @@ import pytest
 
 from tidelog import rundata
 from tidelog.cli import build_parser
-from tidelog.perf import cases
+from tidelog.cli import perf as perf_commands
+from tidelog.perf.cases import clusters, events, profiles, runner, table
 from tidelog.perf.producer import MessageRing
 from tidelog.records.format import Codec, iter_deep
 
 
 def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebuild=None):
-    return cases.Result(
+    return runner.Result(
         case=case,
         workload=workload,
         tiered=tiered,
@@ -34,10 +35,10 @@ def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebui
     )
 
 
-def every_result() -> list[cases.Result]:
+def every_result() -> list[runner.Result]:
     results = []
-    for case in cases.CASES:
-        for workload in cases.WORKLOADS:
+    for case in events.CASES:
+        for workload in profiles.WORKLOADS:
             rebuild = case == "rebuild"
             results.append(result(case, workload, True, 30.0, 15.0, 10.0 if rebuild else None))
             results.append(result(case, workload, False, 20.0, 10.0, 40.0 if rebuild else None))
@@ -45,7 +46,7 @@ def every_result() -> list[cases.Result]:
 
 
 def test_the_table_has_the_designs_shape_with_every_cell_filled():
-    rows = cases.table_rows(every_result())
+    rows = table.table_rows(every_result())
 
     # three cases x two workloads, and a rebuild duration row per rebuild workload
     assert len(rows) == 8
@@ -64,7 +65,7 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert [row[1] for row in durations] == ["acks=all", "acks=1"]
     assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
     assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
-    assert "load average 1.50" in cases.format_table(every_result())
+    assert "load average 1.50" in table.format_table(every_result())
 
 
 def test_the_out_of_sync_penalty_is_case_2_over_case_1_beside_the_designs():
@@ -76,15 +77,15 @@ def test_the_out_of_sync_penalty_is_case_2_over_case_1_beside_the_designs():
         result("normal", "acks=1", True, 10.0, 5.0),  # no consumers case: no line
     ]
 
-    assert cases.penalty_lines(results) == [
+    assert table.penalty_lines(results) == [
         "  acks=all tiered     1.50  1.68",  # the design's 42 / 25 ms
         "  acks=all without    4.00  2.86",  # and 60 / 21 ms
     ]
-    assert "\n".join(cases.penalty_lines(results)) in cases.format_table(results)
+    assert "\n".join(table.penalty_lines(results)) in table.format_table(results)
 
 
 def test_a_missing_run_leaves_its_cells_empty_rather_than_invented():
-    rows = cases.table_rows([r for r in every_result() if not (r.case == "normal" and r.tiered)])
+    rows = table.table_rows([r for r in every_result() if not (r.case == "normal" and r.tiered)])
 
     normal = [row for row in rows if row[0] == "1 normal traffic"]
     assert all(row[3] == "-" and row[7] == "-" for row in normal)
@@ -113,18 +114,18 @@ def test_window_figures_average_or_take_the_largest_p99_of_each_second(tmp_path)
     rows += [(start + 1 + 0.001 * i, float(201 + i)) for i in range(100)]
     write_acks(tmp_path, rows)
 
-    assert cases.window_figures(tmp_path, "avg") == (199.0, 195.0)
-    assert cases.window_figures(tmp_path, "max") == (299.0, 295.0)
+    assert runner.window_figures(tmp_path, "avg") == (199.0, 195.0)
+    assert runner.window_figures(tmp_path, "max") == (299.0, 295.0)
 
 
 def test_window_figures_of_a_run_without_acknowledgements_are_not_numbers(tmp_path):
     write_acks(tmp_path, [])
 
-    assert all(math.isnan(figure) for figure in cases.window_figures(tmp_path, "avg"))
+    assert all(math.isnan(figure) for figure in runner.window_figures(tmp_path, "avg"))
 
 
 def test_the_full_profile_keeps_the_designs_per_broker_rates_and_consumers():
-    full = cases.PROFILES["full"]
+    full = profiles.PROFILES["full"]
 
     assert (full.acks_all_mb_per_broker, full.acks_1_mb_per_broker) == (30, 55)
     assert (full.in_sync_consumers, full.catch_up_consumers, full.catch_up_mb_per_broker) == (
@@ -137,36 +138,36 @@ def test_the_full_profile_keeps_the_designs_per_broker_rates_and_consumers():
 
 
 def test_overrides_change_only_what_they_name():
-    small = cases.PROFILES["small"]
+    small = profiles.PROFILES["small"]
 
-    changed = cases.with_overrides(small, duration_s=3, history_mb=4, scale=0.5)
+    changed = profiles.with_overrides(small, duration_s=3, history_mb=4, scale=0.5)
 
     assert (changed.duration_s, changed.history_mb_per_broker) == (3, 4)
     assert changed.acks_all_mb_per_broker == small.acks_all_mb_per_broker / 2
     assert changed.acks_1_mb_per_broker == small.acks_1_mb_per_broker / 2
     assert changed.catch_up_mb_per_broker == small.catch_up_mb_per_broker / 2
     assert changed.partitions == small.partitions
-    assert cases.with_overrides(small) == small
-    assert cases.with_overrides(small, partitions=30).partitions == 30
-    sized = cases.with_overrides(small, segment_bytes=65536, local_retention_bytes=131072)
+    assert profiles.with_overrides(small) == small
+    assert profiles.with_overrides(small, partitions=30).partitions == 30
+    sized = profiles.with_overrides(small, segment_bytes=65536, local_retention_bytes=131072)
     assert (sized.segment_bytes, sized.local_retention_bytes) == (65536, 131072)
-    assert cases.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
-    assert cases.with_overrides(small, rebuild_timeout_s=60).rebuild_timeout_s == 60
+    assert clusters.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
+    assert profiles.with_overrides(small, rebuild_timeout_s=60).rebuild_timeout_s == 60
     # the history goes in before local retention starts (load_history sets it afterwards)
-    assert "local.retention.bytes" not in cases.topic_config(sized, tiered=True, loading=True)
+    assert "local.retention.bytes" not in clusters.topic_config(sized, tiered=True, loading=True)
 
 
 def test_the_scaling_is_what_the_command_line_changed_and_the_table_says_so(tmp_path):
-    full = cases.PROFILES["full"]
-    scaling = cases.scaling(duration_s=60, scale=0.02, partitions=30)
-    settings = cases.Settings(
-        profile=cases.with_overrides(full, duration_s=60, scale=0.02, partitions=30),
+    full = profiles.PROFILES["full"]
+    scaling = profiles.scaling(duration_s=60, scale=0.02, partitions=30)
+    settings = runner.Settings(
+        profile=profiles.with_overrides(full, duration_s=60, scale=0.02, partitions=30),
         out=tmp_path,
         scaling=scaling,
     )
 
     assert scaling == {"scale": 0.02, "duration_s": 60, "partitions": 30}
-    described = cases.describe_scaling(settings)
+    described = table.describe_scaling(settings)
     assert described.startswith(
         "profile full, scaled to this machine: scale 0.02, duration_s 60, partitions 30"
     )
@@ -175,8 +176,8 @@ def test_the_scaling_is_what_the_command_line_changed_and_the_table_says_so(tmp_
     assert "30 partitions x 3 replicas, 2000 MB of history per broker" in described
     assert "segments of 1 MiB, with the tier 1 MiB kept locally per partition" in described
     assert "load average" in described
-    unscaled = cases.Settings(profile=full, out=tmp_path)
-    assert cases.describe_scaling(unscaled).startswith("profile full as defined")
+    unscaled = runner.Settings(profile=full, out=tmp_path)
+    assert table.describe_scaling(unscaled).startswith("profile full as defined")
 
 
 def test_the_command_line_reaches_the_cases():
@@ -184,7 +185,7 @@ def test_the_command_line_reaches_the_cases():
         ["perf", "tiered-storage", "--profile", "small", "--out", "runs/ts", "--cases", "rebuild"]
     )
 
-    assert args.run is cases.run_command
+    assert args.run is perf_commands.run_tiered_storage
     assert (args.profile, args.out, args.cases, args.seed) == ("small", "runs/ts", ["rebuild"], 0)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["perf", "tiered-storage", "--profile", "huge", "--out", "x"])

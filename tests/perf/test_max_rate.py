@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tidelog.cli import build_parser
+from tidelog.cli import perf as perf_commands
 from tidelog.perf import max_rate
 
 SETTINGS = max_rate.Settings(
@@ -103,7 +104,7 @@ def test_the_command_line_reaches_the_search():
         ["perf", "max-rate", "--workload", "acks_all", "--out", "runs/max", "--step-seconds", "5"]
     )
 
-    assert args.run is max_rate.run_command
+    assert args.run is perf_commands.run_max_rate
     assert args.workload_names[args.workload] == "acks=all"
     assert (args.step_seconds, args.shortfall, args.p99_bound_ms) == (5, 0.1, 200)
     with pytest.raises(SystemExit):

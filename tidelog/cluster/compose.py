@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.zookeeper import free_ports
+from tidelog.reach import Unreachable
 
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
@@ -215,7 +216,7 @@ class ComposeCluster:
         return ["docker", "compose", "-f", str(self.compose_file), "--env-file", str(self.env_file)]
 
     def compose(self, *arguments: str, timeout: float = 600) -> str:
-        return _run([*self.compose_command(), *arguments], timeout)
+        return run_docker([*self.compose_command(), *arguments], timeout)
 
     @property
     def running(self) -> bool:
@@ -256,7 +257,7 @@ class ComposeCluster:
         return found[0]
 
     def inspect(self, service: str) -> dict:
-        return json.loads(_run(["docker", "inspect", self.container(service)], 60))[0]
+        return json.loads(run_docker(["docker", "inspect", self.container(service)], 60))[0]
 
     def health(self, broker_id: int) -> str:
         """The engine's view of a broker: healthy, unhealthy, starting, or its state if it is
@@ -301,7 +302,7 @@ class ComposeCluster:
         """``directory/broker-{id}/logs``: a link to the broker's log volume on this host."""
         for broker in self.state.brokers.values():
             volume = f"{self.project}_{broker.service}"
-            mountpoint = json.loads(_run(["docker", "volume", "inspect", volume], 60))[0][
+            mountpoint = json.loads(run_docker(["docker", "volume", "inspect", volume], 60))[0][
                 "Mountpoint"
             ]
             link = self.directory / broker.service / "logs"
@@ -411,9 +412,11 @@ class ComposeCluster:
                 interval=0.5,
             )
         elif signum == signal.SIGCONT:
-            _run(["docker", "unpause", container], 60)
+            run_docker(["docker", "unpause", container], 60)
         else:
-            _run(["docker", "kill", "--signal", signum.name.removeprefix("SIG"), container], 60)
+            run_docker(
+                ["docker", "kill", "--signal", signum.name.removeprefix("SIG"), container], 60
+            )
             if signum in (signal.SIGKILL, signal.SIGTERM):
                 wait_until(
                     lambda: self.health(broker_id) in ("exited", "dead"),
@@ -426,12 +429,12 @@ class ComposeCluster:
         """Takes the broker off the compose network: it reaches neither ZooKeeper nor the other
         brokers, and they do not reach it."""
         container = self.container(self.broker(broker_id).service)
-        _run(["docker", "network", "disconnect", self.network, container], 60)
+        run_docker(["docker", "network", "disconnect", self.network, container], 60)
 
     def heal_broker(self, broker_id: int) -> None:
         """Puts the broker back on the compose network under its service name."""
         service = self.broker(broker_id).service
-        _run(
+        run_docker(
             [
                 "docker",
                 "network",
@@ -448,7 +451,7 @@ class ComposeCluster:
 def _paused(container: str) -> bool:
     """Pauses the container; False if the freezer could not freeze it this time."""
     try:
-        _run(["docker", "pause", container], 60)
+        run_docker(["docker", "pause", container], 60)
     except ClusterError as error:
         if "unable to freeze" not in str(error):
             raise
@@ -466,7 +469,13 @@ def _write_environment(path: Path, environment: dict[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
 
 
-def _run(command: list[str], timeout: float) -> str:
+# what the docker CLI (and its compose plugin) says when no engine takes its connection
+NO_ENGINE = re.compile(r"Cannot connect to the Docker daemon at (?P<address>\S+?)\.? Is the docker")
+
+
+def run_docker(command: list[str], timeout: float) -> str:
+    """The output of a docker (or docker compose) command; ClusterError if it fails,
+    Unreachable if no engine answers it."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
@@ -476,5 +485,8 @@ def _run(command: list[str], timeout: float) -> str:
     except subprocess.TimeoutExpired:
         raise ClusterError(f"{' '.join(command)}: no answer in {timeout} s") from None
     if done.returncode != 0:
+        engine = NO_ENGINE.search(done.stderr)
+        if engine is not None:
+            raise Unreachable("the Docker engine", engine["address"], "no connection")
         raise ClusterError(f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
     return done.stdout

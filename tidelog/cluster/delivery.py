@@ -23,7 +23,7 @@ from pathlib import Path
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.dump import dump_index_file
 from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
-from tidelog.perf.client import Client
+from tidelog.protocol.client import Client
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Codec, Record, TimestampType, build_message_set, iter_deep
 

@@ -212,6 +212,7 @@ class BrokerNode:
             )
             / 1000,
             session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
+            wait_for_server=True,
         )
         client.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)

@@ -32,6 +32,7 @@ from tidelog.broker.metadata import (
     PartitionState,
     TopicMetadata,
 )
+from tidelog.reach import Unreachable, refusal
 
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
@@ -77,11 +78,29 @@ def _read(zk: KazooClient, path: str, watch: Watcher | None) -> bytes | None:
             # Created between the two calls: read it (and watch it) again.
 
 
-def connect(hosts: str, timeout: float = 15.0, session_timeout: float = 6.0) -> KazooClient:
+def connect(
+    hosts: str,
+    timeout: float = 15.0,
+    session_timeout: float = 6.0,
+    *,
+    wait_for_server: bool = False,
+) -> KazooClient:
     """A started client; ``timeout`` is how long to wait for the first connection
-    (zookeeper.connection.timeout.ms), ``session_timeout`` the session's."""
+    (zookeeper.connection.timeout.ms), ``session_timeout`` the session's. Unreachable if no
+    server starts a session in ``timeout``, or at once if every server refuses connections,
+    unless ``wait_for_server`` (a broker, whose ZooKeeper may be starting beside it): then a
+    refusing server is tried again until ``timeout``, as kazoo does."""
+    if not wait_for_server:
+        servers = hosts.split("/", 1)[0].split(",")
+        refusals = [refusal(server, min(timeout, 5.0), 2181) for server in servers]
+        if all(refusals):
+            reasons = dict.fromkeys(reason for reason in refusals if reason)
+            raise Unreachable("ZooKeeper", hosts, "; ".join(reasons))
     client = KazooClient(hosts=hosts, timeout=session_timeout)
-    client.start(timeout=timeout)
+    try:
+        client.start(timeout=timeout)
+    except client.handler.timeout_exception:
+        raise Unreachable("ZooKeeper", hosts, f"no session in {timeout:g} s") from None
     return client
 
 

@@ -14,8 +14,9 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tidelog.perf.client import Client, Connection, fetch_body
 from tidelog.perf.stats import Summary
+from tidelog.protocol.client import Client, fetch_body
+from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.compression import decompress
 from tidelog.records.format import (

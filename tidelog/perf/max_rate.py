@@ -1,9 +1,9 @@
 """``tidelog perf max-rate``: the largest rate a cluster sustains for one of the design's workloads.
 
-The workload is the cases' (tidelog/perf/cases.py): a producer with acks=all or acks=1 (snappy,
-the profile's record size and keys) and in-sync consumers reading everything produced from the
-log end, on a cluster of its own with the cases' broker settings and a topic as theirs. The
-offered rate goes up in steps of ``step_seconds``; a step holds when
+The workload is the cases' (tidelog/perf/cases/profiles.py): a producer with acks=all or
+acks=1 (snappy, the profile's record size and keys) and in-sync consumers reading everything
+produced from the log end, on a cluster of its own with the cases' broker settings and a topic
+as theirs. The offered rate goes up in steps of ``step_seconds``; a step holds when
 
 - the producer's achieved rate (acknowledged bytes over the seconds from its start to its last
   acknowledgement) is at least ``1 - shortfall`` of the offered rate, and no produce failed;
@@ -44,7 +44,7 @@ from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
-from tidelog.perf import cases
+from tidelog.perf.cases import clusters, profiles, runner
 from tidelog.perf.producer import run_producer
 from tidelog.perf.readers import Reader, ReaderSettings
 
@@ -62,13 +62,13 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 class Settings:
     """What ``tidelog perf max-rate`` was asked to do. Rates are MB/s per leader broker."""
 
-    workload: str  # a key of cases.WORKLOADS
+    workload: str  # a key of profiles.WORKLOADS
     out: Path
     brokers: int = 3
     partitions: int = 30
-    record_size: int = cases.PROFILES["full"].record_size
-    keys: int = cases.PROFILES["full"].keys
-    in_sync_consumers: int = cases.PROFILES["full"].in_sync_consumers
+    record_size: int = profiles.PROFILES["full"].record_size
+    keys: int = profiles.PROFILES["full"].keys
+    in_sync_consumers: int = profiles.PROFILES["full"].in_sync_consumers
     start_mb_per_broker: float = 0.25
     step_factor: float = 1.5
     refine: int = 2
@@ -175,7 +175,7 @@ async def run_step(
 ) -> Step:
     """The in-sync consumers at the log end, then the producer at ``offered_mb_s`` for
     ``step_seconds``; writes the step's run directory."""
-    workload = cases.WORKLOADS[settings.workload]
+    workload = profiles.WORKLOADS[settings.workload]
     run_dir = settings.out / f"step-{number:02d}"
     if run_dir.exists():
         shutil.rmtree(run_dir)
@@ -250,7 +250,7 @@ async def run_step(
             started_at=started_at,
             ended_at=rundata.now(),
             settings=_recorded(settings) | {"producer": asdict(producer) | {"codec": "snappy"}},
-            machine=cases.machine(settings.out),
+            machine=runner.machine(settings.out),
             verdict={
                 "step": asdict(step),
                 "producer": summary.as_dict(),
@@ -309,7 +309,7 @@ def create_topic(cluster: LocalCluster, settings: Settings) -> None:
         "retention.bytes": str(16 * 1024 * 1024),
     }
     with zookeeper.session(cluster.zookeeper) as client:
-        topics.create_topic(client, TOPIC, settings.partitions, cases.REPLICATION_FACTOR, config)
+        topics.create_topic(client, TOPIC, settings.partitions, clusters.REPLICATION_FACTOR, config)
     faults.wait_for_full_isr(cluster, TOPIC)
 
 
@@ -321,7 +321,7 @@ def run(settings: Settings, progress: Callable[[str], None] = print) -> list[Ste
     directory = settings.cluster_dir or Path(tempfile.mkdtemp(prefix="tidelog-max-rate-"))
     cluster = LocalCluster(directory)
     progress(f"starting {settings.brokers} brokers in {cluster.directory}")
-    cluster.up(settings.brokers, overrides=cases.BROKER_OVERRIDES, progress=lambda _: None)
+    cluster.up(settings.brokers, overrides=clusters.BROKER_OVERRIDES, progress=lambda _: None)
     try:
         create_topic(cluster, settings)
         steps = runtime.run(search(cluster, settings, progress))
@@ -341,7 +341,7 @@ def summary(settings: Settings, steps: list[Step]) -> dict:
         "kind": KIND,
         "workload": settings.workload,
         "settings": _recorded(settings),
-        "machine": cases.machine(settings.out),
+        "machine": runner.machine(settings.out),
         "steps": [asdict(step) | {"held": step.held} for step in steps],
         "max_rate": None
         if best is None
@@ -370,10 +370,10 @@ def step_line(settings: Settings, step: Step) -> str:
 
 def format_report(settings: Settings, steps: list[Step]) -> str:
     """Every step (the cluster's MB/s of keys and values), then the largest rate that held."""
-    workload = cases.WORKLOADS[settings.workload]
+    workload = profiles.WORKLOADS[settings.workload]
     lines = [
         f"workload {workload.name}: {settings.brokers} brokers, {settings.partitions} partitions "
-        f"x {cases.REPLICATION_FACTOR} replicas, {settings.record_size}-byte records (snappy), "
+        f"x {clusters.REPLICATION_FACTOR} replicas, {settings.record_size}-byte records (snappy), "
         f"{settings.in_sync_consumers} in-sync consumers, {settings.step_seconds:g} s steps",
         f"a step holds when it achieves {1 - settings.shortfall:.0%} of the offered rate with no "
         f"failures, every consumer reads {1 - settings.shortfall:.0%} of what was acknowledged, "
@@ -398,112 +398,10 @@ def format_report(settings: Settings, steps: list[Step]) -> str:
             f"({best.achieved_mb_s * MB / settings.record_size:,.0f} records/s achieved, "
             f"p99 {best.p99_ms:.1f} ms, load average {best.load_average:.2f}; step {best.number})"
         )
-        design = cases.PROFILES["full"]
+        design = profiles.PROFILES["full"]
         asked = workload.mb_per_broker(design)
         lines.append(
             f"  the design's {asked:g} MB/s per leader broker is {asked / per_broker:.0f} times "
             f"that: --scale {per_broker / asked:.4f} fits the full profile to this rate"
         )
     return "\n".join(lines)
-
-
-def add_command(perf_actions) -> None:
-    """Adds ``perf max-rate`` to the perf actions (cli.py calls it)."""
-    defaults = Settings(workload="acks=all", out=Path("."))
-    command = perf_actions.add_parser(
-        "max-rate",
-        help="step a workload's offered rate up and report the largest this machine sustains",
-        description=(
-            "Starts a cluster, creates a topic as the tiered-storage cases do, and steps the "
-            "offered produce rate of one of the design's workloads up (in-sync consumers "
-            "reading everything) until a step falls short of the offered rate by more than "
-            "--shortfall, fails records, leaves the consumers behind, or passes --p99-bound-ms; "
-            "prints every step and the largest rate that held, per leader broker and for the "
-            "cluster."
-        ),
-    )
-    names = {name.replace("=", "_"): name for name in cases.WORKLOADS}
-    command.add_argument("--workload", required=True, choices=sorted(names))
-    command.add_argument("--out", required=True, metavar="RUN_DIR", help="where the steps go")
-    command.add_argument("--brokers", type=int, default=defaults.brokers)
-    command.add_argument("--partitions", type=int, default=defaults.partitions)
-    command.add_argument("--record-size", type=int, default=defaults.record_size)
-    command.add_argument("--keys", type=int, default=defaults.keys, help="distinct keys")
-    command.add_argument(
-        "--in-sync-consumers", type=int, default=defaults.in_sync_consumers, help="at the log end"
-    )
-    command.add_argument(
-        "--start-mb-per-broker",
-        type=float,
-        default=defaults.start_mb_per_broker,
-        help="the first step's rate, MB/s per leader broker",
-    )
-    command.add_argument("--step-factor", type=float, default=defaults.step_factor)
-    command.add_argument(
-        "--refine",
-        type=int,
-        default=defaults.refine,
-        help="bisections after the first step that fails",
-    )
-    command.add_argument("--max-steps", type=int, default=defaults.max_steps)
-    command.add_argument("--step-seconds", type=float, default=defaults.step_seconds)
-    command.add_argument(
-        "--warmup-seconds",
-        type=float,
-        default=defaults.warmup_seconds,
-        help="at the first step's rate before the search, not counted (0: none)",
-    )
-    command.add_argument(
-        "--shortfall",
-        type=float,
-        default=defaults.shortfall,
-        help="how far (a fraction) the achieved rate may fall short of the offered",
-    )
-    command.add_argument("--p99-bound-ms", type=float, default=defaults.p99_bound_ms)
-    command.add_argument("--seed", type=int, default=defaults.seed)
-    command.add_argument(
-        "--dir", help="keep the cluster's files here (default: a temporary directory, removed)"
-    )
-    command.set_defaults(run=run_command, workload_names=names)
-
-
-def run_command(args) -> int:
-    from tidelog.cluster.local import ClusterError
-    from tidelog.cluster.zookeeper import ZooKeeperError
-    from tidelog.errors import KafkaError
-
-    if args.step_factor <= 1 or not 0 < args.shortfall < 1 or args.step_seconds <= 0:
-        print(
-            "tidelog perf max-rate: --step-factor must be above 1, --shortfall between 0 and 1 "
-            "and --step-seconds above 0",
-            file=sys.stderr,
-        )
-        return 2
-    settings = Settings(
-        workload=args.workload_names[args.workload],
-        out=Path(args.out),
-        brokers=args.brokers,
-        partitions=args.partitions,
-        record_size=args.record_size,
-        keys=args.keys,
-        in_sync_consumers=args.in_sync_consumers,
-        start_mb_per_broker=args.start_mb_per_broker,
-        step_factor=args.step_factor,
-        refine=args.refine,
-        max_steps=args.max_steps,
-        step_seconds=args.step_seconds,
-        warmup_seconds=args.warmup_seconds,
-        shortfall=args.shortfall,
-        p99_bound_ms=args.p99_bound_ms,
-        seed=args.seed,
-        cluster_dir=Path(args.dir).resolve() if args.dir else None,
-    )
-    try:
-        steps = run(settings, progress=lambda line: print(line, flush=True))
-    except (ClusterError, ZooKeeperError, KafkaError, OSError, RuntimeError) as error:
-        print(f"tidelog perf max-rate: {error}", file=sys.stderr)
-        return 1
-    print()
-    print(format_report(settings, steps))
-    print(f"\nevery step's figures: {settings.out / SUMMARY}; its acknowledgements: step-NN/")
-    return 0

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from tidelog import rundata
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.perf.client import Client
 from tidelog.perf.stats import Summary
+from tidelog.protocol.client import Client
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.compression import compress
 from tidelog.records.format import OFFSET_AND_SIZE, Codec, encode_entry, encode_message

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from tidelog import rundata
 from tidelog.errors import KafkaError
-from tidelog.perf.client import Client, Connection, fetch_body
+from tidelog.protocol.client import Client, fetch_body
+from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import scan_entries
 

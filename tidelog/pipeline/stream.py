@@ -21,8 +21,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.perf.client import Client
 from tidelog.pipeline.segments import decode_message_set
+from tidelog.protocol.client import Client
 from tidelog.protocol.schemas import ApiKey
 
 EARLIEST, LATEST = -2, -1

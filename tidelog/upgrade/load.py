@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tidelog.cluster.delivery import DeliveryProducer
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.perf.client import Client
+from tidelog.protocol.client import Client
 from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import iter_deep

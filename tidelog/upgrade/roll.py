@@ -10,14 +10,10 @@ from the broker where it stopped.
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
-from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.compose import ComposeCluster, run_docker
 from tidelog.cluster.local import ClusterError
 from tidelog.upgrade import checks
 
@@ -34,9 +30,12 @@ def roll_image(
     Raises ClusterError if the image is missing or a broker does not come back, TimeoutError if
     the replicas do not catch up in ``timeout`` seconds."""
     image = f"tidelog:{tag}"
-    found = subprocess.run(["docker", "image", "inspect", image], capture_output=True)
-    if found.returncode != 0:
-        raise ClusterError(f"no image {image} in the engine (build or `docker tag` it first)")
+    try:
+        run_docker(["docker", "image", "inspect", image], 60)
+    except ClusterError:
+        raise ClusterError(
+            f"no image {image} in the engine (build or `docker tag` it first)"
+        ) from None
     checks.wait_in_sync(cluster, timeout)  # a roll starts from a cluster in sync
     rows = []
     for broker_id in cluster.broker_ids:
@@ -59,26 +58,3 @@ def roll_image(
     checks.wait_in_sync(cluster, timeout)
     progress(f"every broker runs {image}; leaders preferred")
     return rows
-
-
-def add_roll(actions) -> None:
-    """Adds `roll` to `tidelog upgrade`'s actions."""
-    text = "recreate a compose cluster's brokers from another image tag, one at a time"
-    roll = actions.add_parser("roll", help=text, description=text[0].upper() + text[1:] + ".")
-    roll.add_argument(
-        "--dir", required=True, help="the compose cluster's directory (it holds compose.env)"
-    )
-    roll.add_argument("--image-tag", required=True, help="the brokers' new image: tidelog:TAG")
-    roll.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
-    roll.set_defaults(run=roll_command)
-
-
-def roll_command(args: argparse.Namespace) -> int:
-    try:
-        cluster = ComposeCluster(args.dir)
-        rows = roll_image(cluster, args.image_tag, timeout=args.timeout)
-    except (ClusterError, TimeoutError) as error:
-        print(f"tidelog upgrade roll: {error}", file=sys.stderr)
-        return 1
-    print(json.dumps({"image": f"tidelog:{args.image_tag}", "brokers": rows}))
-    return 0

@@ -12,7 +12,7 @@ the alternatives:
   (``benchmarks/locust_load.py``, three runs): kafka-python 2,700 to 3,600 records/s (its
   buffer held records for seconds before sending), this client 20,000 to 26,700, 5.5 to 9
   times as many.
-- tidelog's asyncio client (``tidelog/perf/client.py``): an asyncio loop run inside a greenlet
+- tidelog's asyncio client (``tidelog/protocol/client.py``): an asyncio loop run inside a greenlet
   blocks every other user while it runs, and running it on gevent's hub would need a bridge
   that locust does not have.
 """

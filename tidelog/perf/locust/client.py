@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.perf.client import PartitionLeader, partition_leaders
+from tidelog.protocol.client import PartitionLeader, partition_leaders
 from tidelog.protocol.frames import SIZE, decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 

@@ -42,11 +42,11 @@ from locust import User, events, task
 from locust.env import Environment
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.perf.client import PartitionLeader
 from tidelog.perf.consumer import count_records
 from tidelog.perf.locust.client import EARLIEST, LATEST, BlockingClient
 from tidelog.perf.locust.group import COORDINATOR_MOVED, STALE_MEMBERSHIP, GroupMember
 from tidelog.perf.producer import repeated_message_set
+from tidelog.protocol.client import PartitionLeader
 from tidelog.records.format import Codec
 
 MEGABYTE = 1_000_000

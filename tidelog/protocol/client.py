@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
+from tidelog.reach import Unreachable
+
+# How long a bootstrap server has to take a connection, and then to answer Metadata: a broker
+# answers in milliseconds; one that is stopped (SIGSTOP) or a port that is not a broker's never
+# does, and a command would wait for it without end.
+BOOTSTRAP_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, order=True)
@@ -69,20 +75,35 @@ class Client:
             await asyncio.sleep(0.2)
 
     async def _metadata(self, topic: str) -> dict:
-        """Metadata from the first bootstrap server that answers."""
-        failures = []
+        """Metadata from the first bootstrap server that answers within BOOTSTRAP_TIMEOUT;
+        Unreachable if none does."""
+        failures = {}
         for host, port in self.bootstrap:
+            server = f"{host}:{port}"
             try:
-                connection = await Connection.open(host, int(port), client_id="tidelog-perf")
+                connection = await asyncio.wait_for(
+                    Connection.open(host, int(port), client_id="tidelog-perf"), BOOTSTRAP_TIMEOUT
+                )
+            except TimeoutError:
+                failures[server] = f"no connection in {BOOTSTRAP_TIMEOUT:g} s"
+                continue
             except OSError as error:
-                failures.append(f"{host}:{port}: {error.strerror or error}")
+                failures[server] = (error.strerror or str(error)).lower()
                 continue
             try:
                 # v0: served by brokers of every release (a 0.9.0 broker has no v1)
-                return await connection.request(ApiKey.METADATA, 0, {"topics": [topic]})
+                request = connection.request(ApiKey.METADATA, 0, {"topics": [topic]})
+                return await asyncio.wait_for(request, BOOTSTRAP_TIMEOUT)
+            except TimeoutError:
+                failures[server] = f"no answer in {BOOTSTRAP_TIMEOUT:g} s"
             finally:
                 await connection.close()
-        raise ConnectionError("no bootstrap server answered: " + "; ".join(failures))
+        reasons = (
+            "; ".join(f"{server}: {reason}" for server, reason in failures.items())
+            if len(failures) > 1
+            else next(iter(failures.values()))
+        )
+        raise Unreachable("Kafka", ",".join(failures), reasons)
 
     async def connection(self, broker_id: int) -> Connection:
         existing = self.connections.get(broker_id)

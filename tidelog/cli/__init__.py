@@ -1,0 +1,73 @@
+"""The ``tidelog`` command: ``main`` assembles the command groups, one module each.
+
+Each module has ``add(commands)``, which declares its group's options beside the functions that
+run them (``set_defaults(run=...)``). A module's top level imports only the standard library and
+``tidelog.cli``; what a group needs to run, or for its choices, it imports inside the function:
+every broker a local cluster starts is ``tidelog broker``, and pays for what is imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from tidelog import __version__
+from tidelog.cli import broker, cluster, dump_log, perf, report, scenario, topic, upgrade
+from tidelog.cli.common import unreachable
+from tidelog.reach import Unreachable
+
+# in the order `tidelog --help` lists them
+GROUPS = (dump_log, broker, cluster, topic, perf, scenario, upgrade, report)
+
+
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: an argument it does not know is reported with its own usage
+    (argparse would hand it up to the top level, whose usage says nothing about the option)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
+    """tidelog's command line; ``only_broker``: just the broker command (a broker's start does
+    not pay for the imports of the other commands' choices)."""
+    parser = argparse.ArgumentParser(
+        prog="tidelog",
+        description="A replicated, Kafka-compatible log broker and cluster testbed.",
+    )
+    parser.add_argument("--version", action="version", version=f"tidelog {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_SubcommandParser
+    )
+    for group in (broker,) if only_broker else GROUPS:
+        group.add(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    args = build_parser(only_broker=given[:1] == ["broker"]).parse_args(given)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # a broker's log keeps kazoo's warnings (a lost session, a reconnect); a command says
+        # what it could not reach in one line of its own
+        quiet = logging.WARNING if args.command == "broker" else logging.CRITICAL
+        logging.getLogger("kazoo").setLevel(quiet)
+    try:
+        return args.run(args)
+    except Unreachable as error:
+        return unreachable(args, error)
+    except BrokenPipeError:
+        # The reader went away (`tidelog dump-log ... | head`): stop quietly, as Unix tools do.
+        # Python flushes stdout again at exit, so it is pointed at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a process ended by SIGPIPE

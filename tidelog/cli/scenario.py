@@ -1,0 +1,244 @@
+"""``tidelog scenario``: a cluster broken on purpose (replication faults) or upgraded (the
+message-format phases) under load, and every message checked afterwards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tidelog.cli.common import fail
+
+if TYPE_CHECKING:
+    from tidelog.cluster.compose import ComposeCluster
+
+
+def add(commands) -> None:
+    scenario = commands.add_parser(
+        "scenario",
+        help="chaos scenarios with a delivery check",
+        description="Break a cluster on purpose while producing, then check every message.",
+    )
+    kinds = scenario.add_subparsers(dest="kind", required=True, metavar="KIND")
+    _add_replication(kinds)
+    _add_upgrade(kinds)
+
+
+def _add_replication(kinds) -> None:
+    from tidelog.cluster.faults import FAILURES, TARGETS
+
+    replication = kinds.add_parser(
+        "replication",
+        help="faults on the leader, a follower or the controller while producing",
+        description=(
+            "Produces at a steady rate to a topic with replication factor 3 and "
+            "min.insync.replicas 2, injects the failure CYCLES times (waiting for recovery each "
+            "time), then consumes everything and checks: acknowledged but lost, duplicates, "
+            "order, divergence between replicas, time indexes, LogAppendTime order. Exits 1 on "
+            "any violation."
+        ),
+    )
+    replication.add_argument(
+        "--brokers", type=int, default=3, help="brokers of a cluster this command starts"
+    )
+    replication.add_argument(
+        "--failure",
+        required=True,
+        choices=FAILURES,
+        help=(
+            "truncation_failover stops a leader while its next-in-line follower is paused, so "
+            "that the third replica truncates and then leads (KIP-101); it picks its own "
+            "brokers, so --target must be leader; wipe_and_rebuild kills a broker, deletes its "
+            "log dirs and starts it again, on a cluster with tiered storage"
+        ),
+    )
+    replication.add_argument(
+        "--target",
+        default="leader",
+        choices=TARGETS,
+        help="the broker hit: partition 0's leader, one of its followers, or the controller",
+    )
+    replication.add_argument(
+        "--truncation-mode",
+        default="leader-epoch",
+        choices=["leader-epoch", "high-watermark"],
+        help=(
+            "replica.truncation.mode of a cluster this command starts: high-watermark "
+            "truncates as Kafka 0.10 did, and can lose acknowledged messages"
+        ),
+    )
+    replication.add_argument(
+        "--format",
+        default="0.10.0",
+        choices=["0.9.0", "0.10.0"],
+        help="the topic's message.format.version (0.9.0: v0 messages, 0.10.0: v1)",
+    )
+    replication.add_argument("--acks", default="all", choices=["1", "all"])
+    replication.add_argument(
+        "--cycles", type=int, default=1, help="how many times the failure is injected"
+    )
+    replication.add_argument("--rate", type=float, default=200, help="messages per second")
+    replication.add_argument("--dir", help="use (or start) the cluster in this directory")
+    replication.add_argument(
+        "--compose",
+        action="store_true",
+        help=(
+            "run on a compose cluster of its own (three brokers from --compose-file, removed "
+            "afterwards), faults injected through the engine: docker kill -s KILL, docker "
+            "pause, docker stop/start, and network_partition (docker network disconnect)"
+        ),
+    )
+    replication.add_argument(
+        "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
+    )
+    replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    replication.add_argument(
+        "--out",
+        metavar="RUN_DIR",
+        help="write a run directory: acknowledgements, faults, what was consumed, the verdict",
+    )
+    replication.set_defaults(run=run_replication)
+
+
+def run_replication(args: argparse.Namespace) -> int:
+    from tidelog import runtime
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.scenario import (
+        FAILURE_BROKER_OVERRIDES,
+        SCENARIO_OVERRIDES,
+        ScenarioSettings,
+        run_scenario,
+    )
+    from tidelog.cluster.zookeeper import ZooKeeperError
+
+    if args.failure == "truncation_failover" and args.target != "leader":
+        return fail("scenario replication", "truncation_failover: --target must be leader")
+    settings = ScenarioSettings(
+        failure=args.failure,
+        target=args.target,
+        message_format=args.format,
+        acks=-1 if args.acks == "all" else int(args.acks),
+        cycles=args.cycles,
+        rate=args.rate,
+    )
+    directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
+    overrides = {
+        **SCENARIO_OVERRIDES,
+        **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
+        "replica.truncation.mode": args.truncation_mode,
+    }
+    try:
+        cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
+        started_here = not cluster.running
+    except ClusterError as error:
+        return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
+    try:
+        if started_here:
+            print(f"starting {args.brokers} brokers in {directory}")
+            cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
+        run_dir = Path(args.out) if args.out else None
+        topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
+    except (ClusterError, ZooKeeperError) as error:
+        return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
+    finally:
+        if started_here and cluster.state is not None:
+            cluster.down(progress=lambda _: None)
+    print()
+    print(
+        f"scenario: {args.failure} of the {args.target}, format {args.format}, acks={args.acks}, "
+        f"{args.cycles} cycle(s), topic {topic}"
+    )
+    print(report.table())
+    if args.out:
+        print(f"run data written to {args.out}")
+    if args.report:
+        document = {"settings": vars(settings), "topic": topic, "report": report.as_dict()}
+        with open(args.report, "w") as file:
+            json.dump(document, file, indent=2)
+        print(f"report written to {args.report}")
+    print("verdict: " + ("PASS" if report.ok else "FAIL"))
+    if args.dir is None:  # a cluster of its own, in a temporary directory
+        if report.ok:
+            shutil.rmtree(directory, ignore_errors=True)
+        else:
+            print(f"the cluster's logs and data are kept in {directory}")
+    return 0 if report.ok else 1
+
+
+def _compose_cluster(args: argparse.Namespace, directory: str) -> ComposeCluster:
+    """--compose: a compose project of its own (free 127.0.0.1 ports), faults through the engine."""
+    from tidelog.cluster.compose import ComposeCluster
+
+    return ComposeCluster.create(
+        directory, args.compose_file, project=f"tidelog-scenario-{os.getpid()}"
+    )
+
+
+def _add_upgrade(kinds) -> None:
+    from tidelog.upgrade.scenario import CODECS, STARTS
+
+    scenario = kinds.add_parser(
+        "upgrade",
+        help="an upgrade run under load from 0.9- and 0.10-era clients, every message checked",
+        description=(
+            "Starts a cluster at --from, produces acks=all from a v0-era (Produce v1) and a "
+            "v1-era (Produce v2) producer per codec, consumes with v0- and v1-era consumers, "
+            "runs `tidelog upgrade run` through every phase, then checks every acknowledged "
+            "message, the formats the consumers got, and /metrics."
+        ),
+    )
+    scenario.add_argument("--from", dest="start", default="0.9.0", choices=list(STARTS))
+    scenario.add_argument(
+        "--codecs", default="none,snappy,lz4", help=f"comma-separated, of {', '.join(CODECS)}"
+    )
+    scenario.add_argument("--rate", type=float, default=20, help="messages/s per producer")
+    scenario.add_argument("--dir", help="the cluster's directory (default: a new temporary one)")
+    scenario.add_argument("--report", metavar="FILE", help="write the report as JSON")
+    scenario.set_defaults(run=run_upgrade)
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from tidelog import runtime
+    from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.scenario import SCENARIO_OVERRIDES
+    from tidelog.upgrade.scenario import (
+        CODECS,
+        STARTS,
+        UpgradeScenario,
+        run_upgrade_scenario,
+        summary,
+    )
+
+    codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
+    unknown = [c for c in codecs if c not in CODECS]
+    if unknown or not codecs:
+        return fail("scenario upgrade", f"--codecs {args.codecs!r}: allowed: {', '.join(CODECS)}")
+    directory = args.dir or tempfile.mkdtemp(prefix="tidelog-upgrade-")
+    cluster = LocalCluster(directory)
+    try:
+        print(f"starting 3 brokers at {args.start} in {directory}")
+        cluster.up(
+            3, overrides={**SCENARIO_OVERRIDES, **STARTS[args.start][0]}, progress=lambda _: None
+        )
+        report = runtime.run(
+            run_upgrade_scenario(cluster, UpgradeScenario(args.start, codecs, args.rate))
+        )
+    except ClusterError as error:
+        return fail("scenario upgrade", f"{error}\n(the cluster's files are in {directory})")
+    finally:
+        if cluster.state is not None:
+            cluster.down(progress=lambda _: None)
+    print(summary(report))
+    if args.report:
+        with open(args.report, "w") as file:
+            json.dump(report, file, indent=2)
+    if not report["ok"]:
+        print(f"the cluster's files are kept in {directory}")
+        return 1
+    if not args.dir:  # a passing run leaves nothing behind, as `scenario replication` does
+        shutil.rmtree(directory, ignore_errors=True)
+    return 0

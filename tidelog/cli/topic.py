@@ -1,0 +1,207 @@
+"""``tidelog topic``: topics as ZooKeeper holds them, and the leaders' view of their logs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tidelog.cli.common import ZOOKEEPER_TIMEOUT, action_parser, fail, from_cluster, key_values
+
+
+def add(commands) -> None:
+    topic = commands.add_parser(
+        "topic",
+        help="create, list, describe and configure topics",
+        description="Topics in ZooKeeper.",
+    )
+    actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = action_parser(actions, "create", "create a topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, default=1)
+    create.add_argument("--replication-factor", type=int, default=1)
+    create.add_argument("--config", action="append", metavar="KEY=VALUE", help="a topic setting")
+    create.set_defaults(act=create_topic)
+    listing = action_parser(actions, "list", "list topics")
+    listing.set_defaults(act=list_topics)
+    describe = action_parser(actions, "describe", "partitions, leaders, replicas, ISR")
+    describe.add_argument("--topic")
+    describe.set_defaults(act=describe_topics)
+    delete = action_parser(actions, "delete", "delete a topic and its data")
+    delete.add_argument("--topic", required=True)
+    delete.set_defaults(act=delete_topic)
+    preferred = action_parser(
+        actions,
+        "preferred-leader-election",
+        "move leadership back to each partition's first replica",
+    )
+    preferred.add_argument("--topic", help="only this topic (default: every topic)")
+    preferred.set_defaults(act=elect_preferred_leaders)
+    alter = action_parser(actions, "alter-config", "set or remove topic settings")
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
+    alter.add_argument("--delete-config", action="append", metavar="KEY")
+    alter.set_defaults(act=alter_config)
+    for action in actions.choices.values():
+        where = action.add_mutually_exclusive_group(required=True)
+        where.add_argument("--zookeeper", help="ZooKeeper host:port")
+        where.add_argument("--dir", help="a local cluster's state directory")
+    topic.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The action with a ZooKeeper session (--zookeeper, or the cluster's in --dir)."""
+    from tidelog.cluster.local import ClusterError
+    from tidelog.config import ConfigError
+    from tidelog.controller import zookeeper
+    from tidelog.errors import KafkaError
+
+    try:
+        client = zookeeper.connect(
+            from_cluster(args, args.zookeeper, "--zookeeper host:port", lambda c: c.zookeeper),
+            timeout=ZOOKEEPER_TIMEOUT,
+        )
+    except (ClusterError, OSError) as error:
+        return fail(f"topic {args.action}", error)
+    try:
+        args.act(client, args)
+    except (KafkaError, ConfigError, RuntimeError) as error:
+        return fail(f"topic {args.action}", error)
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+def create_topic(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics
+
+    assignment = topics.create_topic(
+        client,
+        args.topic,
+        args.partitions,
+        args.replication_factor,
+        key_values(args.config, "--config"),
+    )
+    print(
+        f"created topic {args.topic}: "
+        + ", ".join(f"partition {p} on {replicas}" for p, replicas in sorted(assignment.items()))
+    )
+
+
+def list_topics(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    for name in sorted(client.get_children(zookeeper.TOPICS)):
+        print(name)
+
+
+def describe_topics(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    names = [args.topic] if args.topic else sorted(client.get_children(zookeeper.TOPICS))
+    brokers = zookeeper.read_brokers(client)
+    for name in names:
+        topic = zookeeper.read_topic(client, name)
+        if topic is None:
+            raise _no_topic(name)
+        configs = ",".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
+        print(f"Topic: {name}\tPartitionCount: {len(topic.assignment)}\tConfigs: {configs}")
+        leader_views: dict[int, dict] = {}
+        for partition, replicas in sorted(topic.assignment.items()):
+            state = topic.states.get(partition)
+            leader = state.leader if state and state.leader in brokers else -1
+            isr = ",".join(map(str, state.isr)) if state else ""
+            print(
+                f"\tTopic: {name}\tPartition: {partition}\tLeader: {leader}\t"
+                f"Replicas: {','.join(map(str, replicas))}\tIsr: {isr}"
+                + _log_positions(brokers, leader, name, partition, leader_views)
+            )
+
+
+def delete_topic(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    try:
+        zookeeper.request_topic_deletion(client, args.topic)
+    except KeyError:
+        raise _no_topic(args.topic) from None
+    print(f"asked the controller to delete topic {args.topic}")
+
+
+def elect_preferred_leaders(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    if args.topic:
+        topic = zookeeper.read_topic(client, args.topic)
+        if topic is None:
+            raise _no_topic(args.topic)
+        found = [topic]
+    else:
+        found = [
+            topic
+            for name in sorted(client.get_children(zookeeper.TOPICS))
+            if (topic := zookeeper.read_topic(client, name)) is not None
+        ]
+    partitions = [(topic.name, number) for topic in found for number in topic.assignment]
+    zookeeper.request_preferred_leader_election(client, partitions)
+    count = len(partitions)
+    print(f"asked the controller for a preferred leader election of {count} partitions")
+
+
+def alter_config(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics
+
+    changes: dict[str, str | None] = dict(key_values(args.add_config, "--add-config"))
+    changes.update({key: None for key in args.delete_config or []})
+    now = topics.alter_topic_config(client, args.topic, changes)
+    print(
+        f"topic {args.topic} overrides: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(now.items())) or "none")
+    )
+
+
+def _no_topic(name: str) -> Exception:
+    from tidelog.errors import ErrorCode, KafkaError
+
+    return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+
+
+def _log_positions(brokers, leader: int, topic: str, partition: int, views: dict) -> str:
+    """The leader's log start, local log start, end and sizes (local and remote) of a
+    partition, from its admin API; empty if the leader does not answer."""
+    import urllib.request
+
+    endpoint = brokers.get(leader)
+    if endpoint is None or not endpoint.admin:
+        return ""
+    if leader not in views:
+        try:
+            url = f"http://{endpoint.admin}/topics/{topic}"
+            with urllib.request.urlopen(url, timeout=5) as reply:
+                views[leader] = json.loads(reply.read())
+        except (OSError, ValueError):
+            views[leader] = {}
+    for entry in views[leader].get("partitions", []):
+        if entry["partition"] == partition and "log_end_offset" in entry:
+            return (
+                f"\tLogStartOffset: {entry['log_start_offset']}"
+                f"\tLocalLogStartOffset: {entry['local_log_start_offset']}"
+                f"\tLogEndOffset: {entry['log_end_offset']}"
+                f"\tLocalSize: {entry['local_size_bytes']}"
+                f"\tRemoteLogStartOffset: {entry['remote_log_start_offset']}"
+                f"\tRemoteSize: {entry['remote_size_bytes']}" + _last_clean(entry.get("last_clean"))
+            )
+    return ""
+
+
+def _last_clean(clean: dict | None) -> str:
+    """The leader's last clean of a compacted partition, as the cleaner's log line gives it."""
+    if not clean:
+        return ""
+    dropped = clean["messages_read"] - clean["messages_written"]
+    return (
+        f"\tLastClean: offsets {clean['first_dirty_offset']}-{clean['end_offset']}, "
+        f"{clean['bytes_read']} -> {clean['bytes_written']} bytes "
+        f"({clean['size_reduction']:.1%} smaller), {dropped} messages dropped, "
+        f"{clean['seconds']} s"
+    )
