@@ -203,7 +203,7 @@ async def round_trips(cluster: LocalCluster, topic: str, count: int) -> dict[int
     connection, to the leader of partition 0), for acks=1 and acks=all: their difference is
     the replication round trip (the followers woken, their fetch and append, the next fetch
     moving the high watermark, the produce completed)."""
-    from tidelog.perf.client import Client
+    from tidelog.protocol.client import Client
     from tidelog.protocol.schemas import ApiKey
     from tidelog.records.format import Record, build_message_set
 
