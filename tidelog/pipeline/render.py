@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tidelog.pipeline import units
+from tidelog import units
 from tidelog.pipeline.plots import THINNED, draw_all
 from tidelog.pipeline.report import ReportData, group_key
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from tidelog import units
 from tidelog.perf.cases.clusters import REPLICATION_FACTOR
 from tidelog.perf.cases.events import CASES
 from tidelog.perf.cases.profiles import MIB, WORKLOADS
@@ -44,9 +45,7 @@ def _pair(first: float, second: float) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds / 60:.0f} min" if seconds >= 600 else f"{seconds:.1f} s"
+    return "-" if seconds is None else units.duration(seconds)
 
 
 def _ratio(with_tier: float | None, without: float | None) -> str:

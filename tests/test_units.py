@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidelog.pipeline.units import duration, milliseconds, number
+from tidelog.units import duration, milliseconds, number
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""How the report writes a run's figures as text: every figure printed with a unit goes through
-here, so none is rounded to 0 by a unit or a number of decimals chosen for another value.
+"""How a run's figures are written as text, by the report and by perf tiered-storage's table:
+every figure printed with a unit goes through here, so none is rounded to 0 by a unit or a
+number of decimals chosen for another value.
 
-The design's reference figures are text as the design wrote them ("56 / 23 ms; 2 min") and are
-never reformatted; a run's figure beside one uses the unit that fits the run's value."""
+In the report, the design's reference figures are text as the design wrote them ("56 / 23 ms;
+2 min") and are never reformatted; a run's figure beside one uses the unit that fits its value."""
 
 from __future__ import annotations
 
