@@ -154,6 +154,7 @@ def test_a_cluster_that_fails_to_start_stops_what_it_started_and_keeps_the_logs(
     )
     assert "stopped what was started; the logs are kept" in output
     assert str(directory / "broker-1" / "broker.log") in output
+    assert str(directory / "zookeeper" / "zookeeper.log") in output
     cluster = LocalCluster(directory)
     assert not cluster.running
     assert cluster.state is not None and cluster.state.zookeeper_process is None

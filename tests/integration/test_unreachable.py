@@ -122,6 +122,21 @@ def test_a_zookeeper_address_nothing_listens_on(refused_port):
     )
 
 
+def test_a_cluster_started_on_a_zookeeper_nothing_listens_on(tmp_path, refused_port):
+    says_in_one_line(
+        "cluster",
+        "up",
+        "--brokers",
+        "1",
+        "--dir",
+        str(tmp_path / "c"),
+        "--zookeeper",
+        f"127.0.0.1:{refused_port}",
+        line=f"tidelog cluster up: ZooKeeper at 127.0.0.1:{refused_port} does not answer "
+        "(connection refused): is ZooKeeper running at that address?",
+    )
+
+
 def test_a_zookeeper_address_that_never_answers(silent_port):
     says_in_one_line(
         "topic",

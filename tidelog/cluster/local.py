@@ -30,6 +30,7 @@ from tidelog.cluster.zookeeper import (
     port_taken,
 )
 from tidelog.files import replace_text
+from tidelog.reach import Unreachable
 
 STATE_FILE = "cluster.json"
 
@@ -200,13 +201,12 @@ class LocalCluster:
                 self.start_broker(broker_id, wait=False)
             self._wait_serving(brokers, timeout)
         except BaseException as error:
+            logs = self._log_paths()  # before the undo forgets the embedded ZooKeeper
             self._undo_up(progress)
-            if isinstance(error, Exception):
-                raise ClusterError(
-                    f"{error}\nstopped what was started; the logs are kept: "
-                    + ", ".join(str(path) for path in self._log_paths())
-                ) from error
-            raise
+            if not isinstance(error, Exception) or (isinstance(error, Unreachable) and not logs):
+                raise  # nothing was started (ZooKeeper given did not answer): said as it is
+            kept = f"; the logs are kept: {', '.join(str(path) for path in logs)}" if logs else ""
+            raise ClusterError(f"{error}\nstopped what was started{kept}") from error
         progress(f"{brokers} brokers registered; bootstrap servers: {self.bootstrap_servers}")
 
     def _log_paths(self) -> list[Path]:
