@@ -1,8 +1,9 @@
-"""The bulk cleaner writes exactly what the message-at-a-time cleaner wrote: the same segment
-files, indexes and all, the same figures, and the same failure when a segment's keys overflow
-the offset map. Logs are generated: formats v0 and v1 (mixed in one log, as after an upgrade),
-every codec, null keys and tombstones, sparse offsets (a compacted leader's), LogAppendTime
-wrappers, messages larger than a read chunk, offset maps small enough to fill."""
+"""The bulk cleaner, with its native loops and with the Python ones, writes exactly what the
+message-at-a-time cleaner wrote: the same segment files, indexes and all, the same figures, and
+the same failure when a segment's keys overflow the offset map. Logs are generated: formats v0
+and v1 (mixed in one log, as after an upgrade), every codec, null keys and tombstones, sparse
+offsets (a compacted leader's), LogAppendTime wrappers, messages larger than a read chunk,
+offset maps small enough to fill."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.log.message_at_a_time_cleaner import MessageAtATimeCleaner
 from tidelog.clock import ManualClock
 from tidelog.errors import KafkaError
 from tidelog.log import cleaner as cleaner_module
+from tidelog.log import compaction
 from tidelog.log.cleaner import Cleaner, LogToClean, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
@@ -117,12 +119,17 @@ def test_the_bulk_cleaner_writes_what_the_message_at_a_time_cleaner_wrote(
     written.close()
     clock.advance(10)
     results = {}
-    for name, kind in (("bulk", Cleaner), ("message-at-a-time", MessageAtATimeCleaner)):
+    for name, kind, walk in (
+        ("bulk", Cleaner, compaction.native),
+        ("bulk-python", Cleaner, None),
+        ("message-at-a-time", MessageAtATimeCleaner, None),
+    ):
         directory = root / f"{name}-0"
         shutil.copytree(root / "written-0", directory)  # modification times too
         partition_log = Log(directory, LogConfig.from_topic_config(COMPACTED), clock=clock)
         cleaner = kind(OffsetMap(24 * map_keys), clock)
         with (
+            mock.patch.object(compaction, "native", walk),
             mock.patch.object(cleaner_module, "READ_CHUNK", chunk),
             mock.patch.object(MessageAtATimeCleaner, "chunk_size", chunk),
         ):
@@ -141,8 +148,13 @@ def test_the_bulk_cleaner_writes_what_the_message_at_a_time_cleaner_wrote(
         results[name] = (first, after_first, second, files(directory))
         partition_log.close()
 
-    bulk, reference = results["bulk"], results["message-at-a-time"]
-    assert bulk[0] == reference[0]
-    assert bulk[1] == reference[1]
-    assert bulk[2] == reference[2]
-    assert bulk[3] == reference[3]
+    reference = results["message-at-a-time"]
+    for name in ("bulk", "bulk-python"):
+        assert results[name][0] == reference[0], name
+        assert results[name][1] == reference[1], name
+        assert results[name][2] == reference[2], name
+        assert results[name][3] == reference[3], name
+
+
+def test_make_install_built_the_native_walk():
+    assert compaction.native is not None, "tidelog/log/_entry_walk.c is not built (make install)"

@@ -3,10 +3,13 @@ and the broker write them, with every codec and both formats."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.log import compaction
 from tidelog.log.compaction import filter_entries
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.records.compression import decompress
@@ -144,3 +147,24 @@ def test_tombstones_go_only_when_deletes_are_not_retained_and_unkeyed_messages_a
 
     assert [(m.key, m.value) for m in iter_deep(bytes(kept))] == [(b"a", None), (b"b", b"2")]
     assert [(m.key, m.value) for m in iter_deep(bytes(dropped))] == [(b"b", b"2")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=BATCHES,
+    magic=st.sampled_from([0, 1]),
+    retain_deletes=st.booleans(),
+    cut=st.integers(min_value=0, max_value=40),
+)
+def test_the_native_loops_take_what_the_python_loops_take(batches, magic, retain_deletes, cut):
+    data = log_of(batches, magic)
+    data = data[: max(len(data) - cut, 0)]  # perhaps ending in part of an entry
+    offset_map = mapped(data)
+    results = []
+    for walk in (compaction.native, None):
+        with mock.patch.object(compaction, "native", walk):
+            latest: dict[bytes, int] = {}
+            ended = compaction.latest_offsets(data, latest)
+            kept, stats = filter_entries(data, offset_map, retain_deletes, partial_tail=True)
+        results.append((ended, list(latest.items()), bytes(kept), stats))
+    assert results[0] == results[1]

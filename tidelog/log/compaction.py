@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from types import ModuleType
 
 from tidelog.log.offset_map import OffsetMap
 from tidelog.records.compression import compress, decompress
@@ -33,6 +34,12 @@ from tidelog.records.format import (
     key_position,
     read_entry,
 )
+
+native: ModuleType | None
+try:  # the loops over plain entries in C, built by make install (setup.py)
+    import tidelog.log._entry_walk as native
+except ImportError:  # a source tree nobody built: the Python loops below do the same
+    native = None
 
 # An entry up to a v1 message's key length: offset, size, (crc,) magic, attributes, timestamp,
 # key length. A v0 message's key length sits 8 bytes earlier. Data is read with PADDING after
@@ -113,7 +120,19 @@ def filter_entries(
     read = kept = 0
     unpack, unpack_int = ENTRY_HEADER.unpack_from, INT32.unpack_from
     remembered, latest = offset_map.remembered.get, offset_map.get
+    walk = native.filter_plain if native is not None else None
     while limit - position >= LOG_OVERHEAD:
+        if walk is not None:  # the plain entries from here, as the loop below takes them
+            if run_end > run_start:
+                out += view[run_start:run_end]
+            position, walked, walked_kept = walk(
+                padded, position, limit, out, offset_map.remembered, latest, retain_deletes
+            )
+            run_start = run_end = position
+            read += walked
+            kept += walked_kept
+            if limit - position < LOG_OVERHEAD:
+                break
         # No CRC check here: the entries were checked when appended, and the cleaned segment
         # is checked whole before it is swapped in.
         offset, size, magic, attributes, _, key_length = unpack(padded, position)
@@ -168,7 +187,13 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
     padded = data + PADDING
     position, limit, count = 0, len(data), 0
     unpack, unpack_int = ENTRY_HEADER.unpack_from, INT32.unpack_from
+    walk = native.map_plain if native is not None else None
     while limit - position >= LOG_OVERHEAD:
+        if walk is not None:  # the plain entries from here, as the loop below takes them
+            position, walked = walk(padded, position, limit, latest)
+            count += walked
+            if limit - position < LOG_OVERHEAD:
+                break
         offset, size, magic, attributes, _, key_length = unpack(padded, position)
         end = position + LOG_OVERHEAD + size
         if end > limit or size < MESSAGE_OVERHEAD[0] or magic not in MESSAGE_OVERHEAD:

@@ -1,0 +1,14 @@
+from collections.abc import Callable
+
+def map_plain(
+    data: bytes, position: int, limit: int, latest: dict[bytes, int]
+) -> tuple[int, int]: ...
+def filter_plain(
+    data: bytes,
+    position: int,
+    limit: int,
+    out: bytearray,
+    remembered: dict[bytes, int],
+    get: Callable[[bytes], int],
+    retain_deletes: bool,
+) -> tuple[int, int, int]: ...
