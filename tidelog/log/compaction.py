@@ -96,6 +96,25 @@ def _survives(
     return offset_map.get(buffer[key]) <= offset
 
 
+def _entry_at(
+    padded: bytes, position: int, limit: int, partial_tail: bool
+) -> tuple[int, int, int, int, int, int] | None:
+    """(offset, end, magic, attributes, where the key starts, key length) of the entry at
+    ``position`` in data read with PADDING after ``limit`` (key fields meaningless for a
+    compressed wrapper); None for an entry cut at ``limit`` when ``partial_tail``. Raises
+    CORRUPT_MESSAGE for an entry too short or of an unknown magic, or cut otherwise."""
+    offset, size, magic, attributes, _, key_length = ENTRY_HEADER.unpack_from(padded, position)
+    end = position + LOG_OVERHEAD + size
+    if end > limit or size < MESSAGE_OVERHEAD[0] or magic not in MESSAGE_OVERHEAD:
+        if partial_tail and end > limit and size >= MESSAGE_OVERHEAD[0]:
+            return None
+        read_entry(padded, position, limit)  # raises the precise error
+    if magic:
+        return offset, end, magic, attributes, position + V1_KEY_AT, key_length
+    (key_length,) = INT32.unpack_from(padded, position + V0_KEY_AT - 4)
+    return offset, end, magic, attributes, position + V0_KEY_AT, key_length
+
+
 def filter_entries(
     data: bytes | bytearray | memoryview,
     offset_map: OffsetMap,
@@ -118,7 +137,7 @@ def filter_entries(
     position, limit = 0, len(padded) - len(PADDING)
     run_start = run_end = 0  # survivors not yet copied: padded[run_start:run_end]
     read = kept = 0
-    unpack, unpack_int = ENTRY_HEADER.unpack_from, INT32.unpack_from
+    unpack_int = INT32.unpack_from
     remembered, latest = offset_map.remembered.get, offset_map.get
     walk = native.filter_plain if native is not None else None
     while limit - position >= LOG_OVERHEAD:
@@ -135,12 +154,10 @@ def filter_entries(
                 break
         # No CRC check here: the entries were checked when appended, and the cleaned segment
         # is checked whole before it is swapped in.
-        offset, size, magic, attributes, _, key_length = unpack(padded, position)
-        end = position + LOG_OVERHEAD + size
-        if end > limit or size < MESSAGE_OVERHEAD[0] or magic not in MESSAGE_OVERHEAD:
-            if partial_tail and end > limit and size >= MESSAGE_OVERHEAD[0]:
-                break
-            read_entry(padded, position, limit)  # raises the precise error
+        entry = _entry_at(padded, position, limit, partial_tail)
+        if entry is None:
+            break
+        offset, end, magic, attributes, key_at, key_length = entry
         if attributes & CODEC_MASK:
             if run_end > run_start:
                 out += view[run_start:run_end]
@@ -151,11 +168,6 @@ def filter_entries(
             position = end
             continue
         read += 1
-        if magic:
-            key_at = position + V1_KEY_AT
-        else:
-            key_at = position + V0_KEY_AT
-            (key_length,) = unpack_int(padded, key_at - 4)
         if key_length >= 0:  # a compacted log keeps only keyed messages
             key_end = key_at + key_length
             key = padded[key_at:key_end]
@@ -186,7 +198,6 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
     ended, how many messages they held)."""
     padded = data + PADDING
     position, limit, count = 0, len(data), 0
-    unpack, unpack_int = ENTRY_HEADER.unpack_from, INT32.unpack_from
     walk = native.map_plain if native is not None else None
     while limit - position >= LOG_OVERHEAD:
         if walk is not None:  # the plain entries from here, as the loop below takes them
@@ -194,12 +205,10 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
             count += walked
             if limit - position < LOG_OVERHEAD:
                 break
-        offset, size, magic, attributes, _, key_length = unpack(padded, position)
-        end = position + LOG_OVERHEAD + size
-        if end > limit or size < MESSAGE_OVERHEAD[0] or magic not in MESSAGE_OVERHEAD:
-            if end > limit and size >= MESSAGE_OVERHEAD[0]:
-                break
-            read_entry(padded, position, limit)  # raises the precise error
+        entry = _entry_at(padded, position, limit, partial_tail=True)
+        if entry is None:
+            break
+        offset, end, magic, attributes, key_at, key_length = entry
         if attributes & CODEC_MASK:
             for inner_offset, key in inner_keys(padded, position, offset, magic, attributes):
                 count += 1
@@ -207,11 +216,6 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
                     latest[key] = inner_offset
         else:
             count += 1
-            if magic:
-                key_at = position + V1_KEY_AT
-            else:
-                key_at = position + V0_KEY_AT
-                (key_length,) = unpack_int(padded, key_at - 4)
             if key_length >= 0:
                 latest[padded[key_at : key_at + key_length]] = offset
         position = end
