@@ -19,7 +19,7 @@ from tests.log.message_at_a_time_cleaner import MessageAtATimeCleaner
 from tidelog.clock import ManualClock
 from tidelog.errors import KafkaError
 from tidelog.log import cleaner as cleaner_module
-from tidelog.log import compaction
+from tidelog.log import compaction, offset_map
 from tidelog.log.cleaner import Cleaner, LogToClean, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
@@ -130,6 +130,7 @@ def test_the_bulk_cleaner_writes_what_the_message_at_a_time_cleaner_wrote(
         cleaner = kind(OffsetMap(24 * map_keys), clock)
         with (
             mock.patch.object(compaction, "native", walk),
+            mock.patch.object(offset_map, "native", walk),
             mock.patch.object(cleaner_module, "READ_CHUNK", chunk),
             mock.patch.object(MessageAtATimeCleaner, "chunk_size", chunk),
         ):

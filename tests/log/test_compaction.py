@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidelog.log import compaction
+from tidelog.log import offset_map as offset_map_module
 from tidelog.log.compaction import filter_entries
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.records.compression import decompress
@@ -48,6 +49,33 @@ def test_the_offset_map_agrees_with_a_dict_even_when_every_slot_is_probed(keys):
         model[key] = offset
     for key in {*keys, b"never-put"}:
         assert offset_map.get(key) == model.get(key, -1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=4), max_size=80),
+    slots=st.integers(min_value=1, max_value=64),
+    load_factor=st.sampled_from([0.5, 0.9, 1.0]),
+)
+def test_putting_keys_in_one_pass_fills_the_buffer_as_putting_them_one_at_a_time(
+    keys, slots, load_factor
+):
+    def filled(put_in_one_pass: bool, walk) -> tuple[bytes, int, int] | str:
+        offset_map = OffsetMap(memory=24 * slots, load_factor=load_factor)
+        try:
+            with mock.patch.object(offset_map_module, "native", walk):
+                if put_in_one_pass:
+                    offset_map.put_all({key: offset for offset, key in enumerate(keys)})
+                else:
+                    for offset, key in enumerate(keys):
+                        offset_map.put(key, offset)
+        except OffsetMapFull:
+            return "full"
+        return bytes(offset_map.buffer), offset_map.size, offset_map.latest_offset
+
+    one_at_a_time = filled(False, None)
+    assert filled(True, None) == one_at_a_time
+    assert filled(True, offset_map_module.native) == one_at_a_time
 
 
 # A batch: (codec, records as (key, value) with None for null).

@@ -1,6 +1,6 @@
-/* The log cleaner's two loops over uncompressed entries, in C (tidelog/log/compaction.py holds
- * the same loops in Python, the reference; tests/log/test_cleaner_equivalence.py checks that
- * both write the same bytes).
+/* The log cleaner's two loops over uncompressed entries and its offset map's probe, in C
+ * (tidelog/log/compaction.py and offset_map.py hold the same loops in Python, the reference;
+ * tests/log/test_cleaner_equivalence.py checks that both write the same bytes).
  *
  * Each function walks entries from `position` while they are plain messages it can take as
  * they are: whole before `limit`, of magic 0 or 1, uncompressed, at least as large as their
@@ -15,6 +15,8 @@
 
 #define LOG_OVERHEAD 12
 #define CODEC_MASK 0x07
+#define HASH_BYTES 16
+#define SLOT_SIZE 24
 
 static int64_t read_int64(const unsigned char *p)
 {
@@ -22,6 +24,14 @@ static int64_t read_int64(const unsigned char *p)
     for (int i = 0; i < 8; i++)
         value = (value << 8) | p[i];
     return (int64_t)value;
+}
+
+static void write_int64(unsigned char *p, int64_t value)
+{
+    for (int i = 7; i >= 0; i--) {
+        p[i] = (unsigned char)(value & 0xff);
+        value = (int64_t)((uint64_t)value >> 8);
+    }
 }
 
 static int32_t read_int32(const unsigned char *p)
@@ -158,6 +168,65 @@ error:
     return NULL;
 }
 
+/* The offset map's probe (tidelog/log/offset_map.py, OffsetMap.put_all): each digest goes to
+ * the slot its first eight bytes name mod `slots`, or the next free one after it; a digest
+ * already there takes the larger offset. Stops at the first new digest past `capacity`. */
+static PyObject *put_digests(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t slots, capacity, size;
+    PyObject *digests, *offsets;
+    if (!PyArg_ParseTuple(args, "w*nnnO!O!", &view, &slots, &capacity, &size, &PyList_Type,
+                          &digests, &PyList_Type, &offsets))
+        return NULL;
+    unsigned char *buffer = view.buf;
+    Py_ssize_t count = PyList_GET_SIZE(digests), done = 0, probes = 0;
+    if (slots <= 0 || view.len < slots * SLOT_SIZE || PyList_GET_SIZE(offsets) != count) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "put_digests: buffer, slots and lists do not agree");
+        return NULL;
+    }
+    static const unsigned char empty[HASH_BYTES] = {0};
+    for (; done < count; done++) {
+        PyObject *digest = PyList_GET_ITEM(digests, done);
+        if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != HASH_BYTES) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_ValueError, "put_digests: a digest is not 16 bytes");
+            return NULL;
+        }
+        const unsigned char *hash = (const unsigned char *)PyBytes_AS_STRING(digest);
+        int64_t offset = PyLong_AsLongLong(PyList_GET_ITEM(offsets, done));
+        if (offset == -1 && PyErr_Occurred()) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_ssize_t slot = (Py_ssize_t)((uint64_t)read_int64(hash) % (uint64_t)slots);
+        for (Py_ssize_t probe = 0;; probe++) {
+            if (probe == slots) /* every slot holds another digest */
+                goto full;
+            unsigned char *at = buffer + slot * SLOT_SIZE;
+            if (memcmp(at, hash, HASH_BYTES) == 0) {
+                if (read_int64(at + HASH_BYTES) < offset)
+                    write_int64(at + HASH_BYTES, offset);
+                break;
+            }
+            if (memcmp(at, empty, HASH_BYTES) == 0) {
+                if (size >= capacity)
+                    goto full;
+                size++;
+                memcpy(at, hash, HASH_BYTES);
+                write_int64(at + HASH_BYTES, offset);
+                break;
+            }
+            probes++;
+            slot = slot + 1 < slots ? slot + 1 : 0;
+        }
+    }
+full:
+    PyBuffer_Release(&view);
+    return Py_BuildValue("nnn", done, size, probes);
+}
+
 static PyMethodDef methods[] = {
     {"map_plain", map_plain, METH_VARARGS,
      "map_plain(data, position, limit, latest) -> (position, messages): puts each plain "
@@ -167,6 +236,10 @@ static PyMethodDef methods[] = {
      "filter_plain(data, position, limit, out, remembered, get, retain_deletes) -> (position, "
      "read, kept): appends the surviving plain entries to `out`, from `position` to the first "
      "entry it does not take; a key's latest offset is remembered[key], else get(key)."},
+    {"put_digests", put_digests, METH_VARARGS,
+     "put_digests(buffer, slots, capacity, size, digests, offsets) -> (put, size, probes): the "
+     "offset map's probe for each digest in turn; put < len(digests) when the next new digest "
+     "found the map full."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,3 +12,11 @@ def filter_plain(
     get: Callable[[bytes], int],
     retain_deletes: bool,
 ) -> tuple[int, int, int]: ...
+def put_digests(
+    buffer: bytearray,
+    slots: int,
+    capacity: int,
+    size: int,
+    digests: list[bytes],
+    offsets: list[int],
+) -> tuple[int, int, int]: ...

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from types import ModuleType
 
-from tidelog.log.offset_map import OffsetMap
+from tidelog.log.offset_map import OffsetMap, native
 from tidelog.records.compression import compress, decompress
 from tidelog.records.format import (
     CODEC_MASK,
@@ -34,12 +33,6 @@ from tidelog.records.format import (
     key_position,
     read_entry,
 )
-
-native: ModuleType | None
-try:  # the loops over plain entries in C, built by make install (setup.py)
-    import tidelog.log._entry_walk as native
-except ImportError:  # a source tree nobody built: the Python loops below do the same
-    native = None
 
 # An entry up to a v1 message's key length: offset, size, (crc,) magic, attributes, timestamp,
 # key length. A v0 message's key length sits 8 bytes earlier. Data is read with PADDING after

@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from types import ModuleType
+
+native: ModuleType | None
+try:  # the cleaner's C loops and this map's probe, built by make install (setup.py)
+    import tidelog.log._entry_walk as native
+except ImportError:  # a source tree nobody built: the Python loops do the same
+    native = None
 
 HASH_BYTES = 16  # MD5
 SLOT = struct.Struct(">16sq")  # key hash, offset
@@ -67,11 +74,12 @@ class OffsetMap:
 
     def _find(self, digest: bytes) -> tuple[int, bool]:
         """(byte position of the slot holding ``digest`` or of the free slot it would take,
-        whether it holds it)."""
+        whether it holds it); position -1 when every slot holds another hash (a load factor
+        of 1 lets the map fill up)."""
         slot = int.from_bytes(digest[:8], "big") % self.slots
         buffer = self.buffer
         self.lookups += 1
-        while True:
+        for _ in range(self.slots):
             position = slot * SLOT.size
             if buffer.startswith(digest, position):
                 return position, True
@@ -79,6 +87,7 @@ class OffsetMap:
                 return position, False
             self.probes += 1
             slot = slot + 1 if slot + 1 < self.slots else 0
+        return -1, False
 
     def put(self, key: bytes | memoryview, offset: int) -> None:
         """Records ``offset`` as the latest for ``key`` (offsets are put in increasing order)."""
@@ -100,6 +109,22 @@ class OffsetMap:
         if not latest:
             return
         self.remembered.clear()
+        if native is not None:
+            md5 = hashlib.md5
+            put, self.size, probes = native.put_digests(
+                self.buffer,
+                self.slots,
+                self.capacity,
+                self.size,
+                [md5(key, usedforsecurity=False).digest() for key in latest],
+                list(latest.values()),
+            )
+            self.lookups += len(latest)
+            self.probes += probes
+            if put < len(latest):
+                raise OffsetMapFull(f"the offset map holds its {self.capacity} keys")
+            self.latest_offset = max(self.latest_offset, max(latest.values()))
+            return
         buffer, slots, slot_size = self.buffer, self.slots, SLOT.size
         md5, from_bytes, pack_slot = hashlib.md5, int.from_bytes, SLOT.pack_into
         stored_offset, pack_offset = SLOT_OFFSET.unpack_from, SLOT_OFFSET.pack_into
@@ -108,7 +133,7 @@ class OffsetMap:
             for key, offset in latest.items():
                 digest = md5(key, usedforsecurity=False).digest()
                 slot = from_bytes(digest[:8], "big") % slots
-                while True:
+                for _ in range(slots):
                     position = slot * slot_size
                     if buffer.startswith(digest, position):
                         if stored_offset(buffer, position + HASH_BYTES)[0] < offset:
@@ -122,6 +147,8 @@ class OffsetMap:
                         break
                     probes += 1
                     slot = slot + 1 if slot + 1 < slots else 0
+                else:  # every slot holds another hash
+                    raise OffsetMapFull(f"the offset map holds its {capacity} keys")
         finally:
             self.size = size
             self.lookups += len(latest)
