@@ -78,6 +78,18 @@ def test_putting_keys_in_one_pass_fills_the_buffer_as_putting_them_one_at_a_time
     assert filled(True, offset_map_module.native) == one_at_a_time
 
 
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(st.binary(max_size=3), max_size=40), asked=st.lists(st.binary(max_size=3)))
+def test_keys_looked_up_at_once_are_remembered_as_get_finds_them(keys, asked):
+    offset_map = OffsetMap(memory=24 * 40, load_factor=1.0)
+    offset_map.put_all({key: offset for offset, key in enumerate(keys)})
+    offset_map.remember(asked)
+    assert set(offset_map.remembered) == ({*asked} if offset_map_module.native else set())
+    found = {key: offset_map.get(key) for key in asked}
+    offset_map.remembered.clear()
+    assert {key: offset_map.get(key) for key in asked} == found
+
+
 # A batch: (codec, records as (key, value) with None for null).
 BATCHES = st.lists(
     st.tuples(

@@ -227,6 +227,57 @@ full:
     return Py_BuildValue("nnn", done, size, probes);
 }
 
+/* The offset map's look-up for each digest: its offset, or -1 where no slot holds it. */
+static PyObject *get_digests(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t slots;
+    PyObject *digests;
+    if (!PyArg_ParseTuple(args, "y*nO!", &view, &slots, &PyList_Type, &digests))
+        return NULL;
+    const unsigned char *buffer = view.buf;
+    Py_ssize_t count = PyList_GET_SIZE(digests);
+    static const unsigned char empty[HASH_BYTES] = {0};
+    PyObject *offsets = NULL;
+    if (slots <= 0 || view.len < slots * SLOT_SIZE) {
+        PyErr_SetString(PyExc_ValueError, "get_digests: the buffer holds fewer slots");
+        goto done;
+    }
+    offsets = PyList_New(count);
+    if (!offsets)
+        goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *digest = PyList_GET_ITEM(digests, i);
+        if (!PyBytes_Check(digest) || PyBytes_GET_SIZE(digest) != HASH_BYTES) {
+            PyErr_SetString(PyExc_ValueError, "get_digests: a digest is not 16 bytes");
+            Py_CLEAR(offsets);
+            goto done;
+        }
+        const unsigned char *hash = (const unsigned char *)PyBytes_AS_STRING(digest);
+        int64_t offset = -1;
+        Py_ssize_t slot = (Py_ssize_t)((uint64_t)read_int64(hash) % (uint64_t)slots);
+        for (Py_ssize_t probe = 0; probe < slots; probe++) {
+            const unsigned char *at = buffer + slot * SLOT_SIZE;
+            if (memcmp(at, hash, HASH_BYTES) == 0) {
+                offset = read_int64(at + HASH_BYTES);
+                break;
+            }
+            if (memcmp(at, empty, HASH_BYTES) == 0)
+                break;
+            slot = slot + 1 < slots ? slot + 1 : 0;
+        }
+        PyObject *value = PyLong_FromLongLong(offset);
+        if (!value) {
+            Py_CLEAR(offsets);
+            goto done;
+        }
+        PyList_SET_ITEM(offsets, i, value);
+    }
+done:
+    PyBuffer_Release(&view);
+    return offsets;
+}
+
 static PyMethodDef methods[] = {
     {"map_plain", map_plain, METH_VARARGS,
      "map_plain(data, position, limit, latest) -> (position, messages): puts each plain "
@@ -240,6 +291,9 @@ static PyMethodDef methods[] = {
      "put_digests(buffer, slots, capacity, size, digests, offsets) -> (put, size, probes): the "
      "offset map's probe for each digest in turn; put < len(digests) when the next new digest "
      "found the map full."},
+    {"get_digests", get_digests, METH_VARARGS,
+     "get_digests(buffer, slots, digests) -> offsets: the offset map's offset for each digest, "
+     "-1 for one it does not hold."},
     {NULL, NULL, 0, NULL},
 };
 

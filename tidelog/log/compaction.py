@@ -132,7 +132,12 @@ def filter_entries(
     read = kept = 0
     unpack_int = INT32.unpack_from
     remembered, latest = offset_map.remembered.get, offset_map.get
-    walk = native.filter_plain if native is not None else None
+    walk = None
+    if native is not None:
+        walk = native.filter_plain
+        keys: dict[bytes, int] = {}  # the plain entries' keys up to the first wrapper...
+        native.map_plain(padded, 0, limit, keys)
+        offset_map.remember(keys)  # ...looked up at once
     while limit - position >= LOG_OVERHEAD:
         if walk is not None:  # the plain entries from here, as the loop below takes them
             if run_end > run_start:

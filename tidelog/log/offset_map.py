@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
 from types import ModuleType
 
 native: ModuleType | None
@@ -166,6 +167,24 @@ class OffsetMap:
                 self.remembered.clear()
             self.remembered[key] = latest
         return latest
+
+    def remember(self, keys: Iterable[bytes]) -> None:
+        """Looks up every one of ``keys`` that ``get`` does not remember yet, in one pass (the
+        MD5s in a list, the probes in C), so that ``get`` answers them from memory; without the
+        C probe, nothing (``get`` looks each up when asked)."""
+        if native is None:
+            return
+        remembered = self.remembered
+        missing = [key for key in keys if key not in remembered]
+        if not missing:
+            return
+        if len(remembered) + len(missing) > REMEMBERED_KEYS:
+            remembered.clear()
+        md5 = hashlib.md5
+        digests = [md5(key, usedforsecurity=False).digest() for key in missing]
+        offsets = native.get_digests(self.buffer, self.slots, digests)
+        remembered.update(zip(missing, offsets, strict=True))
+        self.lookups += len(missing)
 
     def has_room_for(self, new_keys: int) -> bool:
         return self.size + new_keys <= self.capacity
