@@ -6,15 +6,16 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 # ZooKeeper for clusters, kcat as an independent client in the tests; a Docker engine and
-# debootstrap (its base images where no registry is reachable) for scripts/docker-engine.sh.
-APT_PACKAGES := zookeeper kcat docker.io debootstrap
+# debootstrap (its base images where no registry is reachable) for scripts/docker-engine.sh;
+# gcc for the log cleaner's C loops (setup.py).
+APT_PACKAGES := zookeeper kcat docker.io debootstrap gcc
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint format bench demo clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py tidelog/log/_entry_walk.c Makefile
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \

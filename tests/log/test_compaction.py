@@ -3,10 +3,14 @@ and the broker write them, with every codec and both formats."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tidelog.log import compaction
+from tidelog.log import offset_map as offset_map_module
 from tidelog.log.compaction import filter_entries
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.records.compression import decompress
@@ -45,6 +49,45 @@ def test_the_offset_map_agrees_with_a_dict_even_when_every_slot_is_probed(keys):
         model[key] = offset
     for key in {*keys, b"never-put"}:
         assert offset_map.get(key) == model.get(key, -1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=4), max_size=80),
+    slots=st.integers(min_value=1, max_value=64),
+    load_factor=st.sampled_from([0.5, 0.9, 1.0]),
+)
+def test_putting_keys_in_one_pass_fills_the_buffer_as_putting_them_one_at_a_time(
+    keys, slots, load_factor
+):
+    def filled(put_in_one_pass: bool, walk) -> tuple[bytes, int, int] | str:
+        offset_map = OffsetMap(memory=24 * slots, load_factor=load_factor)
+        try:
+            with mock.patch.object(offset_map_module, "native", walk):
+                if put_in_one_pass:
+                    offset_map.put_all({key: offset for offset, key in enumerate(keys)})
+                else:
+                    for offset, key in enumerate(keys):
+                        offset_map.put(key, offset)
+        except OffsetMapFull:
+            return "full"
+        return bytes(offset_map.buffer), offset_map.size, offset_map.latest_offset
+
+    one_at_a_time = filled(False, None)
+    assert filled(True, None) == one_at_a_time
+    assert filled(True, offset_map_module.native) == one_at_a_time
+
+
+@settings(max_examples=100, deadline=None)
+@given(keys=st.lists(st.binary(max_size=3), max_size=40), asked=st.lists(st.binary(max_size=3)))
+def test_keys_looked_up_at_once_are_remembered_as_get_finds_them(keys, asked):
+    offset_map = OffsetMap(memory=24 * 40, load_factor=1.0)
+    offset_map.put_all({key: offset for offset, key in enumerate(keys)})
+    offset_map.remember(asked)
+    assert set(offset_map.remembered) == ({*asked} if offset_map_module.native else set())
+    found = {key: offset_map.get(key) for key in asked}
+    offset_map.remembered.clear()
+    assert {key: offset_map.get(key) for key in asked} == found
 
 
 # A batch: (codec, records as (key, value) with None for null).
@@ -144,3 +187,24 @@ def test_tombstones_go_only_when_deletes_are_not_retained_and_unkeyed_messages_a
 
     assert [(m.key, m.value) for m in iter_deep(bytes(kept))] == [(b"a", None), (b"b", b"2")]
     assert [(m.key, m.value) for m in iter_deep(bytes(dropped))] == [(b"b", b"2")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=BATCHES,
+    magic=st.sampled_from([0, 1]),
+    retain_deletes=st.booleans(),
+    cut=st.integers(min_value=0, max_value=40),
+)
+def test_the_native_loops_take_what_the_python_loops_take(batches, magic, retain_deletes, cut):
+    data = log_of(batches, magic)
+    data = data[: max(len(data) - cut, 0)]  # perhaps ending in part of an entry
+    offset_map = mapped(data)
+    results = []
+    for walk in (compaction.native, None):
+        with mock.patch.object(compaction, "native", walk):
+            latest: dict[bytes, int] = {}
+            ended = compaction.latest_offsets(data, latest)
+            kept, stats = filter_entries(data, offset_map, retain_deletes, partial_tail=True)
+        results.append((ended, list(latest.items()), bytes(kept), stats))
+    assert results[0] == results[1]

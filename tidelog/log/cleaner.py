@@ -29,28 +29,19 @@ from typing import Any
 
 from tidelog.clock import Clock
 from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkpoint
-from tidelog.log.compaction import ENTRY_PREFIX, FilterStats, filter_entries
+from tidelog.log.compaction import FilterStats, filter_entries, latest_offsets
 from tidelog.log.files import CLEANED_SUFFIX
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.log.segment import LogSegment
-from tidelog.records.format import (
-    CODEC_MASK,
-    INT32,
-    LOG_OVERHEAD,
-    MESSAGE_OVERHEAD,
-    OFFSET_AND_SIZE,
-    iter_inner,
-    key_position,
-    read_entry,
-    view_at,
-)
+from tidelog.records.format import INT32, LOG_OVERHEAD, corrupt, read_entry
 
 log = logging.getLogger(__name__)
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 FULL_CLEAN_EVERY = 4  # with log.cleaner.generational.enable: one full clean in four
 READ_CHUNK = 1024 * 1024
+MAP_BATCH = 1 << 16  # keys gathered before they go into the offset map
 MB = 1024 * 1024
 
 
@@ -189,36 +180,40 @@ def log_to_clean(
     return LogToClean(key, partition_log, first_dirty, first_uncleanable, clean, cleanable)
 
 
-def _entries(segment: LogSegment, start: int = 0, end: int | None = None) -> Iterator[bytes]:
-    """A segment's entries from ``start``, in chunks of whole entries."""
-    end = segment.size if end is None else end
-    position, pending = start, b""
-    while position < end:
-        read = os.pread(segment.file.fileno(), min(READ_CHUNK, end - position), position)
-        if not read:  # the file is shorter than it was (truncated meanwhile)
-            return
-        chunk = pending + read
-        position += len(chunk) - len(pending)
-        whole = _whole_entries_length(chunk)
-        if whole == 0 and len(chunk) >= READ_CHUNK:
-            # an entry larger than a chunk: read it whole
-            (size,) = OFFSET_AND_SIZE.unpack_from(chunk, 0)[1:]
-            rest = os.pread(segment.file.fileno(), LOG_OVERHEAD + size - len(chunk), position)
-            position += len(rest)
-            chunk += rest
-            whole = len(chunk)
-        yield chunk[:whole]
-        pending = chunk[whole:]
+class SegmentChunks:
+    """A segment's entries read READ_CHUNK bytes at a time, for a loop that takes the whole
+    entries of each chunk and says with ``used`` how many bytes those were: the rest (the
+    start of an entry cut at the chunk's end) comes again at the start of the next chunk. An
+    entry larger than a chunk comes whole in one. A file found shorter than the segment was
+    (truncated meanwhile) ends the chunks; an entry cut at the segment's end is corrupt."""
 
+    def __init__(self, segment: LogSegment) -> None:
+        self.segment = segment
+        self.fd = segment.file.fileno()
+        self.end = segment.size
+        self.taken = 0
 
-def _whole_entries_length(chunk: bytes) -> int:
-    position = 0
-    while position + LOG_OVERHEAD <= len(chunk):
-        _, size = OFFSET_AND_SIZE.unpack_from(chunk, position)
-        if position + LOG_OVERHEAD + size > len(chunk):
-            break
-        position += LOG_OVERHEAD + size
-    return position
+    def used(self, count: int) -> None:
+        self.taken = count
+
+    def __iter__(self) -> Iterator[bytes]:
+        position, pending = 0, b""
+        while position < self.end:
+            wanted = READ_CHUNK
+            if len(pending) >= LOG_OVERHEAD:  # a whole entry at least
+                (size,) = INT32.unpack_from(pending, 8)
+                wanted = max(wanted, LOG_OVERHEAD + size - len(pending))
+            read = os.pread(self.fd, min(wanted, self.end - position), position)
+            if not read:
+                return
+            position += len(read)
+            chunk = pending + read if pending else read
+            self.taken = 0
+            yield chunk
+            pending = chunk[self.taken :]
+        if pending:
+            read_entry(pending, 0, len(pending))  # raises: what was cut, and where
+            raise corrupt(f"{self.segment.log_path}: {len(pending)} bytes after the last entry")
 
 
 class Cleaner:
@@ -291,9 +286,7 @@ class Cleaner:
             ):
                 break
             try:
-                for chunk in _entries(segment):
-                    stats.map_bytes_read += len(chunk)
-                    stats.map_messages_read += self._map_chunk(chunk)
+                self._map_segment(segment, stats)
             except OffsetMapFull:
                 raise OffsetMapFull(
                     f"{partition_log.directory}: segment {segment.base_offset} holds more keys "
@@ -303,27 +296,36 @@ class Cleaner:
             end = segment.next_offset
         return end
 
-    def _map_chunk(self, chunk: bytes) -> int:
-        buffer = memoryview(chunk)
-        position, count, limit = 0, 0, len(buffer)
-        offset_map = self.offset_map
-        while position + LOG_OVERHEAD <= limit:
-            offset, size, _, magic, attributes = ENTRY_PREFIX.unpack_from(buffer, position)
-            if position + LOG_OVERHEAD + size > limit or magic not in MESSAGE_OVERHEAD:
-                read_entry(buffer, position, limit)  # raises the precise error
-            if attributes & CODEC_MASK:
-                for inner in iter_inner(view_at(buffer, position)):
-                    count += 1
-                    if inner.key is not None:
-                        offset_map.put(inner.key, inner.offset)
-            else:
-                count += 1
-                key_at = position + LOG_OVERHEAD + key_position(magic)
-                (key_length,) = INT32.unpack_from(buffer, key_at)
-                if key_length >= 0:
-                    offset_map.put(buffer[key_at + 4 : key_at + 4 + key_length], offset)
-            position += LOG_OVERHEAD + size
-        return count
+    def _map_segment(self, segment: LogSegment, stats: CleanStats) -> None:
+        """Puts the key of every message of ``segment`` into the offset map with its offset:
+        each chunk's keys are gathered in a dictionary (a key repeated there is hashed once),
+        which goes into the map in one pass every MAP_BATCH keys and at the segment's end."""
+        latest: dict[bytes, int] = {}
+        chunks = SegmentChunks(segment)
+        for chunk in chunks:
+            used, messages = latest_offsets(chunk, latest)
+            chunks.used(used)
+            stats.map_bytes_read += used
+            stats.map_messages_read += messages
+            if len(latest) >= MAP_BATCH:
+                self.offset_map.put_all(latest)
+                latest.clear()
+        self.offset_map.put_all(latest)
+
+    def _kept_chunks(
+        self, partition_log: Log, segment: LogSegment, retain_deletes: bool, stats: CleanStats
+    ) -> Iterator[bytearray]:
+        """What survives of ``segment``, chunk by chunk."""
+        chunks = SegmentChunks(segment)
+        for chunk in chunks:
+            if self.aborted is not None and self.aborted.is_set():
+                raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
+            kept, filtered = filter_entries(
+                chunk, self.offset_map, retain_deletes, partial_tail=True
+            )
+            chunks.used(filtered.bytes_read)
+            stats.add(filtered)
+            yield kept
 
     def _clean_group(
         self,
@@ -340,11 +342,7 @@ class Cleaner:
         try:
             for old in group:
                 retain_deletes = old.last_modified_ms > delete_horizon
-                for chunk in _entries(old):
-                    if self.aborted is not None and self.aborted.is_set():
-                        raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
-                    kept, filtered = filter_entries(chunk, self.offset_map, retain_deletes)
-                    stats.add(filtered)
+                for kept in self._kept_chunks(partition_log, old, retain_deletes, stats):
                     if kept:
                         cleaned.append_entries(kept)
             following = segments.index(group[-1]) + 1

@@ -14,24 +14,34 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from tidelog.log.offset_map import OffsetMap
+from tidelog.log.offset_map import OffsetMap, native
 from tidelog.records.compression import compress, decompress
 from tidelog.records.format import (
     CODEC_MASK,
     INT32,
     INT64,
     LOG_OVERHEAD,
+    MAGIC_AND_ATTRIBUTES,
+    MAGIC_POSITION,
     MESSAGE_OVERHEAD,
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
     TIMESTAMP_TYPE_BIT,
     Codec,
+    corrupt,
     encode_message,
     key_position,
     read_entry,
 )
 
-ENTRY_PREFIX = struct.Struct(">qiIbB")  # offset, size, crc, magic, attributes
+# An entry up to a v1 message's key length: offset, size, (crc,) magic, attributes, timestamp,
+# key length. A v0 message's key length sits 8 bytes earlier. Data is read with PADDING after
+# it, so that this unpacks wherever an entry's 12-byte offset and size are (a short v0 entry,
+# the first bytes of an entry cut at a chunk's end).
+ENTRY_HEADER = struct.Struct(">qi4xbBqi")
+V0_KEY_AT = LOG_OVERHEAD + 10  # where the key starts (after its length) in a v0 entry
+V1_KEY_AT = LOG_OVERHEAD + 18
+PADDING = bytes(ENTRY_HEADER.size - LOG_OVERHEAD)
 
 
 @dataclass
@@ -79,46 +89,180 @@ def _survives(
     return offset_map.get(buffer[key]) <= offset
 
 
+def _entry_at(
+    padded: bytes, position: int, limit: int, partial_tail: bool
+) -> tuple[int, int, int, int, int, int] | None:
+    """(offset, end, magic, attributes, where the key starts, key length) of the entry at
+    ``position`` in data read with PADDING after ``limit`` (key fields meaningless for a
+    compressed wrapper); None for an entry cut at ``limit`` when ``partial_tail``. Raises
+    CORRUPT_MESSAGE for an entry too short or of an unknown magic, or cut otherwise."""
+    offset, size, magic, attributes, _, key_length = ENTRY_HEADER.unpack_from(padded, position)
+    end = position + LOG_OVERHEAD + size
+    if end > limit or size < MESSAGE_OVERHEAD[0] or magic not in MESSAGE_OVERHEAD:
+        if partial_tail and end > limit and size >= MESSAGE_OVERHEAD[0]:
+            return None
+        read_entry(padded, position, limit)  # raises the precise error
+    if magic:
+        return offset, end, magic, attributes, position + V1_KEY_AT, key_length
+    (key_length,) = INT32.unpack_from(padded, position + V0_KEY_AT - 4)
+    return offset, end, magic, attributes, position + V0_KEY_AT, key_length
+
+
 def filter_entries(
-    data: bytes | memoryview, offset_map: OffsetMap, retain_deletes: bool
+    data: bytes | bytearray | memoryview,
+    offset_map: OffsetMap,
+    retain_deletes: bool,
+    *,
+    partial_tail: bool = False,
 ) -> tuple[bytearray, FilterStats]:
     """The surviving entries of ``data`` (whole entries of one segment, already validated when
-    they were appended), and what was read and kept."""
-    buffer = memoryview(data)
+    they were appended), and what was read and kept. With ``partial_tail`` the data may end in
+    part of an entry, which is left for the caller to read whole: stats.bytes_read says where
+    the whole entries ended.
+
+    The loop unpacks one struct per entry and copies each run of consecutive survivors as one
+    slice; a key's latest offset is the offset map's (which remembers the keys it was asked
+    for, so a key seen again costs a dictionary look-up, not an MD5)."""
+    padded = bytes(data) + PADDING  # every header unpacks whole, even a short last entry's
+    view = memoryview(padded)
     out = bytearray()
     stats = FilterStats()
-    position, limit = 0, len(buffer)
-    unpack, unpack_int, latest = ENTRY_PREFIX.unpack_from, INT32.unpack_from, offset_map.get
-    while position + LOG_OVERHEAD <= limit:
+    position, limit = 0, len(padded) - len(PADDING)
+    run_start = run_end = 0  # survivors not yet copied: padded[run_start:run_end]
+    read = kept = 0
+    unpack_int = INT32.unpack_from
+    remembered, latest = offset_map.remembered.get, offset_map.get
+    walk = None
+    if native is not None:
+        walk = native.filter_plain
+        keys: dict[bytes, int] = {}  # the plain entries' keys up to the first wrapper...
+        native.map_plain(padded, 0, limit, keys)
+        offset_map.remember(keys)  # ...looked up at once
+    while limit - position >= LOG_OVERHEAD:
+        if walk is not None:  # the plain entries from here, as the loop below takes them
+            if run_end > run_start:
+                out += view[run_start:run_end]
+            position, walked, walked_kept = walk(
+                padded, position, limit, out, offset_map.remembered, latest, retain_deletes
+            )
+            run_start = run_end = position
+            read += walked
+            kept += walked_kept
+            if limit - position < LOG_OVERHEAD:
+                break
         # No CRC check here: the entries were checked when appended, and the cleaned segment
         # is checked whole before it is swapped in.
-        offset, size, _, magic, attributes = unpack(buffer, position)
-        end = position + LOG_OVERHEAD + size
-        if end > limit or magic not in MESSAGE_OVERHEAD:
-            read_entry(buffer, position, limit)  # raises the precise error
-        stats.bytes_read += end - position
-        if not attributes & CODEC_MASK:
-            stats.messages_read += 1
-            key_at = position + (18 if magic == 0 else 26)  # the key length's position
-            (key_length,) = unpack_int(buffer, key_at)
-            if key_length < 0:
-                position = end
-                continue  # a compacted log keeps only keyed messages
-            value_at = key_at + 4 + key_length
-            if (retain_deletes or unpack_int(buffer, value_at)[0] >= 0) and latest(
-                buffer[key_at + 4 : value_at]
-            ) <= offset:
-                out += buffer[position:end]
-                stats.messages_kept += 1
-                stats.bytes_kept += end - position
-        else:
-            kept = _filter_wrapper(
-                buffer, position, offset, magic, attributes, offset_map, retain_deletes, stats
+        entry = _entry_at(padded, position, limit, partial_tail)
+        if entry is None:
+            break
+        offset, end, magic, attributes, key_at, key_length = entry
+        if attributes & CODEC_MASK:
+            if run_end > run_start:
+                out += view[run_start:run_end]
+            run_start = run_end = end
+            out += _filter_wrapper(
+                view, position, offset, magic, attributes, offset_map, retain_deletes, stats
             )
-            out += kept
-            stats.bytes_kept += len(kept)
+            position = end
+            continue
+        read += 1
+        if key_length >= 0:  # a compacted log keeps only keyed messages
+            key_end = key_at + key_length
+            key = padded[key_at:key_end]
+            key_latest = remembered(key)
+            if key_latest is None:
+                key_latest = latest(key)
+            if key_latest <= offset and (retain_deletes or unpack_int(padded, key_end)[0] >= 0):
+                kept += 1
+                if run_end != position:
+                    if run_end > run_start:
+                        out += view[run_start:run_end]
+                    run_start = position
+                run_end = end
         position = end
+    if run_end > run_start:
+        out += view[run_start:run_end]
+    stats.messages_read += read
+    stats.messages_kept += kept
+    stats.bytes_read = position
+    stats.bytes_kept = len(out)
     return out, stats
+
+
+def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
+    """Puts the key of every message in ``data`` (whole entries, perhaps then part of one) into
+    ``latest`` with its offset, inner messages of compressed wrappers with their absolute
+    offsets; a later offset of a key replaces an earlier one. Returns (where the whole entries
+    ended, how many messages they held)."""
+    padded = data + PADDING
+    position, limit, count = 0, len(data), 0
+    walk = native.map_plain if native is not None else None
+    while limit - position >= LOG_OVERHEAD:
+        if walk is not None:  # the plain entries from here, as the loop below takes them
+            position, walked = walk(padded, position, limit, latest)
+            count += walked
+            if limit - position < LOG_OVERHEAD:
+                break
+        entry = _entry_at(padded, position, limit, partial_tail=True)
+        if entry is None:
+            break
+        offset, end, magic, attributes, key_at, key_length = entry
+        if attributes & CODEC_MASK:
+            for inner_offset, key in inner_keys(padded, position, offset, magic, attributes):
+                count += 1
+                if key is not None:
+                    latest[key] = inner_offset
+        else:
+            count += 1
+            if key_length >= 0:
+                latest[padded[key_at : key_at + key_length]] = offset
+        position = end
+    return position, count
+
+
+def inner_keys(
+    buffer: bytes, position: int, wrapper_offset: int, magic: int, attributes: int
+) -> list[tuple[int, bytes | None]]:
+    """(absolute offset, key or None) of each message inside the compressed wrapper at
+    ``position``, as ``iter_inner`` reads them (a partial last inner entry ends them quietly),
+    without an object per message."""
+    _, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
+    found: list[tuple[int, bytes | None]] = []
+    inner_position, limit = 0, len(inner)
+    while limit - inner_position >= LOG_OVERHEAD:
+        offset, size = OFFSET_AND_SIZE.unpack_from(inner, inner_position)
+        start = inner_position + LOG_OVERHEAD
+        if size < MESSAGE_OVERHEAD[0] or start + size > limit:
+            break
+        inner_magic = MAGIC_AND_ATTRIBUTES.unpack_from(inner, start + MAGIC_POSITION)[0]
+        if inner_magic not in MESSAGE_OVERHEAD:
+            raise corrupt(f"unknown magic {inner_magic} at offset {offset}")
+        key_at = start + key_position(inner_magic)
+        (key_length,) = INT32.unpack_from(inner, key_at)
+        found.append(
+            (offset, None if key_length < 0 else inner[key_at + 4 : key_at + 4 + key_length])
+        )
+        inner_position = start + size
+    if magic == 1 and found:
+        base = wrapper_offset - found[-1][0]
+        return [(base + offset, key) for offset, key in found]
+    return found
+
+
+def _decompressed(
+    buffer: bytes | memoryview, position: int, wrapper_offset: int, magic: int, attributes: int
+) -> tuple[Codec, bytes]:
+    """The codec and the inner message set of the compressed wrapper entry at ``position``."""
+    message_start = position + LOG_OVERHEAD
+    key, null_value = _key_and_value(buffer, message_start, magic)
+    if null_value:
+        raise corrupt(f"compressed wrapper at offset {wrapper_offset} has a null value")
+    value_at = (
+        message_start + key_position(magic) + 4 + (0 if key is None else key.stop - key.start)
+    )
+    (value_length,) = INT32.unpack_from(buffer, value_at)
+    codec = Codec(attributes & CODEC_MASK)
+    return codec, decompress(codec, buffer[value_at + 4 : value_at + 4 + value_length], magic)
 
 
 def _filter_wrapper(
@@ -135,13 +279,7 @@ def _filter_wrapper(
     message_start = position + LOG_OVERHEAD
     (size,) = INT32.unpack_from(buffer, position + 8)
     end = message_start + size
-    key, null_value = _key_and_value(buffer, message_start, magic)
-    value_at = (
-        message_start + key_position(magic) + 4 + (0 if key is None else key.stop - key.start)
-    )
-    value = buffer[value_at + 4 : end] if not null_value else b""
-    codec = Codec(attributes & CODEC_MASK)
-    inner = memoryview(decompress(codec, value, magic))
+    codec, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
     entries = []  # (stored offset, position, end, inner magic) of each inner message
     inner_position = 0
     while inner_position + LOG_OVERHEAD <= len(inner):

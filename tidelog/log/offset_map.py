@@ -5,10 +5,22 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable
+from types import ModuleType
+
+native: ModuleType | None
+try:  # the cleaner's C loops and this map's probe, built by make install (setup.py)
+    import tidelog.log._entry_walk as native
+except ImportError:  # a source tree nobody built: the Python loops do the same
+    native = None
 
 HASH_BYTES = 16  # MD5
 SLOT = struct.Struct(">16sq")  # key hash, offset
+SLOT_OFFSET = struct.Struct(">q")  # the offset, 16 bytes into a slot
 EMPTY_HASH = bytes(HASH_BYTES)
+# Keys whose latest offset ``get`` remembers (a clean looks up each key of the log once per
+# message): past this many the memory starts again, so it stays small beside the buffer.
+REMEMBERED_KEYS = 1 << 16
 
 
 class OffsetMapFull(Exception):
@@ -25,6 +37,9 @@ class OffsetMap:
     keys; ``put`` of a new key then raises OffsetMapFull (the cleaner stops its pass at the
     segment before). Two keys with the same MD5 are one key, as in Kafka. ``get`` of an absent
     key returns -1.
+
+    ``get`` remembers the answers for up to REMEMBERED_KEYS keys (by the key itself, so no MD5
+    is computed again); any put or clear forgets them.
     """
 
     def __init__(self, memory: int, load_factor: float = 0.9) -> None:
@@ -39,12 +54,16 @@ class OffsetMap:
         self.latest_offset = -1
         self.lookups = 0
         self.probes = 0
+        self.remembered: dict[bytes, int] = {}
 
     def clear(self) -> None:
-        self.buffer[:] = bytes(len(self.buffer))
+        # A new zeroed buffer (calloc's fresh pages) costs far less than writing zeros over
+        # the old one, and the map's memory stays the same.
+        self.buffer = bytearray(len(self.buffer))
         self.size = 0
         self.latest_offset = -1
         self.lookups = self.probes = 0
+        self.remembered.clear()
 
     @property
     def utilization(self) -> float:
@@ -56,22 +75,24 @@ class OffsetMap:
 
     def _find(self, digest: bytes) -> tuple[int, bool]:
         """(byte position of the slot holding ``digest`` or of the free slot it would take,
-        whether it holds it)."""
+        whether it holds it); position -1 when every slot holds another hash (a load factor
+        of 1 lets the map fill up)."""
         slot = int.from_bytes(digest[:8], "big") % self.slots
         buffer = self.buffer
         self.lookups += 1
-        while True:
+        for _ in range(self.slots):
             position = slot * SLOT.size
-            stored = buffer[position : position + HASH_BYTES]
-            if stored == digest:
+            if buffer.startswith(digest, position):
                 return position, True
-            if stored == EMPTY_HASH:
+            if buffer.startswith(EMPTY_HASH, position):
                 return position, False
             self.probes += 1
             slot = slot + 1 if slot + 1 < self.slots else 0
+        return -1, False
 
     def put(self, key: bytes | memoryview, offset: int) -> None:
         """Records ``offset`` as the latest for ``key`` (offsets are put in increasing order)."""
+        self.remembered.clear()
         digest = self.hash_of(key)
         position, found = self._find(digest)
         if not found:
@@ -81,9 +102,89 @@ class OffsetMap:
         SLOT.pack_into(self.buffer, position, digest, offset)
         self.latest_offset = offset
 
+    def put_all(self, latest: dict[bytes, int]) -> None:
+        """``put`` of every key with its offset, in one pass. The offsets must all be above any
+        put before (``latest`` holds the next stretch of a log, each key with its last offset
+        there); two keys of one MD5 keep the larger offset, as putting them in offset order
+        does. Raises OffsetMapFull at the first new key past ``capacity``."""
+        if not latest:
+            return
+        self.remembered.clear()
+        if native is not None:
+            md5 = hashlib.md5
+            put, self.size, probes = native.put_digests(
+                self.buffer,
+                self.slots,
+                self.capacity,
+                self.size,
+                [md5(key, usedforsecurity=False).digest() for key in latest],
+                list(latest.values()),
+            )
+            self.lookups += len(latest)
+            self.probes += probes
+            if put < len(latest):
+                raise OffsetMapFull(f"the offset map holds its {self.capacity} keys")
+            self.latest_offset = max(self.latest_offset, max(latest.values()))
+            return
+        buffer, slots, slot_size = self.buffer, self.slots, SLOT.size
+        md5, from_bytes, pack_slot = hashlib.md5, int.from_bytes, SLOT.pack_into
+        stored_offset, pack_offset = SLOT_OFFSET.unpack_from, SLOT_OFFSET.pack_into
+        size, capacity, probes = self.size, self.capacity, 0
+        try:
+            for key, offset in latest.items():
+                digest = md5(key, usedforsecurity=False).digest()
+                slot = from_bytes(digest[:8], "big") % slots
+                for _ in range(slots):
+                    position = slot * slot_size
+                    if buffer.startswith(digest, position):
+                        if stored_offset(buffer, position + HASH_BYTES)[0] < offset:
+                            pack_offset(buffer, position + HASH_BYTES, offset)
+                        break
+                    if buffer.startswith(EMPTY_HASH, position):
+                        if size >= capacity:
+                            raise OffsetMapFull(f"the offset map holds its {capacity} keys")
+                        size += 1
+                        pack_slot(buffer, position, digest, offset)
+                        break
+                    probes += 1
+                    slot = slot + 1 if slot + 1 < slots else 0
+                else:  # every slot holds another hash
+                    raise OffsetMapFull(f"the offset map holds its {capacity} keys")
+        finally:
+            self.size = size
+            self.lookups += len(latest)
+            self.probes += probes
+        self.latest_offset = max(self.latest_offset, max(latest.values()))
+
     def get(self, key: bytes | memoryview) -> int:
+        remembered = self.remembered.get(key) if type(key) is bytes else None
+        if remembered is not None:
+            return remembered
         position, found = self._find(self.hash_of(key))
-        return SLOT.unpack_from(self.buffer, position)[1] if found else -1
+        latest = SLOT_OFFSET.unpack_from(self.buffer, position + HASH_BYTES)[0] if found else -1
+        if type(key) is bytes:
+            if len(self.remembered) >= REMEMBERED_KEYS:
+                self.remembered.clear()
+            self.remembered[key] = latest
+        return latest
+
+    def remember(self, keys: Iterable[bytes]) -> None:
+        """Looks up every one of ``keys`` that ``get`` does not remember yet, in one pass (the
+        MD5s in a list, the probes in C), so that ``get`` answers them from memory; without the
+        C probe, nothing (``get`` looks each up when asked)."""
+        if native is None:
+            return
+        remembered = self.remembered
+        missing = [key for key in keys if key not in remembered]
+        if not missing:
+            return
+        if len(remembered) + len(missing) > REMEMBERED_KEYS:
+            remembered.clear()
+        md5 = hashlib.md5
+        digests = [md5(key, usedforsecurity=False).digest() for key in missing]
+        offsets = native.get_digests(self.buffer, self.slots, digests)
+        remembered.update(zip(missing, offsets, strict=True))
+        self.lookups += len(missing)
 
     def has_room_for(self, new_keys: int) -> bool:
         return self.size + new_keys <= self.capacity

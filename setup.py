@@ -1,0 +1,12 @@
+"""The log cleaner's C loops (tidelog/log/_entry_walk.c); everything else about the package is
+in pyproject.toml. `make install` builds them (gcc is in its Debian packages). The extension is
+optional: where no compiler is (the slim container images), tidelog installs without it and
+the cleaner runs its Python loops, which do the same (tests/log/test_cleaner_equivalence.py)."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension("tidelog.log._entry_walk", ["tidelog/log/_entry_walk.c"], optional=True)
+    ]
+)
