@@ -4,6 +4,7 @@ read-ahead, and requests outside the pipelined APIs served only after those befo
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 
 import pytest
@@ -75,16 +76,21 @@ class ScriptedHandler:
 
     PIPELINED = frozenset({ApiKey.PRODUCE})
 
-    def __init__(self) -> None:
+    def __init__(self, fail_start: int | None = None) -> None:
         self.started: list[int] = []  # correlation ids, in the order their first stage ran
         self.futures: dict[int, asyncio.Future] = {}
         self.served: list[tuple[int, list[int]]] = []  # (metadata id, produces answered before)
         self.answered: list[int] = []
+        self.fail_start = fail_start  # a produce whose first stage raises (a disk error, say)
+        self.metadata_gate: asyncio.Event | None = None  # Metadata waits for it, if set
+        self.metadata_done: list[int] = []
 
     def serves(self, api_key: int, api_version: int = 0) -> bool:
         return api_key in (ApiKey.PRODUCE, ApiKey.METADATA)
 
     def start(self, request: Request) -> Pending:
+        if request.correlation_id == self.fail_start:
+            raise OSError("No space left on device")
         self.started.append(request.correlation_id)
         future = asyncio.get_running_loop().create_future()
         self.futures[request.correlation_id] = future
@@ -97,6 +103,9 @@ class ScriptedHandler:
 
     async def handle(self, request: Request, listener: str = "PLAINTEXT") -> dict:
         self.served.append((request.correlation_id, list(self.answered)))
+        if self.metadata_gate is not None:
+            await self.metadata_gate.wait()
+        self.metadata_done.append(request.correlation_id)
         return {"brokers": [], "topic_metadata": [], "controller_id": 1, "cluster_id": None}
 
 
@@ -247,6 +256,67 @@ def test_requests_sent_before_the_client_stops_sending_are_answered():
         assert [await read_response(reader, ApiKey.PRODUCE, 2) for _ in range(2)] == [1, 2]
         assert await reader.read() == b""
         writer.close()
+        await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_answers_ready_before_a_failed_second_stage_still_go_out():
+    async def scenario() -> None:
+        handler = ScriptedHandler()
+        server = await serving(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_request(ApiKey.PRODUCE, 2, 1, "t", PRODUCE))
+        writer.write(encode_request(ApiKey.PRODUCE, 2, 2, "t", PRODUCE))
+        await until(lambda: len(handler.started) == 2, "both produces started")
+        handler.futures[1].set_result({})
+        handler.futures[2].set_exception(RuntimeError("a second stage that failed"))
+        assert await read_response(reader, ApiKey.PRODUCE, 2) == 1
+        assert await reader.read() == b""  # then closed
+        writer.close()
+        await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_whose_first_stage_fails_closes_the_connection_after_those_before_it():
+    async def scenario() -> None:
+        handler = ScriptedHandler(fail_start=2)
+        server = await serving(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_request(ApiKey.PRODUCE, 2, 1, "t", PRODUCE))
+        writer.write(encode_request(ApiKey.PRODUCE, 2, 2, "t", PRODUCE))
+        await until(lambda: len(handler.started) == 1, "the first produce started")
+        await asyncio.sleep(0.05)  # the second has failed meanwhile
+        handler.futures[1].set_result({})  # appended before the failure: it is answered
+        assert await read_response(reader, ApiKey.PRODUCE, 2) == 1
+        assert await reader.read() == b""
+        writer.close()
+        await server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_client_gone_while_a_request_is_served_does_not_cut_that_request_short():
+    async def scenario() -> None:
+        handler = ScriptedHandler()
+        handler.metadata_gate = asyncio.Event()
+        server = await serving(handler)
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_request(ApiKey.PRODUCE, 2, 1, "t", PRODUCE))
+        writer.write(encode_request(ApiKey.METADATA, 0, 2, "t", {"topics": []}))
+        await until(lambda: len(handler.started) == 1, "the produce started")
+        # the client resets its connection before the produce's answer is written: writing
+        # it fails, while the Metadata request after it (a commit, say) is being served
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+        await asyncio.sleep(0.05)
+        handler.futures[1].set_result({})
+        await until(lambda: handler.served, "the Metadata request served")
+        await asyncio.sleep(0.05)
+        handler.metadata_gate.set()
+        await until(lambda: handler.metadata_done, "the Metadata request done")
         await server.stop()
 
     asyncio.run(scenario())

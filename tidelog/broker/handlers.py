@@ -53,10 +53,6 @@ class Pending:
         return self.finish(await self.future)
 
 
-def _same(body: dict | None) -> dict | None:
-    return body
-
-
 def valid_topic_name(name: str) -> bool:
     return bool(LEGAL_TOPIC.match(name)) and name not in (".", "..")
 
@@ -100,14 +96,16 @@ class RequestHandler:
 
     # The APIs a connection pipelines (KafkaServer): a request's first stage runs as it is read,
     # in arrival order (a produce's appends), the rest while the requests after it are read.
-    PIPELINED = frozenset({ApiKey.PRODUCE, ApiKey.FETCH})
+    # A Fetch is not one of them: started as it is read, it would see a produce read after it
+    # on the same connection (and miss one read before it that waits for its followers), which
+    # one request at a time never allows; and each waiting fetch would hold its whole answer.
+    # Consumers and followers keep one fetch in flight per connection anyway.
+    PIPELINED = frozenset({ApiKey.PRODUCE})
 
     def start(self, request: Request) -> dict | Pending | None:
         """Starts a request of a PIPELINED API: its first stage runs now; returns its response
         body (None: no response) or what gives it once the rest is done."""
-        if request.api_key == ApiKey.PRODUCE:
-            return self.start_produce(request)
-        return Pending(asyncio.ensure_future(self.fetch(request)), _same)
+        return self.start_produce(request)
 
     def register(self, handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]) -> None:
         """Adds the handlers of APIs served by other packages (groups, topic admin)."""

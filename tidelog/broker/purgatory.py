@@ -82,6 +82,9 @@ class ProducePurgatory:
         for ``timeout`` seconds at most; its future gives the partitions that failed."""
         loop = asyncio.get_running_loop()
         produce = DelayedProduce(loop.create_future(), offsets)
+        if not offsets:
+            produce.future.set_result({})
+            return produce.future
         for key, offset in offsets.items():
             try:
                 done = self._replicated(key, offset)

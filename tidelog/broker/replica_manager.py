@@ -145,6 +145,7 @@ class ReplicaManager:
                     )
                 else:
                     partition.make_follower(-1, state.leader_epoch, replicas, isr)
+                    self._wake(key)  # produces waiting on it fail now, not at their timeout
         if joined:
             self._recheck_isr(joined)
         for listener in self.leadership_listeners:

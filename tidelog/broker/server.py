@@ -143,9 +143,10 @@ class ResponseQueue:
 
 
 class IdleTimer:
-    """Closes a connection (cancels its task, ``fired`` set) once it has sent nothing for
-    ``seconds`` while none of its requests was in flight (queued, or ``busy`` being served).
-    One timer per connection, re-armed when it comes due, not one per request."""
+    """Closes a connection (cancels its task, ``fired`` set) once ``seconds`` have passed since
+    it was last ``active`` (a request read, answers sent) with none of its requests in flight
+    (queued, or ``busy`` being served). One timer per connection, re-armed when it comes due,
+    not one per request."""
 
     def __init__(self, seconds: float, task: asyncio.Task, responses: ResponseQueue) -> None:
         self.loop = asyncio.get_running_loop()
@@ -160,9 +161,12 @@ class IdleTimer:
 
     def _check(self) -> None:
         now = self.loop.time()
-        if self.busy or self.responses.entries:
-            self.last_active = now
-        due = self.last_active + self.seconds
+        # in flight: the connection is not idle, and its idle time counts from the answer
+        due = (
+            now + self.seconds
+            if self.busy or self.responses.entries
+            else self.last_active + self.seconds
+        )
         if now >= due:
             self.fired = True
             self.task.cancel()
@@ -179,10 +183,18 @@ def _failure(task: asyncio.Task) -> BaseException | None:
     return task.exception()
 
 
-def _stop_reading_if_failed(answering: asyncio.Task, reading: asyncio.Task) -> None:
-    """The answering side of a connection failed: its reading side stops too."""
-    if _failure(answering) is not None:
+def _stop_reading_if_failed(
+    answering: asyncio.Task, reading: asyncio.Task, idle: IdleTimer
+) -> None:
+    """The answering side of a connection failed: its reading side stops too, at once unless
+    it is serving a request (a commit half applied is worse than one answered to nobody: the
+    reading side stops once that request is done)."""
+    if _failure(answering) is not None and not idle.busy:
         reading.cancel()
+
+
+class _Idle(Exception):
+    """The connection was closed for connections.max.idle.ms."""
 
 
 class ConnectionQuotas:
@@ -299,12 +311,19 @@ class KafkaServer:
             return
         self._connections.add(task)
         responses = ResponseQueue(self.max_inflight_requests, self.max_inflight_bytes)
-        answering = asyncio.create_task(self._answer(responses, writer))
-        answering.add_done_callback(lambda done: _stop_reading_if_failed(done, task))
         idle = IdleTimer(self.idle_seconds, task, responses)
+        answering = asyncio.create_task(self._answer(responses, writer, idle))
+        answering.add_done_callback(lambda done: _stop_reading_if_failed(done, task, idle))
         try:
             try:
-                await self._read_requests(reader, responses, idle, peer)
+                try:
+                    await self._read_requests(reader, responses, idle, peer, answering)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    raise
+                except Exception:
+                    # a request failed past its error codes: the connection closes, once the
+                    # requests read before it are answered (they may have been appended)
+                    log.exception("closing the connection from %s after an unexpected error", peer)
                 # no more requests: the ones read are answered, then the connection closes
                 responses.close()
                 await answering
@@ -315,12 +334,12 @@ class KafkaServer:
                     raise failure from None
                 if idle.fired:
                     task.uncancel()
-                    raise TimeoutError from None
+                    raise _Idle from None
                 raise
         except (asyncio.IncompleteReadError, ConnectionError) as error:
             # normal traffic: a client closed its connection, perhaps in the middle of a response
             log.debug("connection from %s closed by the client (%s)", peer, type(error).__name__)
-        except TimeoutError:
+        except _Idle:
             log.info(
                 "closing the connection from %s: idle for %g s (connections.max.idle.ms)",
                 peer,
@@ -344,11 +363,12 @@ class KafkaServer:
         responses: ResponseQueue,
         idle: IdleTimer,
         peer: str,
+        answering: asyncio.Task,
     ) -> None:
-        """Reads requests until the input ends or one must close the connection. A pipelined
-        request (RequestHandler.PIPELINED) starts at once, in arrival order, and is queued for
-        its answer; any other request is served only after every request before it has been
-        answered, so it sees all their effects."""
+        """Reads requests until the input ends, one must close the connection, or the answering
+        side has failed. A pipelined request (RequestHandler.PIPELINED) starts at once, in
+        arrival order, and is queued for its answer; any other request is served only after
+        every request before it has been answered, so it sees all their effects."""
         handler, metrics, listener = self.handler, self.metrics, self.listener
         client_host = "/" + peer.rpartition(":")[0]
         pipelined = handler.PIPELINED
@@ -431,6 +451,8 @@ class KafkaServer:
                     answer = await handler.handle(request, listener)
                 finally:
                     idle.busy = False
+                if answering.done():
+                    return  # the answers can no longer be sent (_stop_reading_if_failed)
             responses.put(
                 Entry(
                     api_key,
@@ -443,9 +465,12 @@ class KafkaServer:
                 )
             )
 
-    async def _answer(self, responses: ResponseQueue, writer: asyncio.StreamWriter) -> None:
+    async def _answer(
+        self, responses: ResponseQueue, writer: asyncio.StreamWriter, idle: IdleTimer
+    ) -> None:
         """Sends the answers strictly in request order, each once it is ready. Answers that are
-        ready one after another go out in one write."""
+        ready one after another go out in one write. If a request's second stage fails, the
+        answers before it still go out, and the connection closes."""
         transport = writer.transport
         ready: list[bytes | bytearray] = []
         while True:
@@ -455,12 +480,17 @@ class KafkaServer:
                     transport.writelines(ready)
                     ready = []
                     await writer.drain()
+                idle.active()
                 entry = await responses.next()
                 if entry is None:
                     return
             answer = entry.answer
             if isinstance(answer, Pending):
-                answer = answer.finish(await answer.future)
+                try:
+                    answer = answer.finish(await answer.future)
+                except BaseException:
+                    transport.writelines(ready)  # sent before the connection closes
+                    raise
             if answer is not None:
                 parts = encode_response(
                     entry.api_key, entry.api_version, entry.correlation_id, answer
