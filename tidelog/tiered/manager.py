@@ -26,8 +26,8 @@ from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadat
 from tidelog.tiered.remote_index import (
     RemoteLogIndex,
     RemoteLogIndexEntry,
-    build_entries,
     decode_entries,
+    derive_entries,
 )
 from tidelog.tiered.storage import (
     IndexType,
@@ -344,7 +344,7 @@ class RemoteLogManager:
         )
         self.metadata.put(metadata)
         self._step("started", segment_id)
-        entries = build_entries(
+        entries = derive_entries(
             segment,
             start,
             partition_log.config.remote_log_index_interval_bytes,
