@@ -12,6 +12,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tidelog.clock import Clock
 from tidelog.errors import ErrorCode, KafkaError
@@ -26,8 +27,8 @@ from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadat
 from tidelog.tiered.remote_index import (
     RemoteLogIndex,
     RemoteLogIndexEntry,
-    build_entries,
     decode_entries,
+    derive_entries,
 )
 from tidelog.tiered.storage import (
     IndexType,
@@ -40,6 +41,7 @@ from tidelog.tiered.storage import (
 log = logging.getLogger(__name__)
 
 COPY_THREADS = 2
+T = TypeVar("T")
 Gauge = tuple[dict[str, str], float]
 # Steps of a copy, in order; ``RemoteLogManager.crash_at`` can stop a copy right after one (a
 # test's stand-in for the process dying there).
@@ -344,7 +346,7 @@ class RemoteLogManager:
         )
         self.metadata.put(metadata)
         self._step("started", segment_id)
-        entries = build_entries(
+        entries = derive_entries(
             segment,
             start,
             partition_log.config.remote_log_index_interval_bytes,
@@ -576,24 +578,34 @@ class RemoteLogManager:
         up to ``max_bytes`` (the last may be cut, as a local read does; with
         ``min_one_message`` the first entry is whole)."""
         entry = await self._entry_for(key, partition_log, offset)
-        data = await self._fetch(entry)
-        return trim_entries(data, offset, max_bytes, min_one_message)
+        return await self._fetch(
+            entry,
+            functools.partial(
+                trim_entries, offset=offset, max_bytes=max_bytes, min_one_message=min_one_message
+            ),
+        )
 
-    async def _fetch(self, entry: RemoteLogIndexEntry) -> bytes:
+    async def _fetch(self, entry: RemoteLogIndexEntry, then: Callable[[bytes], T]) -> T:
+        """``then`` of the bytes of ``entry``'s range, fetched and worked on by a reader
+        thread: trimming to the offset sought or decoding the range to search it walks its
+        entries, and the event loop serves other requests meanwhile."""
         started = time.perf_counter()
-        try:
-            data = await self.readers.run(
-                lambda: self.storage.fetch_range(
-                    entry.uri, entry.position, entry.position + entry.data_length
-                )
+
+        def fetch_then() -> tuple[int, T]:
+            data = self.storage.fetch_range(
+                entry.uri, entry.position, entry.position + entry.data_length
             )
+            return len(data), then(data)
+
+        try:
+            size, result = await self.readers.run(fetch_then)
         except RemoteStorageError as error:
             self.stats.fetch_errors += 1
             raise KafkaError(ErrorCode.UNKNOWN, f"remote read failed: {error}") from None
         self.stats.fetch_count += 1
-        self.stats.fetch_bytes += len(data)
+        self.stats.fetch_bytes += size
         self.stats.fetch_seconds += time.perf_counter() - started
-        return data
+        return result
 
     async def offset_for_timestamp(
         self, key: TopicPartition, partition_log: Log, timestamp: int
@@ -606,13 +618,22 @@ class RemoteLogManager:
         local_start = partition_log.local_log_start_offset
         while entry is not None and entry.first_offset < local_start:
             start = max(entry.first_offset, partition_log.log_start_offset)
-            for message in iter_deep(await self._fetch(entry)):
-                if message.offset >= start and (
-                    message.magic == 0 or message.timestamp >= timestamp
-                ):
-                    return TimestampOffset(message.timestamp, message.offset)
+            found = await self._fetch(
+                entry, functools.partial(first_at_or_after, start=start, timestamp=timestamp)
+            )
+            if found is not None:
+                return found
             entry = index.lookup(entry.last_offset + 1)
         return None
+
+
+def first_at_or_after(data: bytes, start: int, timestamp: int) -> TimestampOffset | None:
+    """The first message of ``data`` at or after offset ``start`` whose timestamp is >=
+    ``timestamp`` (a v0 message, which has none, matches), or None."""
+    for message in iter_deep(data):
+        if message.offset >= start and (message.magic == 0 or message.timestamp >= timestamp):
+            return TimestampOffset(message.timestamp, message.offset)
+    return None
 
 
 def trim_entries(data: bytes, offset: int, max_bytes: int, min_one_message: bool) -> bytes:

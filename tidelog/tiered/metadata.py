@@ -118,7 +118,7 @@ class RemoteLogMetadataStore:
         fs.makedirs(directory, exist_ok=True)
         path = self._path(metadata.segment_id)
         self._forget(path)
-        fs.pipe_file(path, metadata.to_json())
+        self.storage.write_object(path, metadata.to_json())
         with self._lock:
             known = self._known.get(directory)
             if known is not None:  # no version: the next listing reads it back

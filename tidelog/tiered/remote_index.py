@@ -26,13 +26,16 @@ import logging
 import struct
 import threading
 import zlib
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.log.files import base_offset_of, segment_file, segment_files
-from tidelog.log.segment import LogSegment
+from tidelog.log.offset_index import OffsetIndex
+from tidelog.log.segment import HEADER_PREFIX, LogSegment
+from tidelog.log.time_index import TimeIndex
+from tidelog.records.format import LOG_OVERHEAD, NO_TIMESTAMP
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,109 @@ def build_entries(
     if group_start >= 0:
         close_group()
     return entries
+
+
+class _Column:
+    """One field of a segment's offset or time index as a read-only sequence, for bisect: no
+    list of a large index's entries is built to search it."""
+
+    def __init__(self, index: OffsetIndex | TimeIndex, field: int) -> None:
+        self.index = index
+        self.field = field
+
+    def __len__(self) -> int:
+        return self.index.entries
+
+    def __getitem__(self, slot: int) -> int:
+        return self.index.entry_at(slot)[self.field]
+
+
+def derive_entries(
+    segment: LogSegment, from_offset: int, interval_bytes: int, uri: str
+) -> list[RemoteLogIndexEntry]:
+    """The entries ``build_entries`` makes, from the segment's own indexes and the headers of a
+    few entries per range instead of every entry's.
+
+    The ranges are the same (each closes at the first entry whose end reaches
+    ``interval_bytes`` past its start), and so are their offsets and first timestamps: the end
+    of a range is found by reading headers from the last offset-index position before the byte
+    that closes it. Its largest timestamp comes from the time index: an entry (T, O) there was
+    written for the entry whose offset is O and which carries T, the largest timestamp of the
+    segment up to O (validation and recovery both index the entry carrying the maximum). So for
+    the last such O inside the range, the range's largest timestamp is the larger of T and the
+    timestamps read from O's entry to the range's end; the header at O is read, and if it does
+    not carry T the whole range is read, as it is where no time-index entry falls inside it (a
+    range of format v0 data, timestamps that did not grow). A rolled segment only: its indexes
+    and data no longer change.
+    """
+    found = segment.translate_offset(from_offset)
+    if found is None:
+        return []
+    index, time_index = segment.index, segment.time_index
+    positions, index_offsets = _Column(index, 1), _Column(index, 0)
+    time_offsets = _Column(time_index, 1)
+    entries: list[RemoteLogIndexEntry] = []
+    start, first_offset = found[1], from_offset
+    while start < segment.size:
+        target = start + interval_bytes
+        # The last time-index entry for an entry of the range before the last indexed entry at
+        # or before the byte that closes it: the range is read from there to its end.
+        slot = bisect_right(positions, target - 1) - 1
+        walk_from, largest, largest_offset = start, None, -1
+        if slot >= 0 and positions[slot] > start:
+            time_slot = bisect_left(time_offsets, index_offsets[slot]) - 1
+            if time_slot >= 0:
+                timestamp, offset = time_index.entry_at(time_slot)
+                if offset >= first_offset:
+                    largest, largest_offset = timestamp, offset
+                    walk_from = max(start, index.lookup(offset)[1])
+        entry = _read_range(segment, start, walk_from, target, largest, largest_offset)
+        if entry is None:  # the time index's entry is not what its header says: read it all
+            entry = _read_range(segment, start, start, target, None, -1)
+            assert entry is not None, f"{segment.log_path}: no entry at position {start}"
+        end, last_offset, first_timestamp, largest = entry
+        entries.append(
+            RemoteLogIndexEntry(
+                first_offset, last_offset, first_timestamp, largest, end - start, uri, start
+            )
+        )
+        start, first_offset = end, last_offset + 1
+    return entries
+
+
+def _read_range(
+    segment: LogSegment,
+    start: int,
+    walk_from: int,
+    target: int,
+    largest: int | None,
+    largest_offset: int,
+) -> tuple[int, int, int, int] | None:
+    """(end, last offset, first timestamp, largest timestamp) of the range from ``start`` that
+    closes at the first entry ending at or after ``target``, reading headers from ``walk_from``.
+    ``largest`` is the largest timestamp of the entries before ``walk_from``, carried by the
+    entry whose offset is ``largest_offset`` (None, -1: ``walk_from`` is ``start``). None if
+    that entry is not met, or carries another timestamp."""
+    first_timestamp = NO_TIMESTAMP
+    if walk_from > start:
+        first_timestamp = next(segment.iter_headers(start, first_chunk=HEADER_PREFIX))[4]
+    end = last_offset = -1
+    checked = largest_offset < 0
+    for offset, position, size, _, timestamp in segment.iter_headers(walk_from):
+        if position == start:
+            first_timestamp = timestamp
+        if offset == largest_offset:
+            if timestamp != largest:
+                return None
+            checked = True
+        if largest is None or timestamp > largest:
+            largest = timestamp
+        end, last_offset = position + LOG_OVERHEAD + size, offset
+        if end >= target:
+            break
+    if not checked or largest is None:
+        return None
+    return end, last_offset, first_timestamp, largest
 
 
 class _IndexFile:

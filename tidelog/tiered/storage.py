@@ -15,6 +15,7 @@ import enum
 import importlib.util
 import logging
 import os
+import shutil
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -176,13 +177,31 @@ class RemoteStorageManager:
             (data.offset_index, IndexType.OFFSET.value),
             (data.time_index, IndexType.TIMESTAMP.value),
         ):
-            self.fs.put_file(str(local), self.object_path(segment, suffix))
-        self.fs.pipe_file(
+            self.put_file(local, self.object_path(segment, suffix))
+        self.write_object(
             self.object_path(segment, IndexType.LEADER_EPOCH.value), data.leader_epochs
         )
-        self.fs.pipe_file(
+        self.write_object(
             self.object_path(segment, IndexType.REMOTE_LOG_INDEX.value), data.remote_log_index
         )
+
+    def put_file(self, local: Path, path: str) -> None:
+        """The local file as the object at ``path``. On file:// the kernel copies it
+        (shutil.copyfile: sendfile, the GIL released meanwhile) without fsspec's checks around
+        it (a third of a segment copy's CPU on 1 MiB segments); elsewhere fsspec's put_file."""
+        if self.protocol == "file":
+            shutil.copyfile(local, path)
+        else:
+            self.fs.put_file(str(local), path)
+
+    def write_object(self, path: str, data: bytes) -> None:
+        """``data`` as the object at ``path`` (replacing it): on file:// one open and write,
+        elsewhere fsspec's pipe_file."""
+        if self.protocol == "file":
+            with open(path, "wb") as file:
+                file.write(data)
+        else:
+            self.fs.pipe_file(path, data)
 
     def fetch_log_segment(self, segment: RemoteSegmentId, start: int, end: int) -> bytes:
         """The bytes [start, end) of the segment's data (fewer if the object is shorter)."""
