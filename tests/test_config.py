@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tidelog.config import (
+    TOPIC_KEYS,
     ConfigError,
     Listener,
     broker_config,
     config_listing,
     not_applicable_note,
+    parse_config,
     read_properties,
 )
 
@@ -172,6 +174,24 @@ def test_every_accepted_key_is_listed():
     listing = config_listing()
     for name in ("advertised.listeners", "log.retention.hours", "num.io.threads", "segment.ms"):
         assert f"  {name}" in listing
+
+
+def test_the_time_index_granularity_is_kafkas_by_default_or_minute_and_nothing_else():
+    assert broker_config({"broker.id": "1"})["log.timeindex.granularity"] == "index.interval"
+    minute = broker_config({"broker.id": "1", "log.timeindex.granularity": "minute"})
+    assert minute["log.timeindex.granularity"] == "minute"
+    with pytest.raises(ConfigError) as raised:
+        broker_config({"broker.id": "1", "log.timeindex.granularity": "hour"})
+    assert str(raised.value) == (
+        "log.timeindex.granularity: 'hour' is not allowed; allowed: one of index.interval, minute"
+    )
+    with pytest.raises(ConfigError, match="^timeindex.granularity: 'second' is not allowed"):
+        parse_config({"timeindex.granularity": "second"}, TOPIC_KEYS)
+    listing = config_listing()
+    assert "  log.timeindex.granularity = index.interval    [one of index.interval, minute]" in (
+        listing
+    )
+    assert "  timeindex.granularity = broker's log.timeindex.granularity" in listing
 
 
 def test_a_0_9_0_broker_defaults_to_0_9_0_and_refuses_later_formats():

@@ -181,6 +181,11 @@ def _policies(value: tuple[str, ...]) -> bool:
 
 
 # (topic key, broker key or None, key definition). A topic key's default is its broker key's value.
+# Kafka's rule (an entry with an offset index entry when the largest timestamp grew), or at most
+# one entry per minute of timestamps per segment (the granularity KIP-32/KIP-33 also proposed).
+TIMEINDEX_GRANULARITY_MS = {"index.interval": 0, "minute": 60_000}
+TIMEINDEX_GRANULARITIES = tuple(TIMEINDEX_GRANULARITY_MS)
+
 _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
     ("segment.bytes", "log.segment.bytes", _int, 1073741824, _at_least(14, INT_MAX)),
     ("segment.ms", "log.roll.ms", _int, 604800000, _at_least(1)),
@@ -239,6 +244,14 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
         _int,
         1048576,
         _at_least(1, INT_MAX),
+    ),
+    # tidelog's: how often the time index gets an entry (KIP-32/KIP-33's minute alternative)
+    (
+        "timeindex.granularity",
+        "log.timeindex.granularity",
+        _str,
+        "index.interval",
+        _one_of(*TIMEINDEX_GRANULARITIES),
     ),
 ]
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.conftest import admin
 from tests.integration.test_bad_input import connect, leader_of, produce_body, request
@@ -274,3 +277,61 @@ def test_perf_produce_and_consume_report_their_figures(cluster, new_topic, tmp_p
     assert "20000 records consumed" in consumed.stdout
     assert "MB/sec of keys and values" in consumed.stdout and "MB/sec fetched" in consumed.stdout
     assert "12345 records consumed" in fewer.stdout  # exactly, although batches hold more
+
+
+def test_a_minute_time_index_topic_answers_offsets_for_times_as_a_default_one(cluster, new_topic):
+    """kafka-python's offsets_for_times (ListOffsets v1) on a topic with
+    timeindex.granularity=minute gives the offsets a default topic gives for the same messages,
+    while its time index files hold at most one entry per minute."""
+    small = {"index_interval_bytes": "100", "segment_bytes": "20000"}
+    topics = {
+        "minute": new_topic(timeindex_granularity="minute", **small),
+        "default": new_topic(**small),
+    }
+    base = (int(time.time()) // 60 - 60) * 60_000  # a whole minute, an hour ago
+    stamps = [base + 3_000 * number for number in range(200)]  # ten minutes, in order
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers, api_version=(0, 10, 1), batch_size=200
+    )
+    try:
+        for topic in topics.values():
+            for number, stamp in enumerate(stamps):  # one message a batch: an index entry each
+                producer.send(topic, key=b"k", value=b"v%03d" % number, timestamp_ms=stamp).get(30)
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, api_version=(0, 10, 1))
+    targets = [base - 1, base, base + 1, base + 59_999, base + 60_000, base + 299_000]
+    targets += [
+        base + 3_000 * 199,
+        base + 3_000 * 199 + 1,
+        *range(base + 7, base + 600_000, 47_777),
+    ]
+    try:
+        answers = {
+            name: [
+                consumer.offsets_for_times({TopicPartition(topic, 0): target})[
+                    TopicPartition(topic, 0)
+                ]
+                for target in targets
+            ]
+            for name, topic in topics.items()
+        }
+    finally:
+        consumer.close()
+
+    expected = [next((n for n, s in enumerate(stamps) if s >= t), None) for t in targets]
+    for name in topics:
+        assert [a.offset if a else None for a in answers[name]] == expected, name
+
+    def entries(topic: str) -> list[list[tuple[int, int]]]:
+        files = sorted(cluster.directory.glob(f"broker-*/logs/{topic}-0/*.timeindex"))
+        assert files, topic
+        return [
+            [e for e in struct.iter_unpack(">qi", path.read_bytes()) if e[0] > 0] for path in files
+        ]
+
+    minute, default = entries(topics["minute"]), entries(topics["default"])
+    for index in minute:
+        minutes = [stamp // 60_000 for stamp, _ in index[:-1]]  # the last may be the roll's
+        assert minutes == sorted(set(minutes)), index
+    assert sum(map(len, minute)) * 5 < sum(map(len, default)), (minute, default)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import struct
 import time
 from pathlib import Path
 
@@ -219,6 +220,38 @@ def test_timestamp_search_covers_the_remote_part(leader, clock):
         expected = min(o for o, t in timestamps.items() if t >= target)  # brute force
         found = asyncio.run(leader.remote.offset_for_timestamp(KEY, leader.log, target))
         assert found is not None and found.offset == expected
+
+
+def test_a_minute_time_index_goes_to_the_tier_as_it_is_and_searches_there_agree(
+    tmp_path, tier, clock
+):
+    config = remote_config(timeindex_granularity="minute", index_interval_bytes=0)
+    broker = Broker(tmp_path / "leader", tier, clock, config)
+    try:
+        for _ in range(40):
+            clock.advance(20_000)  # a segment of 5 batches spans about two minutes
+            broker.log.append_as_leader(message_set(5, timestamp=clock.milliseconds()))
+        broker.log.high_watermark = broker.log.log_end_offset
+        local = [s.time_index.path.read_bytes() for s in broker.log.segments[:-1]]
+        broker.remote.run_task_now(KEY)
+        copied = [path.read_bytes() for path in remote_files(tier, ".timeindex")]
+        clock.advance(120_000)
+        broker.log.delete_old_segments()
+
+        assert copied and all(data in local for data in copied)
+        for data in copied:
+            entries = list(struct.iter_unpack(">qi", data))[:-1]  # all but the roll's entry
+            minutes = [timestamp // 60_000 for timestamp, _ in entries]
+            assert minutes == sorted(set(minutes)), entries
+        local_start = broker.log.local_log_start_offset
+        timestamps = remote_messages(broker, local_start)
+        assert len(timestamps) > 50
+        for target in sorted(set(timestamps.values()))[::2]:
+            expected = min(o for o, t in timestamps.items() if t >= target)  # brute force
+            found = asyncio.run(broker.remote.offset_for_timestamp(KEY, broker.log, target))
+            assert found is not None and found.offset == expected
+    finally:
+        broker.close()
 
 
 def test_total_retention_deletes_remote_segments_and_their_index_files(tmp_path, tier, clock):

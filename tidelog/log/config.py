@@ -9,6 +9,7 @@ from typing import Any
 from tidelog.config import (
     LONG_MAX,
     MESSAGE_FORMAT_VERSIONS,
+    TIMEINDEX_GRANULARITY_MS,
     TOPIC_KEYS,
     parse_config,
     topic_defaults,
@@ -41,6 +42,7 @@ class LogConfig:
     delete_retention_ms: int = 86400000
     min_compaction_lag_ms: int = 0
     remote_log_index_interval_bytes: int = 1048576
+    timeindex_granularity: str = "index.interval"
 
     @classmethod
     def from_topic_config(
@@ -83,6 +85,12 @@ class LogConfig:
         if self.local_retention_bytes == -2:
             return self.retention_bytes
         return self.local_retention_bytes
+
+    @property
+    def time_index_granularity_ms(self) -> int:
+        """0 for an entry at every offset index entry (Kafka's), else the bucket width: an entry
+        only when the largest timestamp reaches a later bucket than the last entry's."""
+        return TIMEINDEX_GRANULARITY_MS[self.timeindex_granularity]
 
     @property
     def compacted(self) -> bool:

@@ -178,6 +178,7 @@ class Log:
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_size=self.config.segment_index_bytes,
+            time_index_granularity_ms=self.config.time_index_granularity_ms,
         )
 
     def _initial_log_start_offset(self, checkpointed: int | None) -> int:
@@ -283,6 +284,7 @@ class Log:
         self.policy = config.records_policy
         for segment in self.segments:
             segment.index_interval_bytes = config.index_interval_bytes
+            segment.time_index_granularity_ms = config.time_index_granularity_ms
             segment.max_index_size = config.segment_index_bytes
 
     def restore_log_start_offset_from_remote(self, offset: int) -> bool:
@@ -659,6 +661,7 @@ class Log:
             base_offset,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_size=self.config.segment_index_bytes,
+            time_index_granularity_ms=self.config.time_index_granularity_ms,
             suffix=suffix,
         )
 

@@ -72,7 +72,9 @@ class LogSegment:
     and below base_offset + 2**31; ``size`` is the file's length. Before an append, when more
     than index_interval_bytes were written since the last offset-index entry, an entry for the
     appended batch's first offset and position is added, and a time-index entry
-    (max_timestamp, offset_of_max_timestamp) with it when the segment's largest timestamp grew.
+    (max_timestamp, offset_of_max_timestamp) with it when the segment's largest timestamp grew
+    (Kafka's rule) or, with a time_index_granularity_ms, reached a later bucket of that width
+    than the last time index entry's (at most one entry per minute, say, plus the one at roll).
     The segment never decides to roll; the Log does, and calls ``on_roll`` with the next base.
     """
 
@@ -83,11 +85,13 @@ class LogSegment:
         *,
         index_interval_bytes: int,
         max_index_size: int,
+        time_index_granularity_ms: int = 0,
         suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
+        self.time_index_granularity_ms = time_index_granularity_ms
         self.max_index_size = max_index_size
         self.suffix = suffix  # after each file's own suffix: the cleaner's .cleaned and .swap
         self.log_path = segment_file(directory, base_offset, LOG_SUFFIX + suffix)
@@ -210,7 +214,7 @@ class LogSegment:
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
             self.index.append(first_offset, self.size)
             if self.max_timestamp >= 0:
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self._index_time(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_index_entry = 0
         written = os.pwrite(self._fd, data, self.size)
         if written != len(data):
@@ -218,6 +222,21 @@ class LogSegment:
         self.size += written
         self.bytes_since_last_index_entry += written
         self.next_offset = last_offset + 1
+
+    def _index_time(self, timestamp: int, offset: int) -> None:
+        """The time index entry due with an offset index entry: Kafka's when ``timestamp`` grew,
+        else only when it falls into a later bucket than the last entry's. Entries keep their
+        meaning either way (the largest timestamp up to an offset), so a search by timestamp
+        that scans forward from the entry it finds returns the same offset, after a longer scan.
+        """
+        width = self.time_index_granularity_ms
+        if (
+            width
+            and self.time_index.entries
+            and timestamp // width <= self.time_index.last_entry[0] // width
+        ):
+            return
+        self.time_index.maybe_append(timestamp, offset)
 
     @property
     def indexes_full(self) -> bool:
@@ -329,7 +348,7 @@ class LogSegment:
                 if since_index > interval:
                     self.index.append(offset, position)
                     if max_timestamp >= 0:
-                        self.time_index.maybe_append(max_timestamp, offset_of_max)
+                        self._index_time(max_timestamp, offset_of_max)
                     since_index = 0
                 entry_size = LOG_OVERHEAD + size
                 since_index += entry_size
