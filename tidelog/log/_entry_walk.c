@@ -77,8 +77,11 @@ static PyObject *map_plain(PyObject *Py_UNUSED(module), PyObject *args)
     const unsigned char *data = view.buf;
     Py_ssize_t count = 0, end, key_length_at;
     int64_t offset;
-    if (limit > view.len || position < 0)
-        limit = position = 0;
+    if (limit > view.len || position < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "a position or limit outside the buffer");
+        return NULL;
+    }
     while (plain_entry(data, position, limit, &end, &offset, &key_length_at)) {
         int32_t key_length = read_int32(data + key_length_at);
         count++;
@@ -123,8 +126,11 @@ static PyObject *filter_plain(PyObject *Py_UNUSED(module), PyObject *args)
     const unsigned char *data = view.buf;
     Py_ssize_t read = 0, kept = 0, end, key_length_at;
     int64_t offset;
-    if (limit > view.len || position < 0)
-        limit = position = 0;
+    if (limit > view.len || position < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "a position or limit outside the buffer");
+        return NULL;
+    }
     Py_ssize_t run_start = position, run_end = position;
     while (plain_entry(data, position, limit, &end, &offset, &key_length_at)) {
         int32_t key_length = read_int32(data + key_length_at);
@@ -181,7 +187,7 @@ static PyObject *put_digests(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     unsigned char *buffer = view.buf;
     Py_ssize_t count = PyList_GET_SIZE(digests), done = 0, probes = 0;
-    if (slots <= 0 || view.len < slots * SLOT_SIZE || PyList_GET_SIZE(offsets) != count) {
+    if (slots <= 0 || slots > view.len / SLOT_SIZE || PyList_GET_SIZE(offsets) != count) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "put_digests: buffer, slots and lists do not agree");
         return NULL;
@@ -239,7 +245,7 @@ static PyObject *get_digests(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t count = PyList_GET_SIZE(digests);
     static const unsigned char empty[HASH_BYTES] = {0};
     PyObject *offsets = NULL;
-    if (slots <= 0 || view.len < slots * SLOT_SIZE) {
+    if (slots <= 0 || slots > view.len / SLOT_SIZE) {
         PyErr_SetString(PyExc_ValueError, "get_digests: the buffer holds fewer slots");
         goto done;
     }

@@ -226,7 +226,8 @@ def derive_entries(
         entry = _read_range(segment, start, walk_from, target, largest, largest_offset)
         if entry is None:  # the time index's entry is not what its header says: read it all
             entry = _read_range(segment, start, start, target, None, -1)
-            assert entry is not None, f"{segment.log_path}: no entry at position {start}"
+            if entry is None:
+                raise CorruptRemoteIndexError(f"{segment.log_path}: no entry at position {start}")
         end, last_offset, first_timestamp, largest = entry
         entries.append(
             RemoteLogIndexEntry(
