@@ -32,7 +32,9 @@ def roll_image(
     image = f"tidelog:{tag}"
     try:
         run_docker(["docker", "image", "inspect", image], 60)
-    except ClusterError:
+    except ClusterError as error:
+        if "no such image" not in str(error).lower():
+            raise  # an engine that did not answer in time says so, not that the image is missing
         raise ClusterError(
             f"no image {image} in the engine (build or `docker tag` it first)"
         ) from None
