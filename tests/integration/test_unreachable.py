@@ -188,6 +188,30 @@ def test_a_compose_cluster_whose_docker_engine_is_down(tmp_path, refused_port):
         )
 
 
+def test_a_scenario_on_compose_whose_docker_engine_is_down_leaves_no_directory(
+    tmp_path, refused_port
+):
+    engine = f"tcp://127.0.0.1:{refused_port}"
+    plugins = tmp_path / "docker-config" / "cli-plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "docker-compose").symlink_to(Path(compose.__file__).parent / "docker-compose")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    says_in_one_line(
+        "scenario",
+        "replication",
+        "--failure",
+        "hard_bounce",
+        "--compose",
+        "--compose-file",
+        str(ROOT / "compose.yaml"),
+        line=f"tidelog scenario replication: the Docker engine at {engine} does not answer "
+        "(no connection): is it running? (./scripts/docker-engine.sh starts one)",
+        env={"DOCKER_HOST": engine, "DOCKER_CONFIG": str(plugins.parent), "TMPDIR": str(temporary)},
+    )
+    assert list(temporary.iterdir()) == []
+
+
 def test_a_report_whose_spark_cannot_start(tmp_path):
     rundata.write_metadata(
         tmp_path / "run", rundata.RunMetadata(kind="perf-produce", case="normal", workload="acks=1")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tidelog.cli.common import fail
+from tidelog.reach import Unreachable
 
 if TYPE_CHECKING:
     from tidelog.cluster.compose import ComposeCluster
@@ -136,6 +137,10 @@ def run_replication(args: argparse.Namespace) -> int:
         started_here = not cluster.running
     except ClusterError as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
+    except Unreachable:
+        if args.dir is None:  # nothing was started in the directory made for it
+            shutil.rmtree(directory, ignore_errors=True)
+        raise
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
