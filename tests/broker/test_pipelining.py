@@ -4,6 +4,7 @@ read-ahead, and requests outside the pipelined APIs served only after those befo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import struct
 
@@ -11,7 +12,7 @@ import pytest
 
 from tidelog.broker.handlers import Pending
 from tidelog.broker.metrics import Metrics
-from tidelog.broker.server import Entry, KafkaServer, ResponseQueue
+from tidelog.broker.server import READ_BYTES, Entry, KafkaServer, ResponseQueue
 from tidelog.protocol.frames import SIZE, Request, decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 
@@ -320,3 +321,61 @@ def test_a_client_gone_while_a_request_is_served_does_not_cut_that_request_short
         await server.stop()
 
     asyncio.run(scenario())
+
+
+def test_requests_are_read_whole_however_the_stream_cuts_them():
+    """Frames split from what the stream holds: cut anywhere (within a size prefix, within a
+    body), several in one read, or one larger than a read (READ_BYTES), each is read whole."""
+    big = {"acks": -1, "timeout": 1000, "topic_data": [{"topic": "x" * 30_000, "data": []}] * 20}
+
+    async def scenario() -> list[int]:
+        handler = ScriptedHandler()
+        server = await serving(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        stream = b"".join(
+            encode_request(ApiKey.PRODUCE, 2, number, "t", big if number == 4 else PRODUCE)
+            for number in range(1, 8)
+        )
+        assert len(stream) > READ_BYTES
+        cuts = [0, 1, 2, 3, 5, 40, 41, 300_000, 300_002, len(stream)]
+        for start, end in itertools.pairwise(cuts):  # each piece sent on its own
+            writer.write(stream[start:end])
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        writer.write_eof()
+        await until(lambda: len(handler.started) == 7, "seven requests started")
+        for future in handler.futures.values():
+            future.set_result({})
+        order = [await read_response(reader, ApiKey.PRODUCE, 2) for _ in range(7)]
+        writer.close()
+        await server.stop()
+        return order
+
+    assert asyncio.run(scenario()) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_requests_that_arrive_together_are_split_from_one_read(monkeypatch):
+    """Requests that arrive together cost one await of the stream, not two per request."""
+    reads = []
+    for name in ("read", "readexactly", "readuntil", "readline"):
+        original = getattr(asyncio.StreamReader, name)
+
+        def counted(self, *args, _original=original, _name=name):  # type: ignore[no-untyped-def]
+            reads.append(_name)
+            return _original(self, *args)
+
+        monkeypatch.setattr(asyncio.StreamReader, name, counted)
+
+    async def scenario() -> None:
+        handler = ScriptedHandler()
+        server = await serving(handler)
+        client = socket.create_connection(("127.0.0.1", server.port))
+        client.sendall(
+            b"".join(encode_request(ApiKey.PRODUCE, 2, n, "t", PRODUCE) for n in range(1, 51))
+        )
+        await until(lambda: len(handler.started) == 50, "fifty requests started")
+        client.close()
+        await server.stop()
+
+    asyncio.run(scenario())
+    assert 1 <= len(reads) <= 5

@@ -80,3 +80,27 @@ def test_a_slice_whose_segment_was_deleted_after_the_read_is_sent_whole(make_log
         received = runner.run(serve_and_read(file_slice, b"header", b"trailer", slow=True))
 
     assert received == b"header" + expected + b"trailer"
+
+
+@pytest.mark.parametrize(("records", "by_sendfile"), [(3, False), (1_000, True)])
+def test_a_small_fetch_answer_goes_out_copied_and_a_large_one_by_sendfile(
+    tmp_path, monkeypatch, records, by_sendfile
+):
+    """A follower's fetch answer of a batch or two is a few hundred bytes: a copy and one write
+    cost less than a sendfile and the two setsockopt calls that cork it. Above
+    INLINE_SLICE_BYTES the slice goes with zero copy. Either way the records arrive whole."""
+    from tests.broker.test_connection_order import FETCH, answers_to, produce
+    from tidelog.broker.server import INLINE_SLICE_BYTES
+    from tidelog.protocol.schemas import ApiKey
+
+    sent = []
+    sendfile = os.sendfile
+    monkeypatch.setattr(os, "sendfile", lambda *args: sent.append(args) or sendfile(*args))
+    body = produce(records)
+    stored = bytes(body["topic_data"][0]["data"][0]["record_set"])
+    assert (len(stored) > INLINE_SLICE_BYTES) == by_sendfile
+    _, fetched = asyncio.run(answers_to(tmp_path, (ApiKey.PRODUCE, body), (ApiKey.FETCH, FETCH)))
+    partition = fetched["responses"][0]["partition_responses"][0]
+    assert partition["high_watermark"] == records
+    assert len(bytes(partition["record_set"])) == len(stored)
+    assert bool(sent) == by_sendfile

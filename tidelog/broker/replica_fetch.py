@@ -50,11 +50,13 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
         remaining = deadline - loop.time()
         if total >= body["min_bytes"] or failed or remaining <= 0:
             break
+        # the deadline sets the event too: a timer callback, not an asyncio.timeout (its
+        # context manager and task bookkeeping cost more on each parked fetch)
+        timer = loop.call_at(deadline, session.event.set)
         try:
-            async with asyncio.timeout(remaining):
-                await session.event.wait()
-        except TimeoutError:
-            pass
+            await session.event.wait()
+        finally:
+            timer.cancel()
     by_topic: dict[str, list[dict]] = {}
     for (topic, _), answer in answers.items():
         by_topic.setdefault(topic, []).append(answer)
