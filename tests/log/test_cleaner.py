@@ -377,3 +377,31 @@ def test_a_clean_that_fails_is_tried_again_only_after_the_backoff(tmp_path, cloc
     clock.advance(15_001)
     assert manager.cleaner.grab_filthiest() is not None
     manager.shutdown()
+
+
+def test_a_follower_rolled_at_compressed_v0_wrappers_bases_segments_at_first_messages_and_cleans(
+    make_log, clock
+):
+    # Each replicated wrapper (offset: its last message's) rolls a segment. Based at the
+    # wrapper's offset, a segment would hold messages below its base, and a clean that drops a
+    # wrapper's last message (a later "dup") re-wraps the rest below the cleaned segment's base.
+    partition_log = make_log(
+        segment_bytes=150, message_format_version="0.9.0", cleanup_policy=("compact",)
+    )
+    for batch in range(6):
+        records = [Record(b"u%d" % batch, b"v" * 20, 0), Record(b"dup", b"%d" % batch, 0)]
+        partition_log.append_as_follower(
+            build_message_set(records, magic=0, codec=Codec.GZIP, base_offset=2 * batch)
+        )
+    partition_log.roll()
+    partition_log.high_watermark = partition_log.log_end_offset
+    assert [s.base_offset for s in partition_log.segments] == [0, 2, 4, 6, 8, 10, 12]
+
+    Cleaner(OffsetMap(24 * 1000), clock).clean(
+        log_to_clean((TOPIC, 0), partition_log, 0, clock.milliseconds())
+    )
+
+    assert [(offset, key) for offset, key, _ in messages(partition_log)] == [
+        *((2 * batch, b"u%d" % batch) for batch in range(6)),
+        (11, b"dup"),
+    ]

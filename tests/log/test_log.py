@@ -457,6 +457,33 @@ def test_truncation_of_an_empty_log_and_to_the_end_changes_nothing(make_log, clo
     assert log.log_end_offset == 5
 
 
+def test_a_follower_truncated_into_the_offset_gap_after_a_rolled_segment_appends_and_rolls_again(
+    make_log, clock
+):
+    # A compacted leader's batches skip offsets: the follower rolled when the batch at 15
+    # followed offset 9, and segment 0 got its trimmed indexes and final time index entry
+    # (-> 15). A truncation to 12 drops segment 15 and makes segment 0, whose last offset is 9,
+    # the active one again: it must take appends and roll like any active segment.
+    log = make_log(segment_bytes=10 * MESSAGE_BYTES, index_interval_bytes=MESSAGE_BYTES)
+    for offset in [*range(10), 15, 16]:
+        clock.advance(10)
+        record = Record(b"key", b"A" * 100, clock.milliseconds())
+        log.append_as_follower(build_message_set([record], magic=1, base_offset=offset))
+    assert segments_of(log) == [0, 15]
+
+    log.truncate_to(12)
+
+    assert segments_of(log) == [0]
+    assert log.log_end_offset == 10
+    segment = log.active_segment
+    assert all(segment.time_index.entry_at(i)[1] < 10 for i in range(segment.time_index.entries))
+    assert not segment.indexes_full
+    fill(log, clock, 4)  # 20 more: segment 0 fills and rolls
+    assert segments_of(log) == [0, 10, 20]
+    assert offsets_in(log.read(0, 10**6)) == list(range(10))
+    assert [m.offset for m in read_everything(log)] == list(range(30))
+
+
 # -- search by timestamp -------------------------------------------------------------------------
 
 

@@ -363,7 +363,7 @@ class Log:
         return info
 
     def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:
-        self._maybe_roll(info.size, info.first_offset, info.last_offset)
+        self._maybe_roll(info.size, info.first_offset, info.last_offset, data)
         self.active_segment.append(
             info.first_offset,
             info.last_offset,
@@ -375,7 +375,13 @@ class Log:
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()  # flush.messages (log.flush.interval.messages): as Kafka, on append
 
-    def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> None:
+    def _maybe_roll(
+        self,
+        size: int,
+        first_offset: int,
+        last_offset: int,
+        data: bytes | bytearray | memoryview,
+    ) -> None:
         segment = self.active_segment
         if segment.size == 0:
             return
@@ -390,7 +396,7 @@ class Log:
         elif now - segment.largest_timestamp > self.config.segment_ms:
             reason = f"segment.ms {self.config.segment_ms} has passed since its largest timestamp"
         if reason:
-            self.roll(reason, base_offset=first_offset)
+            self.roll(reason, base_offset=first_message_offset(data, first_offset))
 
     def release_idle_indexes(self) -> int:
         """Closes the index descriptors not written since the last call (under the lock: an
@@ -784,3 +790,19 @@ def _last_offset_in(path: Path) -> int:
             break
         last, position = offset, position + LOG_OVERHEAD + size
     return last
+
+
+def first_message_offset(data: bytes | bytearray | memoryview, first_offset: int) -> int:
+    """The offset of the first message of an appended message set, the base a segment rolled
+    for it may take. ``first_offset`` is its first entry's offset, which for a compressed
+    wrapper (formats v0 and v1) is the offset of the wrapper's last message: a follower's
+    segment based there would hold messages below its base offset, and a clean of it would
+    fail. Only a roll asks, so a follower's appends decompress nothing more; a wrapper that
+    cannot be opened gives -1 (the roll then starts at the log end offset)."""
+    entry = view_at(data, 0)
+    if entry.attributes & CODEC_MASK == 0:
+        return first_offset
+    try:
+        return next(iter(iter_inner(entry))).offset
+    except (KafkaError, StopIteration):
+        return -1

@@ -261,18 +261,23 @@ class LogSegment:
 
     def truncate_to(self, offset: int) -> int:
         """Removes every entry whose offset is >= ``offset`` (a compressed wrapper holding it
-        goes whole); returns the bytes removed."""
+        goes whole) and makes the segment ready to be the active one; returns the bytes removed.
+
+        With no entry at or above ``offset`` (a rolled segment whose successor started past an
+        offset gap, truncated into the gap or at its start) no byte goes, but the final time
+        index entry written at roll (-> the successor's base or our next offset) does, and the
+        trimmed indexes get their room back: the Log makes this segment the active one."""
         found = self.translate_offset(offset)
-        if found is None:
-            return 0
-        cut = found[1]
+        cut = self.size if found is None else found[1]
         removed = self.size - cut
         self.index.truncate_to(offset)
         while self.index.entries and self.index.last_entry[1] >= cut:
             self.index.truncate_to_entries(self.index.entries - 1)
-        self.time_index.truncate_to(offset)
-        os.ftruncate(self._fd, cut)
-        self.size = cut
+        # found None: every entry is below offset; the roll entry (>= next_offset) goes
+        self.time_index.truncate_to(min(offset, self.next_offset))
+        if removed:
+            os.ftruncate(self._fd, cut)
+            self.size = cut
         self.make_active()
         self.load_tail()
         self.bytes_since_last_index_entry = 0
