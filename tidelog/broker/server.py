@@ -231,11 +231,11 @@ class KafkaServer:
     """Serves the Kafka wire protocol on one listener.
 
     Each connection's requests are answered in order, as Kafka does, but read ahead of their
-    answers (after Redpanda's connection_context): a Produce or Fetch starts as it is read, in
-    arrival order (a produce's appends happen there, so each partition's appends follow the
-    arrival order, as with one request at a time), and the rest of it (waiting for the
-    followers, for data) runs while the requests after it are read; any other request is
-    served once every request before it is answered. Read-ahead stops at
+    answers (after Redpanda's connection_context): a request of the handler's PIPELINED APIs
+    (Produce) starts as it is read, in arrival order (a produce's appends happen there, so each
+    partition's appends follow the arrival order, as with one request at a time), and the rest
+    of it (waiting for the followers) runs while the requests after it are read; any other
+    request, Fetch included, is served once every request before it is answered. Read-ahead stops at
     ``max_inflight_requests`` unanswered requests or ``max_inflight_bytes`` of their frames
     (connection.max.inflight.requests / .bytes). A frame larger than
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
