@@ -31,12 +31,14 @@ def partition_leaders(described: dict) -> list[PartitionLeader] | None:
     return sorted(PartitionLeader(p["partition"], p["leader"]) for p in partitions)
 
 
-def fetch_body(topic: str, offsets: dict[int, int], fetch_size: int) -> dict:
+def fetch_body(
+    topic: str, offsets: dict[int, int], fetch_size: int, max_wait_ms: int = 100
+) -> dict:
     """A consumer's Fetch request (v0-v3 fields) for ``offsets`` (partition -> next offset) of
-    one topic: ``fetch_size`` bytes at most per partition, an answer within 100 ms."""
+    one topic: ``fetch_size`` bytes at most per partition, an answer within ``max_wait_ms``."""
     return {
         "replica_id": -1,
-        "max_wait_time": 100,
+        "max_wait_time": max_wait_ms,
         "min_bytes": 1,
         "max_bytes": fetch_size * len(offsets),
         "topics": [

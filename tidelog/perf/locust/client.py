@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.protocol.client import PartitionLeader, partition_leaders
+from tidelog.protocol.client import PartitionLeader, fetch_body, partition_leaders
 from tidelog.protocol.frames import SIZE, decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 
@@ -141,21 +141,7 @@ class BlockingClient:
     ) -> list[dict]:
         """One Fetch of the partitions in ``offsets`` (partition → fetch offset) from their
         leader: each partition's answer (partition, error_code, high_watermark, record_set)."""
-        body = {
-            "replica_id": -1,
-            "max_wait_time": max_wait_ms,
-            "min_bytes": 1,
-            "max_bytes": partition_max_bytes * len(offsets),
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {"partition": p, "fetch_offset": o, "max_bytes": partition_max_bytes}
-                        for p, o in offsets.items()
-                    ],
-                }
-            ],
-        }
+        body = fetch_body(topic, offsets, partition_max_bytes, max_wait_ms)
         answer = self.request(leader, ApiKey.FETCH, FETCH_VERSION, body)
         return answer["responses"][0]["partition_responses"] if answer["responses"] else []
 
