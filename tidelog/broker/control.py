@@ -2,10 +2,13 @@
 the controller, over the admin HTTP API, fenced by controller epoch and leader epoch.
 
 A request from a controller whose epoch is older than the newest this broker has seen is refused
-whole (STALE_CONTROLLER_EPOCH): a deposed controller cannot undo its successor's decisions. A
-partition state older (by leader epoch) than the one the broker holds is refused for that
-partition alone. Accepted states go into the metadata cache and the replica manager acts on them
-at once, without waiting for its ZooKeeper watches.
+whole (STALE_CONTROLLER_EPOCH): a deposed controller cannot undo its successor's decisions.
+Within one controller epoch, requests carry a growing sequence number: one at or below the last
+applied is a late copy of an attempt the controller already repeated (or a repeat of one
+applied whose answer was lost), answered without being applied, so an older broker list or
+state never replaces a newer one. A partition state older (by leader epoch) than the one the
+broker holds is refused for that partition alone. Accepted states go into the metadata cache
+and the replica manager acts on them at once, without waiting for its ZooKeeper watches.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ class ControlRequests:
         self.apply = apply
         self.stop_replica_callback = stop_replica
         self.controller_epoch = -1
+        self.sequence = 0  # the last applied in controller_epoch (0: none carried one)
 
     def _fenced(self, body: dict) -> dict | None:
         epoch = int(body["controller_epoch"])
+        sequence = int(body.get("sequence", 0))
         if epoch < self.controller_epoch:
             log.warning(
                 "refused a request from controller %s in epoch %d: epoch %d is current",
@@ -44,7 +49,17 @@ class ControlRequests:
                 self.controller_epoch,
             )
             return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH), "partitions": []}
+        if epoch == self.controller_epoch and 0 < sequence <= self.sequence:
+            log.info(
+                "ignored request %d of controller %s (epoch %d): %d was applied already",
+                sequence,
+                body.get("controller_id"),
+                epoch,
+                self.sequence,
+            )
+            return {"error_code": int(ErrorCode.NONE), "partitions": [], "superseded": True}
         self.controller_epoch = epoch
+        self.sequence = sequence
         return None
 
     def _take_states(self, body: dict) -> list[dict[str, Any]]:

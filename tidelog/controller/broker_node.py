@@ -494,9 +494,9 @@ class BrokerNode:
 
     async def _act_as_controller(self) -> None:
         """Stands for controller when there is none; as controller, reconciles the cluster."""
-        if self.metadata.controller_id != self.broker_id:
+        if self.metadata.controller_id != self.broker_id and self.controller_epoch is not None:
             self.controller_epoch = None
-            self.control_plane.brokers_told = set()
+            await self.control_plane.resign()
         if self.metadata.controller_id < 0 and self.registered:
             epoch = await asyncio.to_thread(
                 controller.try_to_become_controller, self.zk, self.broker_id
@@ -504,15 +504,17 @@ class BrokerNode:
             if epoch is not None:
                 self.controller_epoch = epoch
                 self.metadata.controller_id = self.broker_id
+                await self.control_plane.start_epoch(epoch)
                 log.info("broker %d is the controller, epoch %d", self.broker_id, epoch)
         if self.controller_epoch is not None:
-            changes = await asyncio.to_thread(
+            done = await asyncio.to_thread(
                 controller.reconcile,
                 self.zk,
                 self.controller_epoch,
                 self.config["unclean.leader.election.enable"],
                 self.metadata.copy_of_topics(),
             )
+            changes = done.changes
             for change in changes:
                 text = change.description
                 (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
@@ -526,7 +528,7 @@ class BrokerNode:
                     if change.state is not None and topic is not None:
                         topic.states[change.partition] = change.state
                 self.replicas.apply_metadata()
-            await self.control_plane.send(self.controller_epoch, self.metadata, changes)
+            await self.control_plane.send(self.metadata, changes, done.brokers)
             await self._delete_requested_topics()
 
     async def _delete_requested_topics(self) -> None:
@@ -546,8 +548,8 @@ class BrokerNode:
             return
         assert self.controller_epoch is not None  # called by the controller only
         for topic in pending:
-            acknowledged = await self.control_plane.stop_replicas(
-                self.controller_epoch, self.metadata, topic, delete=True
+            acknowledged = await self.control_plane.stop_topic_replicas(
+                self.metadata, topic, delete=True
             )
             await asyncio.to_thread(zookeeper.delete_topic_nodes, self.zk, topic)
             log.info(

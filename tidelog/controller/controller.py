@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from tidelog.broker.metadata import MetadataCache, PartitionState
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState
 from tidelog.controller import zookeeper
 
 log = logging.getLogger(__name__)
@@ -83,17 +83,27 @@ def elect(
     return -1, state.isr, False
 
 
+@dataclass(frozen=True)
+class Reconciliation:
+    """What a pass of the controller changed, and the live brokers as it read them."""
+
+    changes: list[Change]
+    brokers: dict[int, BrokerEndpoint]
+
+
 def reconcile(
     zk: KazooClient, controller_epoch: int, unclean: bool, cache: MetadataCache
-) -> list[Change]:
+) -> Reconciliation:
     """One pass over the partitions that may need a new leader or a smaller ISR; returns what
-    it changed. ``cache`` (the broker's metadata, kept up to date by its watches) picks the
-    candidates: those whose leader or an ISR member is not alive. Each is read again from
-    ZooKeeper and written with a compare-and-set, all reads and then all writes sent at once.
+    it changed and the live brokers it read. ``cache`` (the broker's metadata, kept up to date
+    by its watches) picks the candidates: those whose leader or an ISR member is not alive.
+    Each is read again from ZooKeeper and written with a compare-and-set, all reads and then
+    all writes sent at once.
     A candidate the cache missed (a state written since it was read) is caught on the next
     pass, which that state's watch brings. Called in a worker thread: ``cache`` must be a
     copy the event loop does not change meanwhile (MetadataCache.copy_of_topics)."""
-    live = set(zookeeper.read_brokers(zk))
+    brokers = zookeeper.read_brokers(zk)
+    live = set(brokers)
     candidates: dict[str, list[int]] = {}
     for name, topic in cache.topics.items():
         for number, state in topic.states.items():
@@ -143,7 +153,7 @@ def reconcile(
     requested = zookeeper.take_preferred_leader_election(zk)
     if requested is not None:
         changes += elect_preferred_leaders(zk, requested, live, controller_epoch)
-    return changes
+    return Reconciliation(changes, brokers)
 
 
 def elect_preferred_leaders(
