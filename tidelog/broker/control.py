@@ -14,7 +14,7 @@ and the replica manager acts on them at once, without waiting for its ZooKeeper 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
@@ -35,6 +35,11 @@ class ControlRequests:
         self.metadata = metadata
         self.apply = apply
         self.stop_replica_callback = stop_replica
+        # set by a broker that can act as controller: answers a ControlledShutdown request
+        self.shutdown_handler: Callable[[int], Awaitable[dict]] | None = None
+        # False once this broker's own controlled shutdown has moved its leaderships away:
+        # states are still taken, but no more fetchers start for a broker about to stop
+        self.applying = True
         self.controller_epoch = -1
         self.sequence = 0  # the last applied in controller_epoch (0: none carried one)
 
@@ -91,7 +96,8 @@ class ControlRequests:
         if refused:
             return refused
         answers = self._take_states(body)
-        self.apply()
+        if self.applying:
+            self.apply()
         log.info(
             "LeaderAndIsr from controller %s (epoch %s) for %d partitions",
             body.get("controller_id"),
@@ -110,7 +116,8 @@ class ControlRequests:
             }
         self.metadata.controller_id = int(body.get("controller_id", self.metadata.controller_id))
         answers = self._take_states(body)
-        self.apply()
+        if self.applying:
+            self.apply()
         return {"error_code": 0, "partitions": answers}
 
     def stop_replica(self, body: dict) -> dict:
@@ -123,3 +130,10 @@ class ControlRequests:
             self.stop_replica_callback(topic, number, bool(body.get("delete", False)))
             answers.append({"topic": topic, "partition": number, "error_code": 0})
         return {"error_code": 0, "partitions": answers}
+
+    async def controlled_shutdown(self, body: dict) -> dict:
+        """ControlledShutdown from broker ``broker_id``, answered by the controller: the
+        partitions it still leads (Kafka's partitionsRemaining); NOT_CONTROLLER elsewhere."""
+        if self.shutdown_handler is None:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "partitions_remaining": []}
+        return await self.shutdown_handler(int(body["broker_id"]))

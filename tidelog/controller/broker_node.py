@@ -138,7 +138,10 @@ class BrokerNode:
         self.control = ControlRequests(
             self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
         )
+        self.control.shutdown_handler = self._answer_controlled_shutdown
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
+        # as controller: the brokers in a controlled shutdown (no leadership goes to them)
+        self.shutting_down: set[int] = set()
         # The admin API's socket is bound before registration (its port is registered); the
         # server (aiohttp, whose import is about 40% of a broker's start-up CPU) starts in the
         # background meanwhile, so a restarted broker fetches without waiting for it. Requests
@@ -310,6 +313,8 @@ class BrokerNode:
     async def stop(self) -> None:
         log.info("broker %d shutting down cleanly", self.broker_id)
         self.stopping = True
+        if self.config["controlled.shutdown.enable"] and self.registered:
+            await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -332,6 +337,127 @@ class BrokerNode:
             await asyncio.to_thread(self.remote.shutdown)
         await asyncio.to_thread(self.logs.shutdown)
         log.info("broker %d stopped", self.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Asks the controller to move every leadership this broker holds to another in-sync
+        replica and to take it out of the ISR of the partitions it follows, as Kafka's
+        controlled shutdown: up to controlled.shutdown.max.retries attempts,
+        controlled.shutdown.retry.backoff.ms apart. Then, or once they are spent, the broker
+        stops as it would without (its session's end makes the controller elect for what is
+        left)."""
+        attempts = self.config["controlled.shutdown.max.retries"]
+        backoff_s = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
+        for attempt in range(1, attempts + 1):
+            answer = await self._ask_for_controlled_shutdown()
+            if answer is not None and not answer.get("error_code"):
+                remaining = answer.get("partitions_remaining", [])
+                stuck = answer.get("partitions_stuck", [])
+                if stuck:
+                    log.warning(
+                        "controlled shutdown: %d partitions led here have no other live "
+                        "in-sync replica to take them (%s)",
+                        len(stuck),
+                        ", ".join(f"{t}-{p}" for t, p in stuck[:5]),
+                    )
+                if not remaining:
+                    log.info("broker %d: controlled shutdown succeeded", self.broker_id)
+                    # no follower starts again on a broker about to stop
+                    self.control.applying = False
+                    return
+                log.info(
+                    "controlled shutdown: %d partitions still led here, attempt %d of %d",
+                    len(remaining),
+                    attempt,
+                    attempts,
+                )
+            if attempt < attempts:
+                await asyncio.sleep(backoff_s)
+        log.warning(
+            "broker %d: controlled shutdown did not complete in %d attempts; shutting down anyway",
+            self.broker_id,
+            attempts,
+        )
+
+    async def _ask_for_controlled_shutdown(self) -> dict | None:
+        """One ControlledShutdown request to the controller (itself, if it is); None if there
+        is no controller or it did not answer."""
+        controller_id = self.metadata.controller_id
+        if controller_id == self.broker_id:
+            return await self._answer_controlled_shutdown(self.broker_id)
+        endpoint = self.metadata.brokers.get(controller_id)
+        if endpoint is None or endpoint.admin is None:
+            log.info("controlled shutdown: no controller known yet")
+            return None
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.config["controller.socket.timeout.ms"] / 1000)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as client,
+                client.post(
+                    f"http://{endpoint.admin}/control/controlled-shutdown",
+                    json={"broker_id": self.broker_id},
+                ) as reply,
+            ):
+                answer: dict = await reply.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            log.info(
+                "controlled shutdown: controller %d did not answer (%s)",
+                controller_id,
+                str(error) or type(error).__name__,
+            )
+            return None
+        if answer.get("error_code"):
+            log.info("controlled shutdown: controller %d answered %s", controller_id, answer)
+        return answer
+
+    async def _answer_controlled_shutdown(self, broker_id: int) -> dict:
+        """As controller: moves leadership away from ``broker_id`` (controller.move_away_from),
+        tells the brokers concerned, and answers with what it still leads."""
+        if self.controller_epoch is None:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "partitions_remaining": []}
+        if broker_id not in self.metadata.brokers:
+            return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE), "partitions_remaining": []}
+        self.shutting_down.add(broker_id)
+        moves = await asyncio.to_thread(
+            controller.move_away_from,
+            self.zk,
+            broker_id,
+            self.controller_epoch,
+            self.metadata.copy_of_topics(),
+            set(self.shutting_down),
+        )
+        self._take_changes(moves.changes)
+        await self.control_plane.send(self.metadata, moves.changes, moves.brokers)
+        log.info(
+            "controller: controlled shutdown of broker %d: %d states written, %d partitions "
+            "left to move, %d with no other in-sync replica",
+            broker_id,
+            len(moves.changes),
+            len(moves.remaining),
+            len(moves.stuck),
+        )
+        return {
+            "error_code": 0,
+            "partitions_remaining": [list(key) for key in moves.remaining],
+            "partitions_stuck": [list(key) for key in moves.stuck],
+        }
+
+    def _take_changes(self, changes: list[controller.Change]) -> None:
+        """The states the controller wrote go into its cache now (their watches bring them
+        again), and its replica manager acts on them."""
+        for change in changes:
+            text = change.description
+            (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
+                "controller: %s", text
+            )
+        if changes:
+            for change in changes:
+                topic = self.metadata.topics.get(change.topic)
+                if change.state is not None and topic is not None:
+                    topic.states[change.partition] = change.state
+            if self.control.applying:
+                self.replicas.apply_metadata()
 
     def _close_zookeeper(self) -> None:
         if self.zk is not None:
@@ -513,22 +639,11 @@ class BrokerNode:
                 self.controller_epoch,
                 self.config["unclean.leader.election.enable"],
                 self.metadata.copy_of_topics(),
+                frozenset(self.shutting_down),
             )
-            changes = done.changes
-            for change in changes:
-                text = change.description
-                (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
-                    "controller: %s", text
-                )
-            if changes:
-                # the states written are known: the cache takes them now (their watches bring
-                # them again), and the replica manager acts on them
-                for change in changes:
-                    topic = self.metadata.topics.get(change.topic)
-                    if change.state is not None and topic is not None:
-                        topic.states[change.partition] = change.state
-                self.replicas.apply_metadata()
-            await self.control_plane.send(self.metadata, changes, done.brokers)
+            self.shutting_down &= set(done.brokers)  # those that have stopped are done
+            self._take_changes(done.changes)
+            await self.control_plane.send(self.metadata, done.changes, done.brokers)
             await self._delete_requested_topics()
 
     async def _delete_requested_topics(self) -> None:

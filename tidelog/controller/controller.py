@@ -71,12 +71,18 @@ def try_to_become_controller(zk: KazooClient, broker_id: int) -> int | None:
 
 
 def elect(
-    replicas: tuple[int, ...], state: PartitionState, live: set[int], unclean: bool
+    replicas: tuple[int, ...],
+    state: PartitionState,
+    live: set[int],
+    unclean: bool,
+    shutting_down: frozenset[int] = frozenset(),
 ) -> tuple[int, tuple[int, ...], bool]:
-    """(leader, ISR, unclean?) for a partition whose leader is gone; leader -1 if none can lead."""
+    """(leader, ISR, unclean?) for a partition whose leader is gone; leader -1 if none can lead.
+    A broker in a controlled shutdown leads only if no other in-sync replica can."""
     in_sync = [r for r in replicas if r in state.isr and r in live]
     if in_sync:
-        return in_sync[0], tuple(in_sync), False
+        staying = [r for r in in_sync if r not in shutting_down] or in_sync
+        return staying[0], tuple(in_sync), False
     alive = [r for r in replicas if r in live]
     if unclean and alive:
         return alive[0], (alive[0],), True
@@ -92,7 +98,11 @@ class Reconciliation:
 
 
 def reconcile(
-    zk: KazooClient, controller_epoch: int, unclean: bool, cache: MetadataCache
+    zk: KazooClient,
+    controller_epoch: int,
+    unclean: bool,
+    cache: MetadataCache,
+    shutting_down: frozenset[int] = frozenset(),
 ) -> Reconciliation:
     """One pass over the partitions that may need a new leader or a smaller ISR; returns what
     it changed and the live brokers it read. ``cache`` (the broker's metadata, kept up to date
@@ -129,7 +139,7 @@ def reconcile(
                 )
                 what = f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
             else:
-                leader, isr, was_unclean = elect(replicas, state, live, unclean)
+                leader, isr, was_unclean = elect(replicas, state, live, unclean, shutting_down)
                 if leader == state.leader:
                     continue  # still offline
                 new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
@@ -215,3 +225,85 @@ def elect_preferred_leaders(
         )
         if ok
     ]
+
+
+@dataclass(frozen=True)
+class ShutdownMoves:
+    """What the controller did for a broker asking to shut down: the states it wrote
+    (leaderships moved, the broker taken out of ISRs), the partitions the broker still leads
+    that another in-sync replica could take (a write lost to a concurrent one: ask again), and
+    those no other live in-sync replica can take."""
+
+    changes: list[Change]
+    remaining: list[tuple[str, int]]
+    stuck: list[tuple[str, int]]
+    brokers: dict[int, BrokerEndpoint]
+
+
+def move_away_from(
+    zk: KazooClient,
+    broker_id: int,
+    controller_epoch: int,
+    cache: MetadataCache,
+    shutting_down: set[int],
+) -> ShutdownMoves:
+    """Controlled shutdown of ``broker_id``, as Kafka 0.10's controller does it: each partition
+    with more than one replica that the broker leads gets the first assigned replica that is
+    live, in the ISR and not shutting down as leader, with the shutting-down brokers out of the
+    ISR; each it follows loses it from the ISR. Every state goes in a new leader epoch (a
+    compare-and-set, as every controller write). Called in a worker thread with a copy of the
+    cache (MetadataCache.copy_of_topics)."""
+    brokers = zookeeper.read_brokers(zk)
+    live = set(brokers)
+    writes: list[tuple[str, int, PartitionState, int]] = []
+    described: list[tuple[tuple[int, ...], str]] = []
+    stuck: list[tuple[str, int]] = []
+    for name, topic in sorted(cache.topics.items()):
+        numbers = [
+            n
+            for n, replicas in topic.assignment.items()
+            if broker_id in replicas and len(replicas) > 1
+        ]
+        if not numbers:
+            continue
+        for number, (state, version) in sorted(
+            zookeeper.read_states_and_versions(zk, name, numbers).items()
+        ):
+            replicas = topic.assignment[number]
+            isr = tuple(r for r in state.isr if r not in shutting_down)
+            if state.leader == broker_id:
+                candidates = [r for r in replicas if r in isr and r in live]
+                if not candidates:
+                    stuck.append((name, number))
+                    continue
+                new_state = PartitionState(
+                    candidates[0], state.leader_epoch + 1, isr, controller_epoch
+                )
+                what = (
+                    f"{name}-{number}: leader {broker_id} -> {candidates[0]} in epoch "
+                    f"{new_state.leader_epoch}, ISR {list(isr)} (controlled shutdown of "
+                    f"broker {broker_id})"
+                )
+            elif broker_id in state.isr and state.leader in live:
+                isr = tuple(r for r in state.isr if r != broker_id)
+                new_state = PartitionState(
+                    state.leader, state.leader_epoch + 1, isr, controller_epoch
+                )
+                what = (
+                    f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (controlled "
+                    f"shutdown of broker {broker_id})"
+                )
+            else:
+                continue
+            writes.append((name, number, new_state, version))
+            described.append((replicas, what))
+    changes: list[Change] = []
+    remaining: list[tuple[str, int]] = []
+    for (name, number, new_state, _), (replicas, what), written in zip(
+        writes, described, zookeeper.write_states(zk, writes), strict=True
+    ):
+        if written:
+            changes.append(Change(name, number, replicas, new_state, what))
+        elif new_state.leader != broker_id:
+            remaining.append((name, number))
+    return ShutdownMoves(changes, remaining, stuck, brokers)
