@@ -359,12 +359,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # tidelog's own: behave as a broker of this release (its API versions, its settings).
         _key("broker.protocol.max.version", _str, "0.10.1", _one_of(*BROKER_RELEASES)),
         _key("unclean.leader.election.enable", _bool, False, _TRUE_OR_FALSE),
-        _key(
-            "auto.leader.rebalance.enable",
-            _bool,
-            False,
-            _only(False, "run `tidelog topic preferred-leader-election` instead"),
-        ),
+        _key("auto.leader.rebalance.enable", _bool, True, _TRUE_OR_FALSE),
+        _key("leader.imbalance.per.broker.percentage", _int, 10, _at_least(0, 100)),
+        _key("leader.imbalance.check.interval.seconds", _int, 300, _at_least(1, INT_MAX)),
         _key("controlled.shutdown.enable", _bool, True, _TRUE_OR_FALSE),
         _key("controlled.shutdown.max.retries", _int, 3, _at_least(1, INT_MAX)),
         _key("controlled.shutdown.retry.backoff.ms", _int, 5000, _at_least(0, INT_MAX)),

@@ -239,6 +239,8 @@ class BrokerNode:
             asyncio.create_task(self.logs.scheduler.run_forever()),
             asyncio.create_task(self.coordinator.run_offset_expiry()),
         ]
+        if self.config["auto.leader.rebalance.enable"]:
+            self._tasks.append(asyncio.create_task(self._rebalance_leaders_periodically()))
         log.info(
             "broker %d started: Kafka protocol on %s, admin API on port %d",
             self.broker_id,
@@ -442,6 +444,50 @@ class BrokerNode:
             "partitions_remaining": [list(key) for key in moves.remaining],
             "partitions_stuck": [list(key) for key in moves.stuck],
         }
+
+    async def _rebalance_leaders_periodically(self) -> None:
+        """As controller, every leader.imbalance.check.interval.seconds: a preferred leader
+        election for the partitions controller.imbalanced_partitions finds due."""
+        interval_s = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.controller_epoch is None or self.stopping:
+                continue
+            try:
+                await self.rebalance_leaders()
+            except (ConnectionLoss, SessionExpiredError) as error:
+                log.warning("leader rebalance: ZooKeeper is unreachable (%s)", type(error).__name__)
+            except Exception:
+                log.exception("leader rebalance failed; trying again at the next check")
+
+    async def rebalance_leaders(self) -> None:
+        epoch = self.controller_epoch
+        if epoch is None:
+            return
+        cache = self.metadata.copy_of_topics()
+        cache.deleting = set(self.metadata.deleting)
+        live = set(self.metadata.brokers)
+        due = controller.imbalanced_partitions(
+            cache,
+            live,
+            self.config["leader.imbalance.per.broker.percentage"],
+            frozenset(self.shutting_down),
+        )
+        if not due:
+            return
+        changes = await asyncio.to_thread(
+            controller.elect_preferred_leaders, self.zk, due, live - self.shutting_down, epoch
+        )
+        moved = [change for change in changes if change.state is not None]
+        if moved:
+            log.info(
+                "controller: automatic leader rebalance moved %d of %d partitions off their "
+                "preferred replica",
+                len(moved),
+                len(due),
+            )
+            self._take_changes(moved)
+            await self.control_plane.send(self.metadata, moved)
 
     def _take_changes(self, changes: list[controller.Change]) -> None:
         """The states the controller wrote go into its cache now (their watches bring them

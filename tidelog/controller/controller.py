@@ -166,6 +166,34 @@ def reconcile(
     return Reconciliation(changes, brokers)
 
 
+def imbalanced_partitions(
+    cache: MetadataCache,
+    live: set[int],
+    percentage: int,
+    shutting_down: frozenset[int] = frozenset(),
+) -> list[tuple[str, int]]:
+    """Automatic leader rebalance as Kafka 0.10's controller decides it: for each live broker,
+    of the partitions whose preferred (first) replica it is, the share it does not lead; when
+    that share is above leader.imbalance.per.broker.percentage, every such partition is due a
+    preferred leader election. Topics being deleted and brokers shutting down are left out."""
+    due: list[tuple[str, int]] = []
+    by_preferred: dict[int, list[tuple[str, int, int]]] = {}
+    for name, topic in cache.topics.items():
+        if name in cache.deleting:
+            continue
+        for number, replicas in topic.assignment.items():
+            state = topic.states.get(number)
+            if replicas and state is not None:
+                by_preferred.setdefault(replicas[0], []).append((name, number, state.leader))
+    for broker_id, partitions in sorted(by_preferred.items()):
+        if broker_id not in live or broker_id in shutting_down:
+            continue
+        elsewhere = [(name, number) for name, number, leader in partitions if leader != broker_id]
+        if len(elsewhere) * 100 > percentage * len(partitions):
+            due += sorted(elsewhere)
+    return due
+
+
 def elect_preferred_leaders(
     zk: KazooClient, partitions: list[tuple[str, int]], live: set[int], controller_epoch: int
 ) -> list[Change]:
