@@ -36,6 +36,16 @@ def add(commands) -> None:
     )
     preferred.add_argument("--topic", help="only this topic (default: every topic)")
     preferred.set_defaults(act=elect_preferred_leaders)
+    more = action_parser(actions, "alter", "add partitions to a topic")
+    more.add_argument("--topic", required=True)
+    more.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    more.add_argument(
+        "--replica-assignment",
+        metavar="B:B,B:B",
+        help="the new partitions' brokers, ',' between partitions and ':' between replicas "
+        "(default: Kafka's spread)",
+    )
+    more.set_defaults(act=add_partitions)
     alter = action_parser(actions, "alter-config", "set or remove topic settings")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
@@ -146,6 +156,27 @@ def elect_preferred_leaders(client, args: argparse.Namespace) -> None:
     zookeeper.request_preferred_leader_election(client, partitions)
     count = len(partitions)
     print(f"asked the controller for a preferred leader election of {count} partitions")
+
+
+def add_partitions(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics, zookeeper
+
+    assignment = None
+    if args.replica_assignment:
+        current = zookeeper.read_topic(client, args.topic)
+        if current is None:
+            raise _no_topic(args.topic)
+        try:
+            assignment = topics.parse_replica_assignment(
+                args.replica_assignment, len(current.assignment)
+            )
+        except ValueError as error:
+            raise RuntimeError(str(error)) from None
+    new = topics.add_partitions(client, args.topic, args.partitions, assignment)
+    print(
+        f"topic {args.topic}: added "
+        + ", ".join(f"partition {p} on {replicas}" for p, replicas in sorted(new.items()))
+    )
 
 
 def alter_config(client, args: argparse.Namespace) -> None:

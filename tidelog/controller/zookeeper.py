@@ -364,19 +364,48 @@ def create_topic_nodes(
             transaction.create(topic_path(topic), _dump(document))
             transaction.create(f"{topic_path(topic)}/partitions", b"")
         for partition, replicas in partitions[start : start + CREATE_BATCH]:
-            state = {
-                "controller_epoch": 0,
-                "leader": replicas[0],
-                "version": 1,
-                "leader_epoch": 0,
-                "isr": list(replicas),
-            }
             transaction.create(f"{topic_path(topic)}/partitions/{partition}", b"")
-            transaction.create(state_path(topic, partition), _dump(state))
+            transaction.create(state_path(topic, partition), _first_state(replicas))
         failures = [r for r in transaction.commit() if isinstance(r, Exception)]
         if failures:
             cause = next((f for f in failures if not isinstance(f, RolledBackError)), failures[0])
             raise cause
+
+
+def _first_state(replicas: list[int]) -> bytes:
+    """A new partition's state: its first replica leads, every replica in sync."""
+    return _dump(
+        {
+            "controller_epoch": 0,
+            "leader": replicas[0],
+            "version": 1,
+            "leader_epoch": 0,
+            "isr": list(replicas),
+        }
+    )
+
+
+def add_partition_nodes(
+    zk: KazooClient, topic: str, new: dict[int, list[int]], version: int
+) -> None:
+    """Adds partitions to a topic in one transaction: its assignment rewritten (a
+    compare-and-set on ``version``: BadVersionError if it changed meanwhile) and each new
+    partition's first state."""
+    data = zk.get(topic_path(topic))[0]
+    document = _json(data)
+    document["partitions"] = {
+        **document["partitions"],
+        **{str(p): list(r) for p, r in sorted(new.items())},
+    }
+    transaction = zk.transaction()
+    transaction.set_data(topic_path(topic), _dump(document), version=version)
+    for partition, replicas in sorted(new.items()):
+        transaction.create(f"{topic_path(topic)}/partitions/{partition}", b"")
+        transaction.create(state_path(topic, partition), _first_state(replicas))
+    failures = [r for r in transaction.commit() if isinstance(r, Exception)]
+    if failures:
+        cause = next((f for f in failures if not isinstance(f, RolledBackError)), failures[0])
+        raise cause
 
 
 def read_state_and_version(
