@@ -33,9 +33,7 @@ def test_added_partitions_are_spread_as_kafkas_add_partitions_spreads_them():
     # AdminUtils.assignReplicasToBrokers(4 brokers, 4 partitions, replication factor 3,
     # fixedStartIndex 2, startPartitionId 6): the shift starts at the start index and grows at
     # each multiple of the broker count crossed from partition 6 on
-    added = topics.assign_replicas(
-        [1, 2, 3, 4], 4, 3, start_index=2, shift=2, first_partition=6
-    )
+    added = topics.assign_replicas([1, 2, 3, 4], 4, 3, start_index=2, shift=2, first_partition=6)
     assert added == {6: [1, 4, 2], 7: [2, 1, 3], 8: [3, 4, 1], 9: [4, 1, 2]}
 
 

@@ -122,10 +122,12 @@ class ReplicaManager:
                     partition = Partition(name, number, self.broker_id, partition_log)
                     self.partitions[key] = partition
                 leader_alive = state.leader in self.metadata.brokers
-                if partition.leader_epoch == state.leader_epoch and partition.leader_id == (
-                    state.leader if leader_alive else -1
+                if (
+                    partition.leader_epoch == state.leader_epoch
+                    and partition.leader_id == (state.leader if leader_alive else -1)
+                    and partition.replicas == replicas
                 ):
-                    continue
+                    continue  # a reassignment's new replicas may come after its new epoch
                 self._remove_from_fetchers(key)
                 isr = frozenset(state.isr)
                 if state.leader == self.broker_id:

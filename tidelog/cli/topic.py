@@ -46,6 +46,25 @@ def add(commands) -> None:
         "(default: Kafka's spread)",
     )
     more.set_defaults(act=add_partitions)
+    reassign = action_parser(
+        actions, "reassign", "move partitions' replicas to other brokers (Kafka's JSON files)"
+    )
+    mode = reassign.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--generate", action="store_true", help="propose an assignment")
+    mode.add_argument("--execute", action="store_true", help="start a reassignment")
+    mode.add_argument("--verify", action="store_true", help="the status of each partition")
+    reassign.add_argument(
+        "--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":T}]}'
+    )
+    reassign.add_argument(
+        "--broker-list", metavar="1,2,3", help="--generate: the brokers to spread over"
+    )
+    reassign.add_argument(
+        "--reassignment-json-file",
+        metavar="FILE",
+        help='--execute/--verify: {"partitions":[{"topic":T,"partition":N,"replicas":[...]}]}',
+    )
+    reassign.set_defaults(act=reassign_partitions)
     alter = action_parser(actions, "alter-config", "set or remove topic settings")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
@@ -177,6 +196,65 @@ def add_partitions(client, args: argparse.Namespace) -> None:
         f"topic {args.topic}: added "
         + ", ".join(f"partition {p} on {replicas}" for p, replicas in sorted(new.items()))
     )
+
+
+def reassign_partitions(client, args: argparse.Namespace) -> None:
+    """Kafka's kafka-reassign-partitions.sh: its files, and what it prints."""
+    from tidelog.controller import reassignment
+
+    def needs(option: str, value: str | None) -> str:
+        if not value:
+            raise RuntimeError(f"{option} is required here")
+        return value
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read()
+        except OSError as error:
+            raise RuntimeError(f"cannot read {path}: {error.strerror}") from None
+
+    try:
+        if args.generate:
+            names = reassignment.parse_topics_to_move(
+                read(needs("--topics-to-move-json-file", args.topics_to_move_json_file))
+            )
+            try:
+                brokers = [int(b) for b in needs("--broker-list", args.broker_list).split(",")]
+            except ValueError:
+                raise RuntimeError("--broker-list: broker ids separated by ',' (1,2,3)") from None
+            current, proposed = reassignment.generate(client, names, brokers)
+            print(f"Current partition replica assignment\n{reassignment.as_json(current)}\n")
+            print(
+                f"Proposed partition reassignment configuration\n{reassignment.as_json(proposed)}"
+            )
+            return
+        text = read(needs("--reassignment-json-file", args.reassignment_json_file))
+        if args.verify:
+            asked = dict(reassignment.parse_reassignment(text))
+            print("Status of partition reassignment: ")
+            for (topic, partition), state in sorted(reassignment.status(client, asked).items()):
+                if state == "failed":
+                    print(
+                        f"ERROR: Assigned replicas don't match the list of replicas for "
+                        f"reassignment ({','.join(map(str, asked[(topic, partition)]))}) for "
+                        f"partition [{topic},{partition}]"
+                    )
+                what = {"completed": "completed successfully", "failed": "failed"}.get(
+                    state, "is still in progress"
+                )
+                print(f"Reassignment of partition [{topic},{partition}] {what}")
+            return
+        wanted = reassignment.check(client, text)
+        current = reassignment.current_assignment(client, [t for t, _ in wanted])
+        reassignment.execute(client, wanted)
+        print(
+            f"Current partition replica assignment\n\n{reassignment.as_json(current)}\n\n"
+            "Save this to use as the --reassignment-json-file option during rollback"
+        )
+        print("Successfully started reassignment of partitions.")
+    except reassignment.ReassignmentError as error:
+        raise RuntimeError(str(error)) from None
 
 
 def alter_config(client, args: argparse.Namespace) -> None:

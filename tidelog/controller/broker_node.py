@@ -142,6 +142,8 @@ class BrokerNode:
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
         # as controller: the brokers in a controlled shutdown (no leadership goes to them)
         self.shutting_down: set[int] = set()
+        # as controller: the partitions being reassigned (left alone by the leader rebalance)
+        self.reassigning: set[tuple[str, int]] = set()
         # The admin API's socket is bound before registration (its port is registered); the
         # server (aiohttp, whose import is about 40% of a broker's start-up CPU) starts in the
         # background meanwhile, so a restarted broker fetches without waiting for it. Requests
@@ -445,6 +447,28 @@ class BrokerNode:
             "partitions_stuck": [list(key) for key in moves.stuck],
         }
 
+    async def _advance_reassignments(self, live: set[int]) -> None:
+        """One step of every partition reassignment (controller.advance_reassignments): the
+        states it wrote told to the brokers, the old replicas stopped and deleted."""
+        assert self.controller_epoch is not None  # called by the controller only
+        step = await asyncio.to_thread(
+            controller.advance_reassignments, self.zk, self.controller_epoch, live
+        )
+        self.reassigning = step.moving
+        for text in step.finished.values():
+            (log.warning if "dropped" in text or "no such" in text else log.info)(
+                "controller: %s", text
+            )
+        if step.changes:
+            for change in step.changes:
+                topic = self.metadata.topics.get(change.topic)
+                if topic is not None:
+                    topic.assignment[change.partition] = change.replicas
+            self._take_changes(step.changes)
+            await self.control_plane.send(self.metadata, step.changes)
+        if step.retired:
+            await self.control_plane.stop_replicas(self.metadata, step.retired, delete=True)
+
     async def _rebalance_leaders_periodically(self) -> None:
         """As controller, every leader.imbalance.check.interval.seconds: a preferred leader
         election for the partitions controller.imbalanced_partitions finds due."""
@@ -473,6 +497,7 @@ class BrokerNode:
             self.config["leader.imbalance.per.broker.percentage"],
             frozenset(self.shutting_down),
         )
+        due = [key for key in due if key not in self.reassigning]
         if not due:
             return
         changes = await asyncio.to_thread(
@@ -690,6 +715,7 @@ class BrokerNode:
             self.shutting_down &= set(done.brokers)  # those that have stopped are done
             self._take_changes(done.changes)
             await self.control_plane.send(self.metadata, done.changes, done.brokers)
+            await self._advance_reassignments(set(done.brokers))
             await self._delete_requested_topics()
 
     async def _delete_requested_topics(self) -> None:

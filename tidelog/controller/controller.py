@@ -335,3 +335,127 @@ def move_away_from(
         elif new_state.leader != broker_id:
             remaining.append((name, number))
     return ShutdownMoves(changes, remaining, stuck, brokers)
+
+
+@dataclass(frozen=True)
+class ReassignmentStep:
+    """What a pass over /admin/reassign_partitions did: the states written (``changes``), the
+    old replicas to stop and delete (topic, partition, broker), the partitions whose move is
+    finished or was dropped (with why), and those still under way."""
+
+    changes: list[Change]
+    retired: list[tuple[str, int, int]]
+    finished: dict[tuple[str, int], str]
+    moving: set[tuple[str, int]]
+
+
+def advance_reassignments(
+    zk: KazooClient, controller_epoch: int, live: set[int]
+) -> ReassignmentStep:
+    """Moves each partition of /admin/reassign_partitions one step along, as Kafka 0.10's
+    controller (onPartitionReassignment), from ZooKeeper's state alone (so a new controller
+    takes a move up where the last left it):
+
+    1. the partition's replicas become the old ones followed by the new (RAR) ones, in a new
+       leader epoch: the new replicas start and fetch from the leader (written only when every
+       new replica is alive; otherwise the move is dropped, nothing changed);
+    2. once every new replica is in the ISR: the replicas become RAR, the leader stays if it is
+       in RAR (else the first live in-sync replica of RAR leads), the old replicas leave the
+       ISR, in a new leader epoch; they are then stopped and their logs deleted, and the
+       partition leaves the znode.
+
+    Each topic's changes are one ZooKeeper transaction of compare-and-sets: a write that loses
+    to another (a leader's ISR change) is redone on the next pass, which that write's watch
+    brings."""
+    requested = zookeeper.read_reassignment(zk)
+    changes: list[Change] = []
+    retired: list[tuple[str, int, int]] = []
+    finished: dict[tuple[str, int], str] = {}
+    moving: set[tuple[str, int]] = set()
+    by_topic: dict[str, dict[int, list[int]]] = {}
+    for (topic, partition), replicas in requested.items():
+        by_topic.setdefault(topic, {})[partition] = replicas
+    for topic, wanted in sorted(by_topic.items()):
+        found = zookeeper.read_assignment_and_version(zk, topic)
+        if found is None:
+            finished.update({(topic, p): f"{topic}: no such topic" for p in wanted})
+            continue
+        assignment, version = found
+        states = zookeeper.read_states_and_versions(zk, topic, list(wanted))
+        new_assignment: dict[int, list[int]] = {}
+        writes: list[tuple[int, PartitionState, int]] = []
+        described: list[Change] = []
+        done_here: dict[tuple[str, int], str] = {}
+        retired_here: list[tuple[str, int, int]] = []
+        for partition, target in sorted(wanted.items()):
+            key = (topic, partition)
+            current = assignment.get(partition)
+            if current is None or partition not in states:
+                finished[key] = f"{topic}-{partition}: no such partition"
+                continue
+            state, state_version = states[partition]
+            if current == target:
+                finished[key] = f"{topic}-{partition}: reassignment to {target} completed"
+                continue
+            moving.add(key)
+            if not set(target) <= set(current):
+                absent = sorted(set(target) - live)
+                if absent:
+                    finished[key] = (
+                        f"{topic}-{partition}: reassignment to {target} dropped: brokers "
+                        f"{absent} are not alive"
+                    )
+                    moving.discard(key)
+                    continue
+                union = current + [r for r in target if r not in current]
+                new_state = PartitionState(
+                    state.leader, state.leader_epoch + 1, state.isr, controller_epoch
+                )
+                new_assignment[partition] = union
+                writes.append((partition, new_state, state_version))
+                described.append(
+                    Change(
+                        topic,
+                        partition,
+                        tuple(union),
+                        new_state,
+                        f"{topic}-{partition}: reassigning {current} -> {target}: replicas "
+                        f"{union} in epoch {new_state.leader_epoch}, new replicas catching up",
+                    )
+                )
+                continue
+            if not set(target) <= set(state.isr):
+                continue  # the new replicas are catching up: their ISR writes bring the next pass
+            if state.leader in target and state.leader in live:
+                leader = state.leader
+            else:
+                candidates = [r for r in target if r in state.isr and r in live]
+                if not candidates:
+                    continue
+                leader = candidates[0]
+            isr = tuple(r for r in state.isr if r in target)
+            new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+            new_assignment[partition] = list(target)
+            writes.append((partition, new_state, state_version))
+            described.append(
+                Change(
+                    topic,
+                    partition,
+                    tuple(target),
+                    new_state,
+                    f"{topic}-{partition}: reassigned {current} -> {target}: leader {leader} in "
+                    f"epoch {new_state.leader_epoch}, ISR {list(isr)}",
+                )
+            )
+            retired_here += [(topic, partition, r) for r in current if r not in target]
+            done_here[key] = f"{topic}-{partition}: reassignment to {target} completed"
+        if writes and zookeeper.write_assignment_and_states(
+            zk, topic, new_assignment, version, writes
+        ):
+            changes += described
+            retired += retired_here
+            finished.update(done_here)
+            moving.difference_update(done_here)
+    if finished:
+        zookeeper.finish_reassignments(zk, set(finished))
+    return ReassignmentStep(changes, retired, finished, moving)

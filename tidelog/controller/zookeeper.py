@@ -42,6 +42,7 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 
 Watcher = Callable[..., object]
 # partitions created per ZooKeeper transaction: about 250 bytes each, well inside the 1 MB a
@@ -272,6 +273,7 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
             cache.topics[topic] = metadata
     cache.controller_id = read_controller(zk, watch)
     _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # its creation wakes the controller
+    _read(zk, REASSIGN_PARTITIONS, watch)  # as does a reassignment's
     with contextlib.suppress(NoNodeError):  # so does a deletion request
         cache.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
     data = _read(zk, CLUSTER_ID, None)
@@ -310,8 +312,8 @@ def read_changes(
         elif path == DELETE_TOPICS:
             with contextlib.suppress(NoNodeError):
                 delta.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
-        elif path == PREFERRED_REPLICA_ELECTION:
-            _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # watched again for the controller
+        elif path in (PREFERRED_REPLICA_ELECTION, REASSIGN_PARTITIONS):
+            _read(zk, path, watch)  # watched again for the controller
     if delta.brokers is not None:
         delta.brokers = read_brokers(zk, watch)
     for name in topic_nodes:
@@ -592,3 +594,98 @@ def delete_topic_nodes(zk: KazooClient, topic: str) -> None:
     for path in (topic_path(topic), f"{TOPIC_CONFIGS}/{topic}", f"{DELETE_TOPICS}/{topic}"):
         with contextlib.suppress(NoNodeError):
             zk.delete(path, recursive=True)
+
+
+def reassignment_document(assignment: dict[tuple[str, int], list[int]]) -> dict:
+    """Kafka's reassignment JSON: {"version":1,"partitions":[{"topic","partition","replicas"}]}."""
+    return {
+        "version": 1,
+        "partitions": [
+            {"topic": t, "partition": p, "replicas": list(r)}
+            for (t, p), r in sorted(assignment.items())
+        ],
+    }
+
+
+def read_reassignment(zk: KazooClient) -> dict[tuple[str, int], list[int]]:
+    """The partitions being reassigned (/admin/reassign_partitions) and their new replicas."""
+    data = _read(zk, REASSIGN_PARTITIONS, None)
+    if not data:
+        return {}
+    return {
+        (entry["topic"], int(entry["partition"])): [int(r) for r in entry["replicas"]]
+        for entry in _json(data).get("partitions", [])
+    }
+
+
+def request_reassignment(zk: KazooClient, assignment: dict[tuple[str, int], list[int]]) -> None:
+    """Writes /admin/reassign_partitions; RuntimeError if a reassignment is under way (as
+    Kafka, one at a time: a partition is never moved twice at once)."""
+    try:
+        zk.create(REASSIGN_PARTITIONS, _dump(reassignment_document(assignment)), makepath=True)
+    except NodeExistsError:
+        running = ", ".join(f"{t}-{p}" for t, p in sorted(read_reassignment(zk)))
+        raise RuntimeError(
+            f"a partition reassignment is under way ({running}): one at a time; "
+            "`tidelog topic reassign --verify` tells when it is done"
+        ) from None
+
+
+def finish_reassignments(zk: KazooClient, finished: set[tuple[str, int]]) -> None:
+    """Takes ``finished`` partitions out of /admin/reassign_partitions (the znode goes with
+    the last), with a compare-and-set so that nothing written meanwhile is lost."""
+    while True:
+        try:
+            data, stat = zk.get(REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return
+        document = _json(data)
+        left = [
+            entry
+            for entry in document.get("partitions", [])
+            if (entry["topic"], int(entry["partition"])) not in finished
+        ]
+        try:
+            if left:
+                zk.set(REASSIGN_PARTITIONS, _dump({**document, "partitions": left}), stat.version)
+            else:
+                zk.delete(REASSIGN_PARTITIONS, version=stat.version)
+            return
+        except (BadVersionError, NoNodeError):
+            continue
+
+
+def read_assignment_and_version(
+    zk: KazooClient, topic: str
+) -> tuple[dict[int, list[int]], int] | None:
+    try:
+        data, stat = zk.get(topic_path(topic))
+    except NoNodeError:
+        return None
+    partitions = _json(data)["partitions"]
+    return {int(p): list(r) for p, r in partitions.items()}, stat.version
+
+
+def write_assignment_and_states(
+    zk: KazooClient,
+    topic: str,
+    changed: dict[int, list[int]],
+    version: int,
+    states: list[tuple[int, PartitionState, int]],
+) -> bool:
+    """Changes some partitions' replicas and their states in one transaction, each a
+    compare-and-set (the topic's node on ``version``, each state on its own); False, and
+    nothing written, if any of them changed meanwhile."""
+    data = zk.get(topic_path(topic))[0]
+    document = _json(data)
+    document["partitions"] = {
+        **document["partitions"],
+        **{str(p): list(r) for p, r in changed.items()},
+    }
+    transaction = zk.transaction()
+    transaction.set_data(topic_path(topic), _dump(document), version=version)
+    for partition, state, state_version in states:
+        transaction.set_data(
+            state_path(topic, partition), _state_document(state), version=state_version
+        )
+    return not any(isinstance(r, Exception) for r in transaction.commit())
