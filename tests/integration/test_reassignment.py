@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.acked_producer import AckedProducer
 from tests.integration.conftest import admin, run_tidelog, wait_for_leaders
@@ -66,10 +66,11 @@ def reassign(cluster: LocalCluster, *arguments: str):
     return run_tidelog("topic", "reassign", "--dir", str(cluster.directory), *arguments)
 
 
-def read_back(cluster: LocalCluster, topic: str) -> set[tuple[int, int, bytes]]:
+def read_back(cluster: LocalCluster, topic: str, partitions: int = PARTITIONS) -> set:
+    """Every (partition, offset, value) of ``topic`` as kafka-python reads it."""
     consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
     try:
-        wanted = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        wanted = [TopicPartition(topic, p) for p in range(partitions)]
         consumer.assign(wanted)
         consumer.seek_to_beginning()
         ends = consumer.end_offsets(wanted)
@@ -228,3 +229,57 @@ def test_a_partition_is_never_moved_twice_at_once(cluster, tmp_path):
     )
     verified = reassign(cluster, "--verify", "--reassignment-json-file", str(first))
     assert "Reassignment of partition [twice,0] completed successfully" in verified.stdout
+
+
+def test_a_throttled_move_keeps_to_its_rate_and_verify_removes_the_throttle(cluster, tmp_path):
+    rate = 400_000  # bytes a second, per broker
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, "heavy", -1, -1, assignment={0: [1, 2], 1: [2, 1]})
+    wait_for_leaders(cluster, "heavy", 2)
+    history = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks="all")
+    for n in range(1600):
+        history.send("heavy", value=b"%07d" % n + b"x" * 1017, partition=n % 2)
+    history.flush(60)
+    history.close()
+    plan = reassignment_file(tmp_path, "heavy", {0: [3, 4], 1: [4, 3]})
+    producer = AckedProducer(cluster.bootstrap_servers, "heavy", 2, rate=100).start()
+    try:
+        wait_until(lambda: producer.count() > 100, 60, "100 acknowledged messages")
+        started = reassign(
+            cluster, "--execute", "--reassignment-json-file", str(plan), "--throttle", str(rate)
+        )
+        assert started.returncode == 0, started.stderr
+        assert f"The throttle limit was set to {rate} B/s" in started.stdout
+        began = time.monotonic()
+        with zookeeper.session(cluster.zookeeper) as client:
+            config = zookeeper.read_topic_config(client, "heavy")
+        assert config["leader.replication.throttled.replicas"] == "0:1,0:2,1:2,1:1"
+        assert config["follower.replication.throttled.replicas"] == "0:3,0:4,1:4,1:3"
+        wait_until(
+            lambda: assignment_of(cluster, "heavy") == {0: (3, 4), 1: (4, 3)},
+            120,
+            "the throttled move to finish",
+            interval=0.2,
+        )
+        took = time.monotonic() - began
+    finally:
+        producer.stop()
+
+    # each new broker fetched two partitions of about 0.8 MB: at 400 kB/s, with a second of
+    # burst allowed, at least 3 s
+    assert took >= 3.0, f"the throttled move took {took:.1f} s"
+    assert producer.failed == []
+    verified = reassign(cluster, "--verify", "--reassignment-json-file", str(plan))
+    assert verified.stdout.count("completed successfully") == 2
+    assert "Throttle was removed." in verified.stdout
+    with zookeeper.session(cluster.zookeeper) as client:
+        config = zookeeper.read_topic_config(client, "heavy")
+        assert "leader.replication.throttled.replicas" not in config
+        for broker_id in (1, 2, 3, 4):
+            data = client.exists(zookeeper.broker_config_path(broker_id))
+            if data is not None:
+                document = zookeeper.parse_entity_config(
+                    client.get(zookeeper.broker_config_path(broker_id))[0]
+                )
+                assert "leader.replication.throttled.rate" not in document
+    assert set(producer.acked) <= read_back(cluster, "heavy", 2)

@@ -64,6 +64,14 @@ def add(commands) -> None:
         metavar="FILE",
         help='--execute/--verify: {"partitions":[{"topic":T,"partition":N,"replicas":[...]}]}',
     )
+    reassign.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES_PER_S",
+        help="--execute: replication of the moving replicas limited to this many bytes a "
+        "second per broker (KIP-73); --verify removes it once every partition completed",
+    )
     reassign.set_defaults(act=reassign_partitions)
     alter = action_parser(actions, "alter-config", "set or remove topic settings")
     alter.add_argument("--topic", required=True)
@@ -200,7 +208,7 @@ def add_partitions(client, args: argparse.Namespace) -> None:
 
 def reassign_partitions(client, args: argparse.Namespace) -> None:
     """Kafka's kafka-reassign-partitions.sh: its files, and what it prints."""
-    from tidelog.controller import reassignment
+    from tidelog.controller import reassignment, zookeeper
 
     def needs(option: str, value: str | None) -> str:
         if not value:
@@ -244,14 +252,32 @@ def reassign_partitions(client, args: argparse.Namespace) -> None:
                     state, "is still in progress"
                 )
                 print(f"Reassignment of partition [{topic},{partition}] {what}")
+            statuses = reassignment.status(client, asked).values()
+            if all(s == "completed" for s in statuses) and reassignment.remove_throttle(
+                client, asked
+            ):
+                print("Throttle was removed.")
             return
         wanted = reassignment.check(client, text)
         current = reassignment.current_assignment(client, [t for t, _ in wanted])
-        reassignment.execute(client, wanted)
+        if args.throttle >= 0 and zookeeper.read_reassignment(client):
+            print("There is an existing assignment running.")
+            reassignment.set_throttle_rate(client, current, wanted, args.throttle)
+            print(f"The throttle limit was set to {args.throttle} B/s")
+            return
         print(
             f"Current partition replica assignment\n\n{reassignment.as_json(current)}\n\n"
             "Save this to use as the --reassignment-json-file option during rollback"
         )
+        if args.throttle >= 0:
+            print(
+                "Warning: You must run Verify periodically, until the reassignment completes, "
+                "to ensure the throttle is removed. You can also alter the throttle by rerunning "
+                "the Execute command passing a new value."
+            )
+            reassignment.set_throttle(client, current, wanted, args.throttle)
+            print(f"The throttle limit was set to {args.throttle} B/s")
+        reassignment.execute(client, wanted)
         print("Successfully started reassignment of partitions.")
     except reassignment.ReassignmentError as error:
         raise RuntimeError(str(error)) from None

@@ -34,6 +34,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
+from tidelog.replication.throttle import ReplicationThrottle
 from tidelog.tiered.manager import RemoteLogManager
 from tidelog.tiered.storage import RemoteStorageManager, split_rsm_config
 
@@ -70,6 +71,13 @@ class BrokerNode:
             fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             fetch_session_slots=config["max.incremental.fetch.session.cache.slots"],
+        )
+        self.throttle_rates = (
+            config["leader.replication.throttled.rate"],
+            config["follower.replication.throttled.rate"],
+        )
+        self.replicas.throttle = ReplicationThrottle(
+            self.broker_id, self.metadata, *self.throttle_rates
         )
         self.remote: RemoteLogManager | None = None
         if config["remote.log.storage.system.enable"]:
@@ -221,6 +229,8 @@ class BrokerNode:
         )
         client.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
+        # KIP-73's rates as kafka-reassign-partitions.sh --throttle sets them, followed live
+        client.DataWatch(zookeeper.broker_config_path(self.broker_id), self._on_broker_config)
         for server in self.servers:
             await server.bind()
         self._bind_admin()
@@ -563,6 +573,22 @@ class BrokerNode:
             paths, self._changed_paths = self._changed_paths, set()
             everything, self._read_everything = self._read_everything, False
         return None if everything else paths
+
+    def _on_broker_config(self, data: bytes | None, _stat: object = None) -> None:
+        """/config/brokers/{id} changed (on kazoo's thread): the throttled rates it sets, or
+        this broker's settings where it sets none."""
+        config = zookeeper.parse_entity_config(data)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._set_throttle_rates, config)
+
+    def _set_throttle_rates(self, config: dict[str, str]) -> None:
+        assert self.replicas.throttle is not None
+        self.replicas.throttle.set_rates(config, self.throttle_rates)
+        log.info(
+            "replication throttle: leader %d B/s, follower %d B/s",
+            self.replicas.throttle.leader.rate,
+            self.replicas.throttle.follower.rate,
+        )
 
     def _on_session_state(self, state: str) -> None:
         if state == KazooState.LOST:

@@ -16,6 +16,7 @@ from collections import Counter
 from kazoo.client import KazooClient
 
 from tidelog.controller import topics, zookeeper
+from tidelog.replication import throttle
 
 Assignment = dict[tuple[str, int], list[int]]
 
@@ -183,3 +184,56 @@ def status(zk: KazooClient, assignment: Assignment) -> dict[tuple[str, int], str
         else:
             found[key] = "failed"
     return found
+
+
+def _pairs(moves: dict[tuple[str, int], list[int]], topic: str) -> str:
+    return ",".join(
+        f"{p}:{b}" for (t, p), brokers in sorted(moves.items()) if t == topic for b in brokers
+    )
+
+
+def set_throttle(zk: KazooClient, current: Assignment, proposed: Assignment, rate: int) -> None:
+    """KIP-73 as kafka-reassign-partitions.sh --throttle sets it: on each topic, the leader
+    throttle on every pre-move replica of a moving partition (any may lead it) and the follower
+    throttle on the replicas that move in; ``rate`` bytes a second on every broker involved."""
+    set_throttle_rate(zk, current, proposed, rate)
+    moving = {key: r for key, r in proposed.items() if set(r) - set(current[key])}
+    leaders = {key: current[key] for key in moving}
+    followers = {key: [b for b in r if b not in current[key]] for key, r in moving.items()}
+    for topic in sorted({t for t, _ in proposed}):
+        topics.alter_topic_config(
+            zk,
+            topic,
+            {
+                throttle.LEADER_REPLICAS: _pairs(leaders, topic),
+                throttle.FOLLOWER_REPLICAS: _pairs(followers, topic),
+            },
+        )
+
+
+def set_throttle_rate(
+    zk: KazooClient, current: Assignment, proposed: Assignment, rate: int
+) -> None:
+    brokers = {b for r in (*current.values(), *proposed.values()) for b in r}
+    for broker_id in sorted(brokers):
+        zookeeper.change_broker_config(
+            zk, broker_id, {throttle.LEADER_RATE: str(rate), throttle.FOLLOWER_RATE: str(rate)}
+        )
+
+
+def remove_throttle(zk: KazooClient, assignment: Assignment) -> bool:
+    """Once every partition completed (as Kafka's --verify): the rates off every broker and
+    the throttled replicas off the topics moved; whether anything was removed."""
+    changed = False
+    for broker_id in sorted(zookeeper.read_brokers(zk)):
+        changed |= zookeeper.change_broker_config(
+            zk, broker_id, {throttle.LEADER_RATE: None, throttle.FOLLOWER_RATE: None}
+        )
+    for topic in sorted({t for t, _ in assignment}):
+        config = zookeeper.read_topic_config(zk, topic)
+        if throttle.LEADER_REPLICAS in config or throttle.FOLLOWER_REPLICAS in config:
+            topics.alter_topic_config(
+                zk, topic, {throttle.LEADER_REPLICAS: None, throttle.FOLLOWER_REPLICAS: None}
+            )
+            changed = True
+    return changed

@@ -37,6 +37,7 @@ from tidelog.reach import Unreachable, refusal
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
@@ -689,3 +690,32 @@ def write_assignment_and_states(
             state_path(topic, partition), _state_document(state), version=state_version
         )
     return not any(isinstance(r, Exception) for r in transaction.commit())
+
+
+def broker_config_path(broker_id: int) -> str:
+    return f"{BROKER_CONFIGS}/{broker_id}"
+
+
+def parse_entity_config(data: bytes | None) -> dict[str, str]:
+    """The "config" of a /config/{topics,brokers}/{name} document ({} if none)."""
+    return dict(_json(data).get("config", {})) if data else {}
+
+
+def change_broker_config(zk: KazooClient, broker_id: int, changes: dict[str, str | None]) -> bool:
+    """Sets (None: removes) keys of Kafka's dynamic broker config /config/brokers/{id};
+    whether anything changed."""
+    path = broker_config_path(broker_id)
+    data = _read(zk, path, None)
+    config = parse_entity_config(data)
+    updated = {**config, **{k: v for k, v in changes.items() if v is not None}}
+    for key, value in changes.items():
+        if value is None:
+            updated.pop(key, None)
+    if updated == config:
+        return False
+    document = _dump({"version": 1, "config": updated})
+    if data is None:
+        zk.create(path, document, makepath=True)
+    else:
+        zk.set(path, document)
+    return True
