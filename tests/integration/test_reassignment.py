@@ -283,3 +283,20 @@ def test_a_throttled_move_keeps_to_its_rate_and_verify_removes_the_throttle(clus
                 )
                 assert "leader.replication.throttled.rate" not in document
     assert set(producer.acked) <= read_back(cluster, "heavy", 2)
+
+
+def test_a_reassignment_raises_the_replication_factor(cluster, tmp_path):
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, "grows", -1, -1, assignment={0: [2], 1: [3]})
+    wait_for_leaders(cluster, "grows", 2)
+    plan = reassignment_file(tmp_path, "grows", {0: [2, 3, 4], 1: [3, 4, 1]})
+
+    started = reassign(cluster, "--execute", "--reassignment-json-file", str(plan))
+
+    assert started.returncode == 0, started.stderr
+    wait_until(
+        lambda: assignment_of(cluster, "grows") == {0: (2, 3, 4), 1: (3, 4, 1)},
+        60,
+        "replication factor 3",
+    )
+    wait_for_full_isr(cluster, "grows")
