@@ -1,0 +1,182 @@
+"""Kafka's command-line tools from the checkout (bin/, KAFKA_HOME=the checkout) against a real
+cluster, with the options of Kafka 0.10.2's documentation: the lines scripts read
+(--describe, --list, --verify) as Kafka prints them, Kafka's exit codes, and an option Kafka's
+tool does not have refused by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from tests.integration.conftest import wait_for_leaders
+from tidelog.cluster.local import wait_until
+from tidelog.controller import zookeeper
+
+HOME = Path(__file__).resolve().parents[2]
+
+
+def tool(name: str, *arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(HOME / "bin" / f"{name}.sh"), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "KAFKA_HOME": str(HOME)},
+    )
+
+
+def test_kafka_topics_creates_describes_alters_lists_and_deletes(cluster):
+    zk = cluster.zookeeper
+    created = tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "ledger", "--partitions", "3",
+        "--replication-factor", "3", "--config", "cleanup.policy=compact",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stdout + created.stderr
+    assert created.stdout == 'Created topic "ledger".\n'
+    wait_for_leaders(cluster, "ledger", 3)
+
+    described = tool("kafka-topics", "--zookeeper", zk, "--describe", "--topic", "ledger")
+    lines = described.stdout.splitlines()
+    assert lines[0] == (
+        "Topic:ledger\tPartitionCount:3\tReplicationFactor:3\tConfigs:cleanup.policy=compact"
+    )
+    for partition, line in enumerate(lines[1:]):
+        assert re.fullmatch(
+            rf"\tTopic: ledger\tPartition: {partition}\tLeader: \d\tReplicas: \d,\d,\d\t"
+            r"Isr: \d(,\d)*",
+            line,
+        ), line
+
+    again = tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "ledger", "--partitions", "1",
+        "--replication-factor", "1",
+    )  # fmt: skip
+    assert again.returncode == 1
+    assert again.stdout == 'Error while executing topic command : Topic "ledger" already exists.\n'
+    quiet = tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "ledger", "--partitions", "1",
+        "--replication-factor", "1", "--if-not-exists",
+    )  # fmt: skip
+    assert quiet.returncode == 0 and quiet.stdout == ""
+
+    altered = tool(
+        "kafka-topics", "--zookeeper", zk, "--alter", "--topic", "ledger", "--partitions", "5"
+    )
+    assert altered.returncode == 0
+    assert altered.stdout.splitlines()[-1] == "Adding partitions succeeded!"
+    wait_for_leaders(cluster, "ledger", 5)
+    counted = tool("kafka-topics", "--zookeeper", zk, "--describe", "--topic", "ledger")
+    assert counted.stdout.startswith("Topic:ledger\tPartitionCount:5\t")
+
+    listed = tool("kafka-topics", "--zookeeper", zk, "--list")
+    assert "ledger" in listed.stdout.splitlines()
+    deleted = tool("kafka-topics", "--zookeeper", zk, "--delete", "--topic", "ledger")
+    assert deleted.stdout.splitlines() == [
+        "Topic ledger is marked for deletion.",
+        "Note: This will have no impact if delete.topic.enable is not set to true.",
+    ]
+    with zookeeper.session(zk) as client:
+        wait_until(
+            lambda: zookeeper.read_topic(client, "ledger") is None, 30, "ledger to be deleted"
+        )
+
+
+def test_kafka_topics_refuses_what_kafkas_tool_refuses(cluster):
+    zk = cluster.zookeeper
+    unknown = tool("kafka-topics", "--zookeeper", zk, "--list", "--bogus-option")
+    assert unknown.returncode == 1
+    assert "bogus-option is not a recognized option" in unknown.stderr
+    two = tool("kafka-topics", "--zookeeper", zk, "--list", "--describe")
+    assert two.returncode == 1 and "exactly one action" in two.stderr
+    mixed = tool("kafka-topics", "--zookeeper", zk, "--list", "--partitions", "3")
+    assert mixed.returncode == 1
+    assert 'Option "[partitions]" can\'t be used with option"[' in mixed.stderr
+    missing = tool("kafka-topics", "--create", "--topic", "x", "--partitions", "1")
+    assert missing.returncode == 1 and 'Missing required argument "[zookeeper]"' in missing.stderr
+    bad_config = tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "badly", "--partitions", "1",
+        "--replication-factor", "1", "--config", "retention.ms=soon",
+    )  # fmt: skip
+    assert bad_config.returncode == 1
+    assert bad_config.stdout.startswith("Error while executing topic command : retention.ms")
+
+
+def test_kafka_reassign_partitions_generates_executes_and_verifies(cluster, tmp_path):
+    zk = cluster.zookeeper
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "shifted",
+        "--replica-assignment", "1,2",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "shifted", 2)
+    to_move = tmp_path / "topics.json"
+    to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": "shifted"}]}))
+    generated = tool(
+        "kafka-reassign-partitions", "--zookeeper", zk, "--generate",
+        "--topics-to-move-json-file", str(to_move), "--broker-list", "2,3",
+    )  # fmt: skip
+    lines = generated.stdout.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert json.loads(lines[1]) == {
+        "version": 1,
+        "partitions": [
+            {"topic": "shifted", "partition": 0, "replicas": [1]},
+            {"topic": "shifted", "partition": 1, "replicas": [2]},
+        ],
+    }
+    assert lines[2:4] == ["", "Proposed partition reassignment configuration"]
+    proposed = json.loads(lines[4])
+    assert {b for p in proposed["partitions"] for b in p["replicas"]} <= {2, 3}
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": "shifted", "partition": 0, "replicas": [3]},
+                    {"topic": "shifted", "partition": 1, "replicas": [2]},
+                ],
+            }
+        )
+    )
+    executed = tool(
+        "kafka-reassign-partitions", "--zookeeper", zk, "--execute",
+        "--reassignment-json-file", str(plan),
+    )  # fmt: skip
+    assert executed.returncode == 0
+    assert executed.stdout.splitlines()[-1] == "Successfully started reassignment of partitions."
+
+    def verified() -> list[str]:
+        return tool(
+            "kafka-reassign-partitions", "--zookeeper", zk, "--verify",
+            "--reassignment-json-file", str(plan),
+        ).stdout.splitlines()  # fmt: skip
+
+    wait_until(
+        lambda: (
+            verified()
+            == [
+                "Status of partition reassignment: ",
+                "Reassignment of partition [shifted,0] completed successfully",
+                "Reassignment of partition [shifted,1] completed successfully",
+            ]
+        ),
+        60,
+        "--verify to say both partitions completed",
+        interval=0.5,
+    )
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text("{")
+    refused = tool(
+        "kafka-reassign-partitions", "--zookeeper", zk, "--execute",
+        "--reassignment-json-file", str(malformed),
+    )  # fmt: skip
+    assert refused.returncode == 0  # as Kafka's: the failure is printed, the exit code is 0
+    assert refused.stdout.startswith("Partitions reassignment failed due to ")
+    no_file = tool("kafka-reassign-partitions", "--zookeeper", zk, "--execute")
+    assert no_file.returncode == 1
+    assert "must include --reassignment-json-file" in no_file.stderr

@@ -1,0 +1,385 @@
+"""Kafka's command-line tools over tidelog: what bin/kafka-*.sh run.
+
+Each tool takes the options of Kafka 0.10.2's (as joptsimple does: ``--opt value`` or
+``--opt=value``, an unambiguous prefix of a name), refuses any other by name, does its action
+through the same functions as tidelog's own commands (tidelog.controller.topics,
+tidelog.controller.reassignment), and prints what Kafka's prints and exits as it does, so that a
+script written around Kafka's tools reads the same lines. Kafka's tools are Scala in
+core/src/main/scala/kafka/admin/ (TopicCommand, ReassignPartitionsCommand).
+
+    python -m tidelog.cli.kafka_tools kafka-topics --zookeeper 127.0.0.1:2181 --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+from kazoo.client import KazooClient
+
+USAGE_EXIT = 1  # CommandLineUtils.printUsageAndDie
+
+
+class UsageError(Exception):
+    """What Kafka's tool prints before its usage, exiting 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse as joptsimple behaves: an unknown option is 'X is not a recognized option'."""
+
+    def error(self, message: str):
+        unknown = re.match(r"unrecognized arguments: (\S+)", message)
+        if unknown:
+            name = unknown.group(1).lstrip("-").split("=", 1)[0]
+            raise UsageError(f"{name} is not a recognized option")
+        raise UsageError(message)
+
+
+def _parser(tool: str) -> _Parser:
+    return _Parser(prog=f"{tool}.sh", add_help=False, allow_abbrev=True)
+
+
+def _given(args: argparse.Namespace, *names: str) -> list[str]:
+    return [name for name in names if getattr(args, name.replace("-", "_")) not in (None, False)]
+
+
+def _require(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        if getattr(args, name.replace("-", "_")) in (None, False):
+            raise UsageError(f'Missing required argument "[{name}]"')
+
+
+def _refuse_with(args: argparse.Namespace, option: str, actions: Sequence[str]) -> None:
+    """Kafka's checkInvalidArgs: ``option`` cannot come with any of ``actions``."""
+    if getattr(args, option.replace("-", "_")) in (None, False):
+        return
+    for action in actions:
+        if getattr(args, action.replace("-", "_")) not in (None, False):
+            raise UsageError(f'Option "[{option}]" can\'t be used with option"[{action}]"')
+
+
+def _connect(hosts: str) -> KazooClient:
+    from tidelog.controller import zookeeper
+
+    return zookeeper.connect(hosts, timeout=30)
+
+
+# -- kafka-topics.sh -------------------------------------------------------------------------------
+
+TOPIC_ACTIONS = ("list", "create", "delete", "alter", "describe")
+
+
+def kafka_topics(argv: list[str]) -> int:
+    parser = _parser("kafka-topics")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--bootstrap-server")
+    for action in (*TOPIC_ACTIONS, "help"):
+        parser.add_argument(f"--{action}", action="store_true")
+    parser.add_argument("--topic")
+    parser.add_argument("--config", action="append")
+    parser.add_argument("--delete-config", action="append")
+    parser.add_argument("--partitions", type=int)
+    parser.add_argument("--replication-factor", type=int)
+    parser.add_argument("--replica-assignment")
+    for flag in (
+        "under-replicated-partitions",
+        "unavailable-partitions",
+        "topics-with-overrides",
+        "if-exists",
+        "if-not-exists",
+        "disable-rack-aware",
+        "force",
+    ):
+        parser.add_argument(f"--{flag}", action="store_true")
+    args = parser.parse_args(argv)
+    if args.help:
+        raise UsageError("Create, delete, describe, or change a topic.")
+    if args.bootstrap_server is not None:
+        raise UsageError(
+            "bootstrap-server is not supported by tidelog's kafka-topics.sh: tidelog has no "
+            "CreatePartitions or DescribeConfigs API yet; use --zookeeper"
+        )
+    chosen = _given(args, *TOPIC_ACTIONS)
+    if len(chosen) != 1:
+        raise UsageError(
+            "Command must include exactly one action: --list, --describe, --create, --alter or "
+            "--delete"
+        )
+    _require(args, "zookeeper")
+    if not (args.list or args.describe):
+        _require(args, "topic")
+    others = set(TOPIC_ACTIONS)
+    _refuse_with(args, "config", sorted(others - {"alter", "create"}))
+    _refuse_with(args, "delete-config", sorted(others - {"alter"}))
+    _refuse_with(args, "partitions", sorted(others - {"alter", "create"}))
+    _refuse_with(args, "replication-factor", sorted(others - {"create"}))
+    _refuse_with(args, "replica-assignment", sorted(others - {"create", "alter"}))
+    if args.create:
+        _refuse_with(args, "replica-assignment", ["partitions", "replication-factor"])
+    for report in ("under-replicated-partitions", "unavailable-partitions"):
+        _refuse_with(args, report, sorted(others - {"describe"}))
+    _refuse_with(args, "if-exists", sorted(others - {"alter", "delete"}))
+    _refuse_with(args, "if-not-exists", sorted(others - {"create"}))
+    client = _connect(args.zookeeper)
+    try:
+        {
+            "list": _list_topics,
+            "create": _create_topic,
+            "delete": _delete_topics,
+            "alter": _alter_topics,
+            "describe": _describe_topics,
+        }[chosen[0]](client, args)
+    except Exception as error:  # TopicCommand: any failure is one line and exit code 1
+        print(f"Error while executing topic command : {_message(error)}")
+        return 1
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+def _message(error: Exception) -> str:
+    from tidelog.errors import KafkaError
+
+    return error.message if isinstance(error, KafkaError) and error.message else str(error)
+
+
+def _topics_matching(client: KazooClient, pattern: str | None) -> list[str]:
+    """Kafka's Whitelist: --topic is a regular expression matched against whole names."""
+    from tidelog.controller import zookeeper
+
+    names = sorted(client.get_children(zookeeper.TOPICS))
+    if pattern is None:
+        return names
+    expression = re.compile(pattern.strip().replace(",", "|"))
+    return [name for name in names if expression.fullmatch(name)]
+
+
+def _config_pairs(pairs: list[str] | None) -> dict[str, str]:
+    config = {}
+    for pair in pairs or []:
+        parts = re.split(r"\s*=\s*", pair)
+        if len(parts) != 2:
+            raise ValueError(
+                'Invalid topic config: all configs to be added must be in the format "key=val".'
+            )
+        config[parts[0].strip()] = parts[1].strip()
+    return config
+
+
+def _list_topics(client: KazooClient, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    deleting = set(zookeeper.pending_topic_deletions(client))
+    for name in _topics_matching(client, args.topic):
+        print(f"{name} - marked for deletion" if name in deleting else name)
+
+
+def _create_topic(client: KazooClient, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics
+    from tidelog.errors import ErrorCode, KafkaError
+
+    config = _config_pairs(args.config)
+    if "." in args.topic or "_" in args.topic:
+        print(
+            "WARNING: Due to limitations in metric names, topics with a period ('.') or "
+            "underscore ('_') could collide. To avoid issues it is best to use either, but "
+            "not both."
+        )
+    try:
+        if args.replica_assignment:
+            assignment = topics.parse_replica_assignment(args.replica_assignment)
+            topics.create_topic(client, args.topic, -1, -1, config, assignment=assignment)
+        else:
+            _require(args, "partitions", "replication-factor")
+            topics.create_topic(
+                client, args.topic, args.partitions, args.replication_factor, config
+            )
+    except KafkaError as error:
+        if error.code == ErrorCode.TOPIC_ALREADY_EXISTS and args.if_not_exists:
+            return
+        if error.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            raise KafkaError(error.code, f'Topic "{args.topic}" already exists.') from None
+        raise
+    print(f'Created topic "{args.topic}".')
+
+
+def _alter_topics(client: KazooClient, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics, zookeeper
+    from tidelog.coordinator.records import OFFSETS_TOPIC
+
+    names = _topics_matching(client, args.topic)
+    if not names and not args.if_exists:
+        raise ValueError(f"Topic {args.topic} does not exist on ZK path {args.zookeeper}")
+    for name in names:
+        if args.config or args.delete_config:
+            print(
+                "WARNING: Altering topic configuration from this script has been deprecated "
+                "and may be removed in future releases."
+            )
+            print("         Going forward, please use kafka-configs.sh for this functionality")
+            changes: dict[str, str | None] = dict(_config_pairs(args.config))
+            changes.update({key: None for key in args.delete_config or []})
+            topics.alter_topic_config(client, name, changes)
+            print(f'Updated config for topic "{name}".')
+        if args.partitions is not None:
+            if name == OFFSETS_TOPIC:
+                raise ValueError(
+                    "The number of partitions for the offsets topic cannot be changed."
+                )
+            print(
+                "WARNING: If partitions are increased for a topic that has a key, the partition "
+                "logic or ordering of the messages will be affected"
+            )
+            assignment = None
+            if args.replica_assignment:
+                current = zookeeper.read_topic(client, name)
+                assignment = topics.parse_replica_assignment(
+                    args.replica_assignment, len(current.assignment) if current else 0
+                )
+            topics.add_partitions(client, name, args.partitions, assignment)
+            print("Adding partitions succeeded!")
+
+
+def _delete_topics(client: KazooClient, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+    from tidelog.coordinator.records import OFFSETS_TOPIC
+
+    names = _topics_matching(client, args.topic)
+    if not names and not args.if_exists:
+        raise ValueError(f"Topic {args.topic} does not exist on ZK path {args.zookeeper}")
+    deleting = set(zookeeper.pending_topic_deletions(client))
+    for name in names:
+        if name == OFFSETS_TOPIC:
+            raise ValueError(
+                f"Topic {name} is a kafka internal topic and is not allowed to be marked for "
+                "deletion."
+            )
+        if name in deleting:
+            print(f"Topic {name} is already marked for deletion.")
+            continue
+        zookeeper.request_topic_deletion(client, name)
+        print(f"Topic {name} is marked for deletion.")
+        print("Note: This will have no impact if delete.topic.enable is not set to true.")
+
+
+def _describe_topics(client: KazooClient, args: argparse.Namespace) -> None:
+    from tidelog.controller import zookeeper
+
+    under = args.under_replicated_partitions
+    unavailable = args.unavailable_partitions
+    overrides = args.topics_with_overrides
+    live = set(zookeeper.read_brokers(client))
+    for name in _topics_matching(client, args.topic):
+        topic = zookeeper.read_topic(client, name)
+        if topic is None:
+            print(f"Topic {name} doesn't exist!")
+            continue
+        if not under and not unavailable and (not overrides or topic.config):
+            configs = ",".join(f"{k}={v}" for k, v in topic.config.items())
+            replication_factor = len(next(iter(topic.assignment.values()), ()))
+            print(
+                f"Topic:{name}\tPartitionCount:{len(topic.assignment)}\t"
+                f"ReplicationFactor:{replication_factor}\tConfigs:{configs}"
+            )
+        if overrides:
+            continue
+        for partition, replicas in sorted(topic.assignment.items()):
+            state = topic.states.get(partition)
+            isr = list(state.isr) if state else []
+            leader = state.leader if state else None
+            if (
+                (not under and not unavailable)
+                or (under and len(isr) < len(replicas))
+                or (unavailable and (leader is None or leader not in live))
+            ):
+                print(
+                    f"\tTopic: {name}\tPartition: {partition}\t"
+                    f"Leader: {'none' if leader is None else leader}\t"
+                    f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
+                )
+
+
+# -- kafka-reassign-partitions.sh ------------------------------------------------------------------
+
+
+def kafka_reassign_partitions(argv: list[str]) -> int:
+    parser = _parser("kafka-reassign-partitions")
+    parser.add_argument("--zookeeper")
+    for action in ("generate", "execute", "verify", "disable-rack-aware"):
+        parser.add_argument(f"--{action}", action="store_true")
+    parser.add_argument("--reassignment-json-file")
+    parser.add_argument("--topics-to-move-json-file")
+    parser.add_argument("--broker-list")
+    parser.add_argument("--throttle", type=int, default=-1)
+    args = parser.parse_args(argv)
+    if len(_given(args, "generate", "execute", "verify")) != 1:
+        raise UsageError(
+            "Command must include exactly one action: --generate, --execute or --verify"
+        )
+    _require(args, "zookeeper")
+    if args.verify:
+        if not args.reassignment_json_file:
+            raise UsageError(
+                "If --verify option is used, command must include --reassignment-json-file "
+                "that was used during the --execute option"
+            )
+        for option in ("topics-to-move-json-file", "disable-rack-aware", "broker-list"):
+            _refuse_with(args, option, ["verify"])
+        if args.throttle >= 0:
+            raise UsageError('Option "[verify]" can\'t be used with option"[throttle]"')
+    elif args.generate:
+        if not (args.topics_to_move_json_file and args.broker_list):
+            raise UsageError(
+                "If --generate option is used, command must include both "
+                "--topics-to-move-json-file and --broker-list options"
+            )
+        _refuse_with(args, "reassignment-json-file", ["generate"])
+        if args.throttle >= 0:
+            raise UsageError('Option "[generate]" can\'t be used with option"[throttle]"')
+    else:
+        if not args.reassignment_json_file:
+            raise UsageError(
+                "If --execute option is used, command must include --reassignment-json-file "
+                "that was output during the --generate option"
+            )
+        for option in ("topics-to-move-json-file", "disable-rack-aware", "broker-list"):
+            _refuse_with(args, option, ["execute"])
+    # the same code as `tidelog topic reassign`, which prints what Kafka's tool prints
+    from tidelog.cli.topic import reassign_partitions
+
+    client = _connect(args.zookeeper)
+    try:
+        reassign_partitions(client, args)
+    except Exception as error:  # ReassignPartitionsCommand prints the failure and exits 0
+        print(f"Partitions reassignment failed due to {_message(error)}")
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "kafka-topics": kafka_topics,
+    "kafka-reassign-partitions": kafka_reassign_partitions,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in TOOLS:
+        print(f"usage: kafka_tools {{{','.join(TOOLS)}}} [options]", file=sys.stderr)
+        return USAGE_EXIT
+    tool, options = argv[0], argv[1:]
+    try:
+        return TOOLS[tool](options)
+    except UsageError as error:
+        print(error, file=sys.stderr)
+        print(f"usage: {tool}.sh: see Kafka 0.10.2's {tool}.sh --help", file=sys.stderr)
+        return USAGE_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
