@@ -180,3 +180,85 @@ def test_kafka_reassign_partitions_generates_executes_and_verifies(cluster, tmp_
     no_file = tool("kafka-reassign-partitions", "--zookeeper", zk, "--execute")
     assert no_file.returncode == 1
     assert "must include --reassignment-json-file" in no_file.stderr
+
+
+def test_kafka_configs_alters_and_describes_topics_and_brokers(cluster):
+    zk = cluster.zookeeper
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "tuned", "--partitions", "1",
+        "--replication-factor", "1",
+    )  # fmt: skip
+    altered = tool(
+        "kafka-configs", "--zookeeper", zk, "--alter", "--entity-type", "topics",
+        "--entity-name", "tuned",
+        "--add-config", "retention.ms=60000,cleanup.policy=[compact,delete]",
+    )  # fmt: skip
+    assert altered.stdout == "Completed Updating config for entity: topic 'tuned'.\n"
+    described = tool(
+        "kafka-configs", "--zookeeper", zk, "--describe", "--entity-type", "topics",
+        "--entity-name", "tuned",
+    )  # fmt: skip
+    assert described.stdout == (
+        "Configs for topic 'tuned' are retention.ms=60000,cleanup.policy=compact,delete\n"
+    )
+    removed = tool(
+        "kafka-configs", "--zookeeper", zk, "--alter", "--entity-type", "topics",
+        "--entity-name", "tuned", "--delete-config", "segment.ms",
+    )  # fmt: skip
+    assert removed.returncode == 0
+    assert removed.stdout == "Error while executing config command Invalid config(s): segment.ms\n"
+
+    throttled = tool(
+        "kafka-configs", "--zookeeper", zk, "--alter", "--entity-type", "brokers",
+        "--entity-name", "2", "--add-config", "follower.replication.throttled.rate=1000000",
+    )  # fmt: skip
+    assert throttled.stdout == "Completed Updating config for entity: brokers '2'.\n"
+    broker = tool(
+        "kafka-configs", "--zookeeper", zk, "--describe", "--entity-type", "brokers",
+        "--entity-name", "2",
+    )  # fmt: skip
+    assert (
+        broker.stdout == "Configs for brokers '2' are follower.replication.throttled.rate=1000000\n"
+    )
+    tool(
+        "kafka-configs", "--zookeeper", zk, "--alter", "--entity-type", "brokers",
+        "--entity-name", "2", "--delete-config", "follower.replication.throttled.rate",
+    )  # fmt: skip
+    quotas = tool("kafka-configs", "--zookeeper", zk, "--describe", "--entity-type", "clients")
+    assert quotas.returncode == 1 and "tidelog has no client or user quotas" in quotas.stderr
+
+
+def test_kafka_preferred_replica_election_starts_an_election(cluster, tmp_path):
+    zk = cluster.zookeeper
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "elected", "--partitions", "2",
+        "--replication-factor", "2",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "elected", 2)
+    wanted = tmp_path / "elect.json"
+    wanted.write_text(
+        json.dumps(
+            {
+                "partitions": [
+                    {"topic": "elected", "partition": 0},
+                    {"topic": "nope", "partition": 0},
+                ]
+            }
+        )
+    )
+    started = tool(
+        "kafka-preferred-replica-election", "--zookeeper", zk, "--path-to-json-file", str(wanted)
+    )
+    assert started.returncode == 0
+    assert started.stdout.splitlines() == [
+        'Created preferred replica election path with {"version":1,"partitions":'
+        '[{"topic":"elected","partition":0}]}',
+        "Successfully started preferred replica election for partitions Set([elected,0])",
+        "Skipping preferred replica leader election for partition [nope,0] since it doesn't exist.",
+    ]
+    with zookeeper.session(zk) as client:
+        wait_until(
+            lambda: client.exists(zookeeper.PREFERRED_REPLICA_ELECTION) is None,
+            30,
+            "the controller to take the election",
+        )

@@ -361,9 +361,201 @@ def kafka_reassign_partitions(argv: list[str]) -> int:
     return 0
 
 
+# -- kafka-preferred-replica-election.sh -----------------------------------------------------
+
+
+def kafka_preferred_replica_election(argv: list[str]) -> int:
+    import json
+
+    from tidelog.controller import zookeeper
+
+    parser = _parser("kafka-preferred-replica-election")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--path-to-json-file")
+    if not argv:
+        raise UsageError(
+            "This tool causes leadership for each partition to be transferred back to the "
+            "'preferred replica', it can be used to balance leadership among the servers."
+        )
+    args = parser.parse_args(argv)
+    _require(args, "zookeeper")
+    client = _connect(args.zookeeper)
+    try:
+        every = {
+            (name, p)
+            for name in client.get_children(zookeeper.TOPICS)
+            if (topic := zookeeper.read_topic(client, name)) is not None
+            for p in topic.assignment
+        }
+        if args.path_to_json_file:
+            with open(args.path_to_json_file, encoding="utf-8") as file:
+                document = json.loads(file.read() or "null")
+            if not isinstance(document, dict) or "partitions" not in document:
+                raise ValueError("Preferred replica election data is empty")
+            asked = [(str(p["topic"]), int(p["partition"])) for p in document["partitions"]]
+            twice = sorted({key for key in asked if asked.count(key) > 1})
+            if twice:
+                raise ValueError(
+                    "Preferred replica election data contains duplicate partitions: "
+                    + ",".join(f"[{t},{p}]" for t, p in twice)
+                )
+        else:
+            asked = sorted(every)
+        valid = [key for key in asked if key in every]
+        zookeeper.request_preferred_leader_election(client, valid)
+        written = json.dumps(
+            {
+                "version": 1,
+                "partitions": [{"topic": t, "partition": p} for t, p in sorted(valid)],
+            },
+            separators=(",", ":"),
+        )
+        print(f"Created preferred replica election path with {written}")
+        listed = ", ".join(f"[{t},{p}]" for t, p in sorted(valid))
+        print(f"Successfully started preferred replica election for partitions Set({listed})")
+        for name, partition in asked:
+            if (name, partition) not in every:
+                print(
+                    f"Skipping preferred replica leader election for partition [{name},"
+                    f"{partition}] since it doesn't exist."
+                )
+    except Exception as error:  # Kafka's: the failure printed, exit code 0
+        print("Failed to start preferred replica election")
+        print(_message(error))
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
+# -- kafka-configs.sh ------------------------------------------------------------------------
+
+ENTITY_TYPES = ("topics", "clients", "users", "brokers")
+
+
+def _split_configs(text: str) -> dict[str, str]:
+    """'k1=v1,k2=[v1,v2],k3=v3': commas inside [] belong to the value (Kafka's parsing)."""
+    config = {}
+    for pair in re.split(r",(?=[^\]]*(?:\[|$))", text):
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise ValueError(f"Invalid config: {pair!r} is not key=value")
+        config[key.strip()] = value.strip().removeprefix("[").removesuffix("]")
+    return config
+
+
+def kafka_configs(argv: list[str]) -> int:
+    from tidelog.controller import topics, zookeeper
+    from tidelog.replication import throttle
+
+    parser = _parser("kafka-configs")
+    parser.add_argument("--zookeeper")
+    for flag in ("alter", "describe", "help", "force"):
+        parser.add_argument(f"--{flag}", action="store_true")
+    parser.add_argument("--entity-type", action="append")
+    parser.add_argument("--entity-name", action="append")
+    parser.add_argument("--entity-default", action="store_true")
+    parser.add_argument("--add-config")
+    parser.add_argument("--delete-config")
+    args = parser.parse_args(argv)
+    if args.help:
+        raise UsageError("Add/Remove entity config for a topic, client, user or broker")
+    if len(_given(args, "alter", "describe")) != 1:
+        raise UsageError("Command must include exactly one action: --describe, --alter")
+    _require(args, "zookeeper")
+    if not args.entity_type:
+        raise UsageError("At least one --entity-type must be specified")
+    entity_type = args.entity_type[0]
+    if entity_type not in ENTITY_TYPES:
+        raise UsageError(
+            f"Invalid entity-type {entity_type}, --entity-type must be one of "
+            f"{', '.join(ENTITY_TYPES)}"
+        )
+    if entity_type in ("clients", "users"):
+        raise UsageError(
+            f"--entity-type {entity_type}: tidelog has no client or user quotas; topics and "
+            "brokers only"
+        )
+    name = (args.entity_name or [None])[0]
+    if args.alter and name is None:
+        raise UsageError(f"--entity-name must be specified with --alter of {entity_type}")
+    if args.alter and not (args.add_config or args.delete_config):
+        raise UsageError(
+            "At least one of --add-config or --delete-config must be specified with --alter"
+        )
+    label = "topic" if entity_type == "topics" else entity_type
+    client = _connect(args.zookeeper)
+    try:
+        if args.describe:
+            if entity_type == "topics":
+                names = [name] if name else sorted(client.get_children(zookeeper.TOPICS))
+                found = [(n, zookeeper.read_topic_config(client, n)) for n in names]
+            else:
+                ids = [name] if name else sorted(zookeeper.read_brokers(client), key=int)
+                found = [
+                    (
+                        str(b),
+                        zookeeper.parse_entity_config(
+                            client.get(zookeeper.broker_config_path(int(b)))[0]
+                            if client.exists(zookeeper.broker_config_path(int(b)))
+                            else None
+                        ),
+                    )
+                    for b in ids
+                ]
+            for entity, config in found:
+                pairs = ",".join(f"{k}={v}" for k, v in config.items())
+                print(f"Configs for {label} '{entity}' are {pairs}")
+            return 0
+        assert name is not None
+        added = _split_configs(args.add_config) if args.add_config else {}
+        removed = [k.strip() for k in args.delete_config.split(",")] if args.delete_config else []
+        if entity_type == "topics":
+            current = zookeeper.read_topic_config(client, name)
+        else:
+            try:
+                broker_id = int(name)
+            except ValueError:
+                raise ValueError(
+                    f"Error parsing broker {name}. The broker's Entity Name must be a single "
+                    "integer value"
+                ) from None
+            path = zookeeper.broker_config_path(broker_id)
+            current = zookeeper.parse_entity_config(
+                client.get(path)[0] if client.exists(path) else None
+            )
+            dynamic = (throttle.LEADER_RATE, throttle.FOLLOWER_RATE)
+            unknown = sorted(set(added) - set(dynamic))
+            if unknown:
+                raise ValueError(
+                    f"Unknown Dynamic Configuration '{unknown[0]}'. (a broker's dynamic "
+                    f"settings: {', '.join(dynamic)})"
+                )
+            for key in dynamic:
+                if key in added and not added[key].isdigit():
+                    raise ValueError(f"{key}: {added[key]!r} is not a number of bytes a second")
+        missing = [k for k in removed if k not in current]
+        if missing:
+            raise ValueError(f"Invalid config(s): {','.join(missing)}")
+        changes: dict[str, str | None] = {**added, **{k: None for k in removed}}
+        if entity_type == "topics":
+            topics.alter_topic_config(client, name, changes)
+        else:
+            zookeeper.change_broker_config(client, int(name), changes)
+        print(f"Completed Updating config for entity: {label} '{name}'.")
+    except Exception as error:  # ConfigCommand: the failure printed, exit code 0
+        print(f"Error while executing config command {_message(error)}")
+    finally:
+        client.stop()
+        client.close()
+    return 0
+
+
 TOOLS: dict[str, Callable[[list[str]], int]] = {
     "kafka-topics": kafka_topics,
     "kafka-reassign-partitions": kafka_reassign_partitions,
+    "kafka-preferred-replica-election": kafka_preferred_replica_election,
+    "kafka-configs": kafka_configs,
 }
 
 
