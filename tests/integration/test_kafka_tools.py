@@ -262,3 +262,44 @@ def test_kafka_preferred_replica_election_starts_an_election(cluster, tmp_path):
             30,
             "the controller to take the election",
         )
+
+
+def test_kafka_consumer_groups_lists_and_describes_a_group(cluster):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    zk, bootstrap = cluster.zookeeper, cluster.bootstrap_servers
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "watched", "--partitions", "1",
+        "--replication-factor", "1",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "watched", 1)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for n in range(5):
+        producer.send("watched", b"%d" % n)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="auditors")
+    consumer.commit({TopicPartition("watched", 0): OffsetAndMetadata(3, "")})
+    consumer.close()
+
+    listed = tool("kafka-consumer-groups", "--bootstrap-server", bootstrap, "--list")
+    assert "auditors" in listed.stdout.splitlines()
+    described = tool(
+        "kafka-consumer-groups",
+        "--bootstrap-server",
+        bootstrap,
+        "--describe",
+        "--group",
+        "auditors",
+    )
+    lines = described.stdout.splitlines()
+    assert len(lines) == 3, described.stdout + described.stderr
+    assert lines[1].split() == [
+        "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+        "CLIENT-ID",
+    ]  # fmt: skip
+    assert lines[2].split() == ["watched", "0", "3", "5", "2", "-", "-", "-"]
+    assert "Consumer group 'auditors' has no active members." in described.stderr
+    old = tool("kafka-consumer-groups", "--zookeeper", zk, "--list")
+    assert old.returncode == 1 and "use --bootstrap-server" in old.stderr

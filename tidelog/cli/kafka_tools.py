@@ -551,7 +551,167 @@ def kafka_configs(argv: list[str]) -> int:
     return 0
 
 
+# -- kafka-consumer-groups.sh ------------------------------------------------------------------
+
+
+def kafka_consumer_groups(argv: list[str]) -> int:
+    parser = _parser("kafka-consumer-groups")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--bootstrap-server")
+    parser.add_argument("--group", action="append")
+    parser.add_argument("--topic")
+    for flag in ("list", "describe", "delete", "new-consumer"):
+        parser.add_argument(f"--{flag}", action="store_true")
+    parser.add_argument("--command-config")
+    if not argv:
+        raise UsageError(
+            "List all consumer groups, describe a consumer group, or delete consumer group info."
+        )
+    args = parser.parse_args(argv)
+    if len(_given(args, "list", "describe", "delete")) != 1:
+        raise UsageError("Command must include exactly one action: --list, --describe, --delete")
+    if args.zookeeper is not None:
+        raise UsageError(
+            "zookeeper: tidelog keeps no ZooKeeper-based (old consumer) groups; its groups are "
+            "the Java consumer's: use --bootstrap-server"
+        )
+    _require(args, "bootstrap-server")
+    if args.delete:
+        raise UsageError(
+            "Option '[delete]' is only valid with '[zookeeper]'. Note that there's no need to "
+            "delete group metadata for the new consumer as the group is deleted when the last "
+            "committed offset for that group expires."
+        )
+    if args.describe:
+        _require(args, "group")
+    _refuse_with(args, "group", ["list"])
+    _refuse_with(args, "topic", ["list", "describe"])
+    if args.command_config is not None:
+        raise UsageError("command-config: tidelog's listeners take no client security settings")
+    print(
+        "Note: This will only show information about consumers that use the Java consumer API "
+        "(non-ZooKeeper-based consumers).\n",
+        file=sys.stderr,
+    )
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="kafka-tools")
+    try:
+        if args.list:
+            for group in sorted(g["group_id"] for g in admin.list_groups()):
+                print(group)
+            return 0
+        group = args.group[0]
+        described = admin.describe_groups([group])[group]
+        state = described.get("group_state")
+        members = described.get("members") or []
+        committed = _committed_offsets(args.bootstrap_server, group)
+        if state == "Dead" or (not committed and not members):
+            print(f"Error: Consumer group '{group}' does not exist.")
+            return 0
+        rows: list[tuple[str, int, str, str, str]] = []  # topic, partition, member, host, client
+        assigned: set[tuple[str, int]] = set()
+        for member in sorted(members, key=lambda m: -sum(len(p) for _, p in _assignment(m))):
+            for topic, partitions in _assignment(member):
+                for partition in sorted(partitions):
+                    assigned.add((topic, partition))
+                    rows.append(
+                        (
+                            topic,
+                            partition,
+                            member.get("member_id", "-"),
+                            member.get("client_host", "-"),
+                            member.get("client_id", "-"),
+                        )
+                    )
+        rows += [
+            (tp.topic, tp.partition, "-", "-", "-")
+            for tp in sorted(committed)
+            if (tp.topic, tp.partition) not in assigned
+        ]
+        consumer = KafkaConsumer(bootstrap_servers=args.bootstrap_server)
+        try:
+            ends = consumer.end_offsets([TopicPartition(t, p) for t, p, *_ in rows])
+        finally:
+            consumer.close()
+        if state == "Empty":
+            print(f"Consumer group '{group}' has no active members.", file=sys.stderr)
+        elif state in ("PreparingRebalance", "AwaitingSync", "CompletingRebalance"):
+            print(f"Warning: Consumer group '{group}' is rebalancing.", file=sys.stderr)
+        print("\n" + _group_row("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                                  "CONSUMER-ID", "HOST", "CLIENT-ID"))  # fmt: skip
+        for topic, partition, member_id, host, client_id in rows:
+            key = TopicPartition(topic, partition)
+            offset = committed.get(key)
+            end = ends.get(key)
+            lag = end - offset if offset is not None and end is not None else None
+            print(
+                _group_row(
+                    topic,
+                    partition,
+                    "-" if offset is None else offset,
+                    "-" if end is None else end,
+                    "-" if lag is None else lag,
+                    member_id,
+                    host,
+                    client_id,
+                )
+            )
+    except Exception as error:
+        print(f"Error: Executing consumer group command failed due to {_message(error)}")
+    finally:
+        admin.close()
+    return 0
+
+
+def _committed_offsets(bootstrap: str, group: str) -> dict:
+    """The group's committed offsets, asked partition by partition with OffsetFetch v1 (the
+    version tidelog serves; kafka-python's admin client asks for v2 and up)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    try:
+        found = {}
+        for topic in sorted(reader.topics() - {"__consumer_offsets"}):
+            for partition in sorted(reader.partitions_for_topic(topic) or ()):
+                key = TopicPartition(topic, partition)
+                offset = reader.committed(key)
+                if offset is not None and offset >= 0:
+                    found[key] = offset
+        return found
+    finally:
+        reader.close()
+
+
+def _group_row(*cells: object) -> str:
+    """ConsumerGroupCommand's columns: "%-30s %-10s %-15s %-15s %-10s %-50s%-30s %s"."""
+    topic, partition, offset, end, lag, member, host, client = (str(c) for c in cells)
+    return (
+        f"{topic:<30} {partition:<10} {offset:<15} {end:<15} {lag:<10} {member:<50}"
+        f"{host:<30} {client}"
+    )
+
+
+def _assignment(member: dict) -> list[tuple[str, list[int]]]:
+    """A member's assigned partitions as kafka-python's admin client gives them (a decoded
+    consumer protocol assignment), or none."""
+    assignment = member.get("member_assignment")
+    if isinstance(assignment, dict):
+        found = assignment.get("assignment") or assignment.get("assigned_partitions") or []
+    else:
+        found = getattr(assignment, "assignment", None) or []
+    pairs = []
+    for entry in found:
+        if isinstance(entry, dict):
+            pairs.append((str(entry.get("topic")), list(entry.get("partitions", []))))
+        else:
+            topic, partitions = entry
+            pairs.append((topic, list(partitions)))
+    return pairs
+
+
 TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "kafka-consumer-groups": kafka_consumer_groups,
     "kafka-topics": kafka_topics,
     "kafka-reassign-partitions": kafka_reassign_partitions,
     "kafka-preferred-replica-election": kafka_preferred_replica_election,
