@@ -442,7 +442,9 @@ class BrokerNode:
             set(self.shutting_down),
         )
         self._take_changes(moves.changes)
-        await self.control_plane.send(self.metadata, moves.changes, moves.brokers)
+        # queued, not waited for, as Kafka's controller answers: one unresponsive broker (a
+        # paused follower that is now to lead) must not hold the stopping broker up
+        await self.control_plane.send(self.metadata, moves.changes, moves.brokers, wait=False)
         log.info(
             "controller: controlled shutdown of broker %d: %d states written, %d partitions "
             "left to move, %d with no other in-sync replica",

@@ -256,13 +256,16 @@ class ControlPlane:
         metadata: MetadataCache,
         changes: list[Change],
         live: dict[int, BrokerEndpoint] | None = None,
+        *,
+        wait: bool = True,
     ) -> None:
         """LeaderAndIsr for changed partitions to their replicas, the whole state to brokers new
         since the last call, and UpdateMetadata to every live broker when a partition changed
         or the live brokers did. ``live``: the brokers as the controller last read them from
         ZooKeeper (the cache's by default); an UpdateMetadata must not name a broker the
         controller knows is gone, or a broker that already learned it from its own watch
-        would take it back."""
+        would take it back. ``wait``: up to controller.socket.timeout.ms for the answers
+        (without, the requests are queued and the queues deliver them)."""
         live = metadata.brokers if live is None else live
         await self.track_brokers(live)
         per_broker: dict[int, list[dict]] = defaultdict(list)
@@ -296,4 +299,5 @@ class ControlPlane:
                 self.enqueue(broker, "update-metadata", {"brokers": brokers, "partitions": changed})
                 for broker in live.values()
             ]
-        await self._wait(answers)
+        if wait:
+            await self._wait(answers)
