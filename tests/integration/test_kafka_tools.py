@@ -303,3 +303,28 @@ def test_kafka_consumer_groups_lists_and_describes_a_group(cluster):
     assert "Consumer group 'auditors' has no active members." in described.stderr
     old = tool("kafka-consumer-groups", "--zookeeper", zk, "--list")
     assert old.returncode == 1 and "use --bootstrap-server" in old.stderr
+
+
+def test_console_producer_and_consumer_carry_keyed_lines(cluster):
+    zk, bootstrap = cluster.zookeeper, cluster.bootstrap_servers
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "console", "--partitions", "1",
+        "--replication-factor", "2",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "console", 1)
+    produced = subprocess.run(
+        [str(HOME / "bin" / "kafka-console-producer.sh"), "--broker-list", bootstrap, "--topic",
+         "console", "--property", "parse.key=true", "--property", "key.separator=:",
+         "--request-required-acks", "all", "--sync"],
+        input="k1:first\nk2:second\n", capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "KAFKA_HOME": str(HOME)},
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    consumed = tool(
+        "kafka-console-consumer", "--bootstrap-server", bootstrap, "--topic", "console",
+        "--from-beginning", "--max-messages", "2", "--property", "print.key=true",
+    )  # fmt: skip
+    assert consumed.stdout.splitlines() == ["k1\tfirst", "k2\tsecond"]
+    assert "Processed a total of 2 messages" in consumed.stderr
+    refused = tool("kafka-console-consumer", "--zookeeper", zk, "--topic", "console")
+    assert refused.returncode == 1 and "use --bootstrap-server" in refused.stderr

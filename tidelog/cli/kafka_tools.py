@@ -710,7 +710,175 @@ def _assignment(member: dict) -> list[tuple[str, list[int]]]:
     return pairs
 
 
+# -- kafka-console-producer.sh / kafka-console-consumer.sh -------------------------------------
+
+
+def _properties(pairs: list[str] | None) -> dict[str, str]:
+    found = {}
+    for pair in pairs or []:
+        key, separator, value = pair.partition("=")
+        if not separator:
+            raise UsageError(f"Invalid property {pair!r}: key=value expected")
+        found[key.strip()] = value
+    return found
+
+
+def kafka_console_producer(argv: list[str]) -> int:
+    """Lines of stdin as messages (with parse.key, key and value split at key.separator)."""
+    parser = _parser("kafka-console-producer")
+    parser.add_argument("--broker-list")
+    parser.add_argument("--topic")
+    parser.add_argument("--sync", action="store_true")
+    parser.add_argument("--compression-codec", nargs="?", const="gzip")
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--message-send-max-retries", type=int, default=3)
+    parser.add_argument("--retry-backoff-ms", type=int, default=100)
+    parser.add_argument("--timeout", type=int, default=1000)  # linger, in ms
+    parser.add_argument("--request-required-acks", default="1")
+    parser.add_argument("--request-timeout-ms", type=int, default=1500)
+    parser.add_argument("--max-block-ms", type=int, default=60000)
+    parser.add_argument("--property", action="append")
+    parser.add_argument("--producer-property", action="append")
+    args = parser.parse_args(argv)
+    _require(args, "broker-list", "topic")
+    codecs = {"none": None, "gzip": "gzip", "snappy": "snappy", "lz4": "lz4"}
+    if args.compression_codec is not None and args.compression_codec not in codecs:
+        raise UsageError(
+            f"compression-codec: {args.compression_codec!r}; one of none, gzip, snappy, lz4"
+        )
+    reader = _properties(args.property)
+    parse_key = reader.get("parse.key", "false").lower() == "true"
+    separator = reader.get("key.separator", "\t")
+    from kafka import KafkaProducer
+
+    acks: int | str = (
+        "all" if args.request_required_acks in ("all", "-1") else int(args.request_required_acks)
+    )
+    producer = KafkaProducer(
+        bootstrap_servers=args.broker_list,
+        acks=acks,
+        retries=args.message_send_max_retries,
+        retry_backoff_ms=args.retry_backoff_ms,
+        linger_ms=0 if args.sync else args.timeout,
+        request_timeout_ms=args.request_timeout_ms,
+        max_block_ms=args.max_block_ms,
+        compression_type=codecs.get(args.compression_codec or "none"),
+        **({"batch_size": args.batch_size} if args.batch_size else {}),
+        **{k.replace(".", "_"): v for k, v in _properties(args.producer_property).items()},
+    )
+    failed = 0
+    try:
+        for line in sys.stdin:
+            text = line.rstrip("\n")
+            key = None
+            if parse_key:
+                key_text, found, text = text.partition(separator)
+                if not found:
+                    print(f"No key found on line: {line.rstrip()}", file=sys.stderr)
+                    failed += 1
+                    continue
+                key = key_text.encode()
+            future = producer.send(args.topic, value=text.encode(), key=key)
+            if args.sync:
+                future.get(timeout=args.max_block_ms / 1000)
+        producer.flush()
+    finally:
+        producer.close()
+    return 1 if failed else 0
+
+
+def kafka_console_consumer(argv: list[str]) -> int:
+    """Messages to stdout, one a line; 'Processed a total of N messages' on stderr at the end."""
+    parser = _parser("kafka-console-consumer")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--bootstrap-server")
+    parser.add_argument("--topic")
+    parser.add_argument("--whitelist")
+    parser.add_argument("--partition", type=int)
+    parser.add_argument("--offset", default="latest")
+    parser.add_argument("--from-beginning", action="store_true")
+    parser.add_argument("--max-messages", type=int)
+    parser.add_argument("--timeout-ms", type=int)
+    parser.add_argument("--skip-message-on-error", action="store_true")
+    parser.add_argument("--new-consumer", action="store_true")
+    parser.add_argument("--property", action="append")
+    parser.add_argument("--consumer-property", action="append")
+    args = parser.parse_args(argv)
+    if args.zookeeper is not None:
+        raise UsageError(
+            "zookeeper: tidelog serves the new (Java) consumer only; use --bootstrap-server"
+        )
+    _require(args, "bootstrap-server")
+    if bool(args.topic) == bool(args.whitelist):
+        raise UsageError("Exactly one of whitelist/topic is required.")
+    printing = _properties(args.property)
+    print_key = printing.get("print.key", "false").lower() == "true"
+    print_timestamp = printing.get("print.timestamp", "false").lower() == "true"
+    key_separator = printing.get("key.separator", "\t")
+    from kafka import KafkaConsumer, TopicPartition
+
+    settings: dict[str, str | None] = {
+        k.replace(".", "_"): v for k, v in _properties(args.consumer_property).items()
+    }
+    settings.setdefault("group_id", None)
+    consumer = KafkaConsumer(
+        bootstrap_servers=args.bootstrap_server,
+        auto_offset_reset="earliest" if args.from_beginning else "latest",
+        enable_auto_commit=settings.get("group_id") is not None,
+        **settings,
+    )
+    count = 0
+    try:
+        if args.partition is not None:
+            assigned = TopicPartition(args.topic, args.partition)
+            consumer.assign([assigned])
+            if args.offset == "earliest" or args.from_beginning:
+                consumer.seek_to_beginning(assigned)
+            elif args.offset == "latest":
+                consumer.seek_to_end(assigned)
+            else:
+                consumer.seek(assigned, int(args.offset))
+        elif args.whitelist:
+            consumer.subscribe(pattern=args.whitelist.replace(",", "|"))
+        else:
+            consumer.subscribe([args.topic])
+        import time
+
+        idle_since = time.monotonic()
+        while args.max_messages is None or count < args.max_messages:
+            batches = consumer.poll(timeout_ms=200)
+            if not batches:
+                if (
+                    args.timeout_ms is not None
+                    and (time.monotonic() - idle_since) * 1000 >= args.timeout_ms
+                ):
+                    break
+                continue
+            idle_since = time.monotonic()
+            for records in batches.values():
+                for record in records:
+                    if args.max_messages is not None and count >= args.max_messages:
+                        break
+                    parts = []
+                    if print_timestamp:
+                        kind = "CreateTime" if record.timestamp_type == 0 else "LogAppendTime"
+                        parts.append(f"{kind}:{record.timestamp}")
+                    if print_key:
+                        parts.append((record.key or b"null").decode(errors="replace"))
+                    parts.append((record.value or b"null").decode(errors="replace"))
+                    print(key_separator.join(parts), flush=True)
+                    count += 1
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+        print(f"Processed a total of {count} messages", file=sys.stderr)
+    return 0
+
+
 TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "kafka-console-producer": kafka_console_producer,
+    "kafka-console-consumer": kafka_console_consumer,
     "kafka-consumer-groups": kafka_consumer_groups,
     "kafka-topics": kafka_topics,
     "kafka-reassign-partitions": kafka_reassign_partitions,
