@@ -328,3 +328,28 @@ def test_console_producer_and_consumer_carry_keyed_lines(cluster):
     assert "Processed a total of 2 messages" in consumed.stderr
     refused = tool("kafka-console-consumer", "--zookeeper", zk, "--topic", "console")
     assert refused.returncode == 1 and "use --bootstrap-server" in refused.stderr
+
+
+def test_kafka_run_class_dumps_log_segments(cluster):
+    zk, bootstrap = cluster.zookeeper, cluster.bootstrap_servers
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "dumped", "--partitions", "1",
+        "--replication-factor", "1",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "dumped", 1)
+    subprocess.run(
+        [str(HOME / "bin" / "kafka-console-producer.sh"), "--broker-list", bootstrap, "--topic",
+         "dumped", "--sync"],
+        input="hello\n", capture_output=True, text=True, timeout=60, check=True,
+        env={**os.environ, "KAFKA_HOME": str(HOME)},
+    )  # fmt: skip
+    (segment,) = cluster.directory.glob("broker-*/logs/dumped-0/00000000000000000000.log")
+    dumped = tool(
+        "kafka-run-class", "kafka.tools.DumpLogSegments", "--files", str(segment),
+        "--print-data-log",
+    )  # fmt: skip
+    assert dumped.returncode == 0, dumped.stderr
+    assert "hello" in dumped.stdout
+    other = tool("kafka-run-class", "kafka.tools.GetOffsetShell", "--topic", "dumped")
+    assert other.returncode == 1
+    assert "kafka.tools.GetOffsetShell: tidelog's kafka-run-class.sh runs" in other.stderr

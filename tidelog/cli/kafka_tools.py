@@ -876,7 +876,37 @@ def kafka_console_consumer(argv: list[str]) -> int:
     return 0
 
 
+# -- kafka-run-class.sh kafka.tools.DumpLogSegments --------------------------------------------
+
+
+def kafka_run_class(argv: list[str]) -> int:
+    """The one class tidelog runs: kafka.tools.DumpLogSegments, as `tidelog dump-log`."""
+    if not argv or argv[0] != "kafka.tools.DumpLogSegments":
+        raise UsageError(
+            f"{argv[0] if argv else '(no class)'}: tidelog's kafka-run-class.sh runs "
+            "kafka.tools.DumpLogSegments only"
+        )
+    parser = _parser("kafka-run-class")
+    parser.add_argument("--files")
+    for flag in ("print-data-log", "verify-index-only", "index-sanity-check", "deep-iteration"):
+        parser.add_argument(f"--{flag}", action="store_true")
+    parser.add_argument("--max-message-size", type=int)
+    args = parser.parse_args(argv[1:])
+    _require(args, "files")
+    from tidelog.cli import main as tidelog
+
+    command = ["dump-log", *[f for f in args.files.split(",") if f]]
+    if args.deep_iteration:
+        command.append("--deep-iteration")
+    if args.print_data_log:
+        command.append("--print-data-log")
+    if args.verify_index_only or args.index_sanity_check:
+        command.append("--verify-index")
+    return tidelog(command)
+
+
 TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "kafka-run-class": kafka_run_class,
     "kafka-console-producer": kafka_console_producer,
     "kafka-console-consumer": kafka_console_consumer,
     "kafka-consumer-groups": kafka_consumer_groups,
