@@ -353,3 +353,39 @@ def test_kafka_run_class_dumps_log_segments(cluster):
     other = tool("kafka-run-class", "kafka.tools.GetOffsetShell", "--topic", "dumped")
     assert other.returncode == 1
     assert "kafka.tools.GetOffsetShell: tidelog's kafka-run-class.sh runs" in other.stderr
+
+
+def test_perf_tools_print_kafkas_summaries(cluster):
+    zk, bootstrap = cluster.zookeeper, cluster.bootstrap_servers
+    tool(
+        "kafka-topics", "--zookeeper", zk, "--create", "--topic", "timed", "--partitions", "2",
+        "--replication-factor", "1",
+    )  # fmt: skip
+    wait_for_leaders(cluster, "timed", 2)
+    produced = tool(
+        "kafka-producer-perf-test", "--topic", "timed", "--num-records", "2000",
+        "--record-size", "100", "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    assert re.fullmatch(
+        r"2000 records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms avg latency, "
+        r"[\d.]+ ms max latency, \d+ ms 50th, \d+ ms 95th, \d+ ms 99th, \d+ ms 99\.9th\.",
+        produced.stdout.splitlines()[-1],
+    ), produced.stdout
+    consumed = tool(
+        "kafka-consumer-perf-test", "--broker-list", bootstrap, "--topic", "timed",
+        "--messages", "2000",
+    )  # fmt: skip
+    lines = consumed.stdout.splitlines()
+    assert lines[0] == (
+        "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec"
+    )
+    assert lines[1].split(", ")[4] == "2000"
+    refused = tool(
+        "kafka-producer-perf-test", "--topic", "timed", "--num-records", "1", "--record-size",
+        "1", "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+        "max.in.flight.requests.per.connection=1",
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "max.in.flight.requests.per.connection" in refused.stderr

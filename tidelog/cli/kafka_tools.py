@@ -905,7 +905,133 @@ def kafka_run_class(argv: list[str]) -> int:
     return tidelog(command)
 
 
+# -- kafka-producer-perf-test.sh / kafka-consumer-perf-test.sh ---------------------------------
+
+PERF_PRODUCER_PROPS = ("bootstrap.servers", "acks", "compression.type", "batch.size", "linger.ms")
+
+
+def kafka_producer_perf_test(argv: list[str]) -> int:
+    """tidelog perf produce with Kafka's options; Kafka's ProducerPerformance final line."""
+    import asyncio
+
+    from tidelog.perf.producer import ProducerSettings, run_producer
+    from tidelog.records.format import Codec
+
+    parser = _parser("kafka-producer-perf-test")
+    parser.add_argument("--topic")
+    parser.add_argument("--num-records", type=int)
+    parser.add_argument("--record-size", type=int)
+    parser.add_argument("--payload-file")
+    parser.add_argument("--throughput", type=float)
+    parser.add_argument("--producer-props", nargs="+")
+    parser.add_argument("--producer.config", dest="producer_config")
+    parser.add_argument("--print-metrics", action="store_true")
+    args = parser.parse_args(argv)
+    _require(args, "topic", "num-records", "throughput", "producer-props")
+    if args.payload_file or args.producer_config or args.print_metrics:
+        given = (
+            "payload-file"
+            if args.payload_file
+            else ("producer.config" if args.producer_config else "print-metrics")
+        )
+        raise UsageError(f"{given}: not supported by tidelog's perf producer; use --record-size")
+    _require(args, "record-size")
+    props = _properties(args.producer_props)
+    unknown = sorted(set(props) - set(PERF_PRODUCER_PROPS))
+    if unknown:
+        raise UsageError(
+            f"--producer-props {unknown[0]}: tidelog's perf producer takes "
+            f"{', '.join(PERF_PRODUCER_PROPS)}"
+        )
+    if "bootstrap.servers" not in props:
+        raise UsageError("--producer-props must include bootstrap.servers=HOST:PORT")
+    acks = props.get("acks", "1")
+    codec = props.get("compression.type", "none").upper()
+    if codec not in Codec.__members__:
+        raise UsageError(f"compression.type {codec.lower()!r}: one of none, gzip, snappy, lz4")
+    settings = ProducerSettings(
+        topic=args.topic,
+        num_records=args.num_records,
+        record_size=args.record_size,
+        throughput=args.throughput,
+        acks=-1 if acks == "all" else int(acks),
+        codec=Codec[codec],
+        batch_size=int(props.get("batch.size", 16384)),
+        linger_ms=float(props.get("linger.ms", 0)),
+    )
+    summary, _errors = asyncio.run(run_producer(props["bootstrap.servers"], settings))
+    latency = summary.latency()
+    megabytes = summary.bytes / summary.seconds / 1024 / 1024 if summary.seconds else 0.0
+    print(
+        f"{summary.records} records sent, {summary.records_per_second:f} records/sec "
+        f"({megabytes:.2f} MB/sec), {latency['avg']:.2f} ms avg latency, "
+        f"{latency['max']:.2f} ms max latency, {int(latency['p50'])} ms 50th, "
+        f"{int(latency['p95'])} ms 95th, {int(latency['p99'])} ms 99th, "
+        f"{int(latency['p99.9'])} ms 99.9th."
+    )
+    return 0
+
+
+def kafka_consumer_perf_test(argv: list[str]) -> int:
+    """tidelog perf consume with Kafka's options; ConsumerPerformance's header and row."""
+    import asyncio
+    import time
+
+    from tidelog.perf.consumer import run_consumer
+
+    parser = _parser("kafka-consumer-perf-test")
+    parser.add_argument("--zookeeper")
+    parser.add_argument("--broker-list")
+    parser.add_argument("--topic")
+    parser.add_argument("--messages", type=int)
+    parser.add_argument("--fetch-size", type=int, default=1024 * 1024)
+    parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument("--new-consumer", action="store_true")
+    parser.add_argument("--hide-header", action="store_true")
+    parser.add_argument("--show-detailed-stats", action="store_true")
+    parser.add_argument("--reporting-interval", type=int, default=5000)
+    parser.add_argument("--timeout", type=int, default=10000)
+    args = parser.parse_args(argv)
+    if args.zookeeper is not None:
+        raise UsageError("zookeeper: tidelog serves the new consumer only; use --broker-list")
+    _require(args, "broker-list", "topic", "messages")
+    started = time.time()
+    summary = asyncio.run(
+        run_consumer(
+            args.broker_list,
+            args.topic,
+            args.messages,
+            fetch_size=args.fetch_size,
+            timeout=args.timeout / 1000,
+            progress=(lambda line: print(line, file=sys.stderr))
+            if args.show_detailed_stats
+            else (lambda _: None),
+        )
+    )
+    ended = time.time()
+    if not args.hide_header:
+        print("start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec")
+    megabytes = summary.bytes / 1024 / 1024
+    seconds = max(ended - started, 1e-9)
+    print(
+        f"{_kafka_date(started)}, {_kafka_date(ended)}, {megabytes:.4f}, "
+        f"{megabytes / seconds:.4f}, {summary.records}, {summary.records / seconds:.4f}"
+    )
+    return 0
+
+
+def _kafka_date(seconds: float) -> str:
+    """ConsumerPerformance's default --date-format, yyyy-MM-dd HH:mm:ss:SSS."""
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds)) + (
+        f":{int(seconds * 1000) % 1000:03d}"
+    )
+
+
 TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "kafka-producer-perf-test": kafka_producer_perf_test,
+    "kafka-consumer-perf-test": kafka_consumer_perf_test,
     "kafka-run-class": kafka_run_class,
     "kafka-console-producer": kafka_console_producer,
     "kafka-console-consumer": kafka_console_consumer,
