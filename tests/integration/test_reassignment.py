@@ -85,11 +85,14 @@ def read_back(cluster: LocalCluster, topic: str, partitions: int = PARTITIONS) -
         consumer.close()
 
 
-@pytest.mark.parametrize("killed", ["controller", "new replica"])
+@pytest.mark.parametrize(
+    ("killed", "throttle"),
+    [("controller", None), ("new replica", None), ("controller", "2000000")],
+)
 def test_every_partition_moves_to_a_new_set_with_a_broker_killed_mid_move(
-    cluster, tmp_path, killed
+    cluster, tmp_path, killed, throttle
 ):
-    topic = f"moving-{killed.replace(' ', '-')}"
+    topic = f"moving-{killed.replace(' ', '-')}{'-throttled' if throttle else ''}"
     controller = controller_of(cluster)
     retired = next(b for b in (1, 2, 3, 4) if b != controller)
     staying = [b for b in (1, 2, 3, 4) if b != retired]
@@ -107,7 +110,8 @@ def test_every_partition_moves_to_a_new_set_with_a_broker_killed_mid_move(
         wait_until(lambda: producer.count() > 1500, 60, "1500 acknowledged messages")
         # the new replica cannot catch up while it is paused: the move stops half-way
         cluster.signal_broker(newcomer, signal.SIGSTOP)
-        started = reassign(cluster, "--execute", "--reassignment-json-file", str(plan))
+        throttled = ["--throttle", throttle] if throttle else []
+        started = reassign(cluster, "--execute", "--reassignment-json-file", str(plan), *throttled)
         assert started.returncode == 0, started.stderr
         assert "Successfully started reassignment of partitions." in started.stdout
         wait_until(
@@ -131,6 +135,11 @@ def test_every_partition_moves_to_a_new_set_with_a_broker_killed_mid_move(
             return verified.stdout.count("completed successfully") == PARTITIONS
 
         wait_until(completed, 90, "--verify to say every partition completed", interval=1)
+        with zookeeper.session(cluster.zookeeper) as client:
+            # --verify took the throttle off once every partition completed
+            assert "follower.replication.throttled.replicas" not in zookeeper.read_topic_config(
+                client, topic
+            )
         settled = producer.count()
         wait_until(lambda: producer.count() > settled + 300, 30, "300 more acknowledgements")
     finally:
