@@ -176,6 +176,12 @@ def _remote_uri(value: str) -> bool:
     return value == "" or value.startswith(("file://", "s3://"))
 
 
+def _throttled_replicas(value: str) -> bool:
+    from tidelog.replication.throttle import valid_throttled_replicas
+
+    return valid_throttled_replicas(value)
+
+
 def _policies(value: tuple[str, ...]) -> bool:
     return bool(value) and all(policy in CLEANUP_POLICIES for policy in value)
 
@@ -244,6 +250,21 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
         _int,
         1048576,
         _at_least(1, INT_MAX),
+    ),
+    # KIP-73's replication throttle: the replicas the brokers' throttled rates apply to
+    (
+        "leader.replication.throttled.replicas",
+        None,
+        _str,
+        "",
+        (_throttled_replicas, "'*' or partition:broker pairs separated by ',' (0:1,1:2)"),
+    ),
+    (
+        "follower.replication.throttled.replicas",
+        None,
+        _str,
+        "",
+        (_throttled_replicas, "'*' or partition:broker pairs separated by ',' (0:1,1:2)"),
     ),
     # tidelog's: how often the time index gets an entry (KIP-32/KIP-33's minute alternative)
     (
@@ -359,18 +380,15 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # tidelog's own: behave as a broker of this release (its API versions, its settings).
         _key("broker.protocol.max.version", _str, "0.10.1", _one_of(*BROKER_RELEASES)),
         _key("unclean.leader.election.enable", _bool, False, _TRUE_OR_FALSE),
-        _key(
-            "auto.leader.rebalance.enable",
-            _bool,
-            False,
-            _only(False, "run `tidelog topic preferred-leader-election` instead"),
-        ),
-        _key(
-            "controlled.shutdown.enable",
-            _bool,
-            False,
-            _only(False, "a stopping broker closes its session and the controller then elects"),
-        ),
+        _key("auto.leader.rebalance.enable", _bool, True, _TRUE_OR_FALSE),
+        _key("leader.imbalance.per.broker.percentage", _int, 10, _at_least(0, 100)),
+        _key("leader.imbalance.check.interval.seconds", _int, 300, _at_least(1, INT_MAX)),
+        _key("controlled.shutdown.enable", _bool, True, _TRUE_OR_FALSE),
+        # KIP-73: bytes a second for throttled replicas (/config/brokers/{id} overrides them)
+        _key("leader.replication.throttled.rate", _int, LONG_MAX, _at_least(0)),
+        _key("follower.replication.throttled.rate", _int, LONG_MAX, _at_least(0)),
+        _key("controlled.shutdown.max.retries", _int, 3, _at_least(1, INT_MAX)),
+        _key("controlled.shutdown.retry.backoff.ms", _int, 5000, _at_least(0, INT_MAX)),
         _key("socket.request.max.bytes", _int, 104857600, _at_least(1, INT_MAX)),
         _key("log.retention.check.interval.ms", _int, 300000, _at_least(1)),
         _key("log.retention.minutes", _int, None, _at_least(-1, INT_MAX)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import socket
 from collections.abc import Callable
@@ -96,6 +97,7 @@ class AdminServer:
             "leader-and-isr": "leader_and_isr",
             "update-metadata": "update_metadata",
             "stop-replica": "stop_replica",
+            "controlled-shutdown": "controlled_shutdown",
         }
         kind = request.match_info["kind"]
         if self.control is None or kind not in kinds:
@@ -103,6 +105,8 @@ class AdminServer:
         try:
             body = await request.json()
             answer = getattr(self.control, kinds[kind])(body)
+            if inspect.isawaitable(answer):  # one the controller answers after its writes
+                answer = await answer
         except (ValueError, KeyError, TypeError) as error:
             return web.json_response({"error": f"malformed {kind} request: {error!r}"}, status=400)
         return web.json_response(answer)

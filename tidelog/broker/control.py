@@ -2,16 +2,19 @@
 the controller, over the admin HTTP API, fenced by controller epoch and leader epoch.
 
 A request from a controller whose epoch is older than the newest this broker has seen is refused
-whole (STALE_CONTROLLER_EPOCH): a deposed controller cannot undo its successor's decisions. A
-partition state older (by leader epoch) than the one the broker holds is refused for that
-partition alone. Accepted states go into the metadata cache and the replica manager acts on them
-at once, without waiting for its ZooKeeper watches.
+whole (STALE_CONTROLLER_EPOCH): a deposed controller cannot undo its successor's decisions.
+Within one controller epoch, requests carry a growing sequence number: one at or below the last
+applied is a late copy of an attempt the controller already repeated (or a repeat of one
+applied whose answer was lost), answered without being applied, so an older broker list or
+state never replaces a newer one. A partition state older (by leader epoch) than the one the
+broker holds is refused for that partition alone. Accepted states go into the metadata cache
+and the replica manager acts on them at once, without waiting for its ZooKeeper watches.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
@@ -32,10 +35,17 @@ class ControlRequests:
         self.metadata = metadata
         self.apply = apply
         self.stop_replica_callback = stop_replica
+        # set by a broker that can act as controller: answers a ControlledShutdown request
+        self.shutdown_handler: Callable[[int], Awaitable[dict]] | None = None
+        # False once this broker's own controlled shutdown has moved its leaderships away:
+        # states are still taken, but no more fetchers start for a broker about to stop
+        self.applying = True
         self.controller_epoch = -1
+        self.sequence = 0  # the last applied in controller_epoch (0: none carried one)
 
     def _fenced(self, body: dict) -> dict | None:
         epoch = int(body["controller_epoch"])
+        sequence = int(body.get("sequence", 0))
         if epoch < self.controller_epoch:
             log.warning(
                 "refused a request from controller %s in epoch %d: epoch %d is current",
@@ -44,7 +54,17 @@ class ControlRequests:
                 self.controller_epoch,
             )
             return {"error_code": int(ErrorCode.STALE_CONTROLLER_EPOCH), "partitions": []}
+        if epoch == self.controller_epoch and 0 < sequence <= self.sequence:
+            log.info(
+                "ignored request %d of controller %s (epoch %d): %d was applied already",
+                sequence,
+                body.get("controller_id"),
+                epoch,
+                self.sequence,
+            )
+            return {"error_code": int(ErrorCode.NONE), "partitions": [], "superseded": True}
         self.controller_epoch = epoch
+        self.sequence = sequence
         return None
 
     def _take_states(self, body: dict) -> list[dict[str, Any]]:
@@ -76,7 +96,8 @@ class ControlRequests:
         if refused:
             return refused
         answers = self._take_states(body)
-        self.apply()
+        if self.applying:
+            self.apply()
         log.info(
             "LeaderAndIsr from controller %s (epoch %s) for %d partitions",
             body.get("controller_id"),
@@ -95,7 +116,8 @@ class ControlRequests:
             }
         self.metadata.controller_id = int(body.get("controller_id", self.metadata.controller_id))
         answers = self._take_states(body)
-        self.apply()
+        if self.applying:
+            self.apply()
         return {"error_code": 0, "partitions": answers}
 
     def stop_replica(self, body: dict) -> dict:
@@ -108,3 +130,10 @@ class ControlRequests:
             self.stop_replica_callback(topic, number, bool(body.get("delete", False)))
             answers.append({"topic": topic, "partition": number, "error_code": 0})
         return {"error_code": 0, "partitions": answers}
+
+    async def controlled_shutdown(self, body: dict) -> dict:
+        """ControlledShutdown from broker ``broker_id``, answered by the controller: the
+        partitions it still leads (Kafka's partitionsRemaining); NOT_CONTROLLER elsewhere."""
+        if self.shutdown_handler is None:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "partitions_remaining": []}
+        return await self.shutdown_handler(int(body["broker_id"]))

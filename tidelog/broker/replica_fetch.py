@@ -94,6 +94,9 @@ def _read_changed(
         topic, number = key
         fetch_offset, partition_max_bytes = session.partitions[key]
         answer = {"partition": number, "error_code": 0, "high_watermark": -1, "record_set": b""}
+        throttled = _leader_throttled(replicas, key, session.replica_id)
+        if throttled and replicas.throttle is not None and replicas.throttle.leader.exceeded():
+            continue  # KIP-73: left changed, read once the leader quota allows
         try:
             result = replicas.read(
                 topic,
@@ -116,6 +119,8 @@ def _read_changed(
         answer["high_watermark"] = result.high_watermark
         answer["record_set"] = result.data
         total += result.size
+        if throttled and replicas.throttle is not None:
+            replicas.throttle.leader.record(result.size)
         if result.size:
             answers[key] = answer
         elif session.sent_high_watermarks.get(key) != result.high_watermark:
@@ -127,3 +132,12 @@ def _read_changed(
         # tries again to bring it back in: the first try can come before this broker has seen
         # the follower register again, and an idle partition would never be read again
     return answers, whole, total, failed
+
+
+def _leader_throttled(replicas: ReplicaManager, key: TopicPartition, follower: int) -> bool:
+    """Whether the leader quota counts ``follower``'s fetch of ``key`` (KIP-73)."""
+    throttle = replicas.throttle
+    if throttle is None or throttle.leader.unlimited:
+        return False
+    partition = replicas.partitions.get(key)
+    return partition is not None and throttle.leader_throttled(*key, follower, partition.isr)

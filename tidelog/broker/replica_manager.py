@@ -18,6 +18,7 @@ from tidelog.log.manager import LogManager
 from tidelog.replication.fetch_session import FetchSessionCache
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
+from tidelog.replication.throttle import ReplicationThrottle
 
 if TYPE_CHECKING:
     from tidelog.tiered.manager import RemoteLogManager
@@ -86,6 +87,8 @@ class ReplicaManager:
         # called after every apply_metadata (the group coordinator loads or unloads groups)
         self.leadership_listeners: list[Callable[[], None]] = []
         self.remote = remote
+        # KIP-73's replication throttle (set by the broker before any fetcher starts)
+        self.throttle: ReplicationThrottle | None = None
         # the brokers alive at the last apply_metadata: a follower that fetched before this
         # broker knew it was alive gets its ISR expansion once it is known (see _recheck_isr)
         self._live_brokers: set[int] = set()
@@ -122,10 +125,12 @@ class ReplicaManager:
                     partition = Partition(name, number, self.broker_id, partition_log)
                     self.partitions[key] = partition
                 leader_alive = state.leader in self.metadata.brokers
-                if partition.leader_epoch == state.leader_epoch and partition.leader_id == (
-                    state.leader if leader_alive else -1
+                if (
+                    partition.leader_epoch == state.leader_epoch
+                    and partition.leader_id == (state.leader if leader_alive else -1)
+                    and partition.replicas == replicas
                 ):
-                    continue
+                    continue  # a reassignment's new replicas may come after its new epoch
                 self._remove_from_fetchers(key)
                 isr = frozenset(state.isr)
                 if state.leader == self.broker_id:
@@ -169,6 +174,7 @@ class ReplicaManager:
                 leader,
                 address,
                 self.fetcher_settings,
+                self.throttle,
             )
             self.fetchers[leader] = fetcher
         return fetcher

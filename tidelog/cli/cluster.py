@@ -118,8 +118,24 @@ def start_broker(cluster: LocalCluster, args: argparse.Namespace) -> None:
 
 
 def stop_broker(cluster: LocalCluster, args: argparse.Namespace) -> None:
-    cluster.stop_broker(args.broker_id)
-    print(f"broker {args.broker_id} stopped cleanly (SIGTERM)")
+    from tidelog.config import broker_config
+
+    settings = broker_config(cluster.broker_settings(args.broker_id))
+    timeout = 30.0
+    controlled = settings["controlled.shutdown.enable"]
+    if controlled:
+        # every attempt may wait for the controller's answer and then back off
+        timeout += (
+            settings["controlled.shutdown.max.retries"]
+            * (
+                settings["controlled.shutdown.retry.backoff.ms"]
+                + settings["controller.socket.timeout.ms"]
+            )
+            / 1000
+        )
+    cluster.stop_broker(args.broker_id, timeout=timeout)
+    how = "SIGTERM, controlled shutdown" if controlled else "SIGTERM"
+    print(f"broker {args.broker_id} stopped cleanly ({how})")
 
 
 def signal_broker(cluster: LocalCluster, args: argparse.Namespace) -> None:

@@ -36,6 +36,43 @@ def add(commands) -> None:
     )
     preferred.add_argument("--topic", help="only this topic (default: every topic)")
     preferred.set_defaults(act=elect_preferred_leaders)
+    more = action_parser(actions, "alter", "add partitions to a topic")
+    more.add_argument("--topic", required=True)
+    more.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    more.add_argument(
+        "--replica-assignment",
+        metavar="B:B,B:B",
+        help="the new partitions' brokers, ',' between partitions and ':' between replicas "
+        "(default: Kafka's spread)",
+    )
+    more.set_defaults(act=add_partitions)
+    reassign = action_parser(
+        actions, "reassign", "move partitions' replicas to other brokers (Kafka's JSON files)"
+    )
+    mode = reassign.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--generate", action="store_true", help="propose an assignment")
+    mode.add_argument("--execute", action="store_true", help="start a reassignment")
+    mode.add_argument("--verify", action="store_true", help="the status of each partition")
+    reassign.add_argument(
+        "--topics-to-move-json-file", metavar="FILE", help='--generate: {"topics":[{"topic":T}]}'
+    )
+    reassign.add_argument(
+        "--broker-list", metavar="1,2,3", help="--generate: the brokers to spread over"
+    )
+    reassign.add_argument(
+        "--reassignment-json-file",
+        metavar="FILE",
+        help='--execute/--verify: {"partitions":[{"topic":T,"partition":N,"replicas":[...]}]}',
+    )
+    reassign.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES_PER_S",
+        help="--execute: replication of the moving replicas limited to this many bytes a "
+        "second per broker (KIP-73); --verify removes it once every partition completed",
+    )
+    reassign.set_defaults(act=reassign_partitions)
     alter = action_parser(actions, "alter-config", "set or remove topic settings")
     alter.add_argument("--topic", required=True)
     alter.add_argument("--add-config", action="append", metavar="KEY=VALUE")
@@ -146,6 +183,104 @@ def elect_preferred_leaders(client, args: argparse.Namespace) -> None:
     zookeeper.request_preferred_leader_election(client, partitions)
     count = len(partitions)
     print(f"asked the controller for a preferred leader election of {count} partitions")
+
+
+def add_partitions(client, args: argparse.Namespace) -> None:
+    from tidelog.controller import topics, zookeeper
+
+    assignment = None
+    if args.replica_assignment:
+        current = zookeeper.read_topic(client, args.topic)
+        if current is None:
+            raise _no_topic(args.topic)
+        try:
+            assignment = topics.parse_replica_assignment(
+                args.replica_assignment, len(current.assignment)
+            )
+        except ValueError as error:
+            raise RuntimeError(str(error)) from None
+    new = topics.add_partitions(client, args.topic, args.partitions, assignment)
+    print(
+        f"topic {args.topic}: added "
+        + ", ".join(f"partition {p} on {replicas}" for p, replicas in sorted(new.items()))
+    )
+
+
+def reassign_partitions(client, args: argparse.Namespace) -> None:
+    """Kafka's kafka-reassign-partitions.sh: its files, and what it prints."""
+    from tidelog.controller import reassignment, zookeeper
+
+    def needs(option: str, value: str | None) -> str:
+        if not value:
+            raise RuntimeError(f"{option} is required here")
+        return value
+
+    def read(path: str) -> str:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return file.read()
+        except OSError as error:
+            raise RuntimeError(f"cannot read {path}: {error.strerror}") from None
+
+    try:
+        if args.generate:
+            names = reassignment.parse_topics_to_move(
+                read(needs("--topics-to-move-json-file", args.topics_to_move_json_file))
+            )
+            try:
+                brokers = [int(b) for b in needs("--broker-list", args.broker_list).split(",")]
+            except ValueError:
+                raise RuntimeError("--broker-list: broker ids separated by ',' (1,2,3)") from None
+            current, proposed = reassignment.generate(client, names, brokers)
+            print(f"Current partition replica assignment\n{reassignment.as_json(current)}\n")
+            print(
+                f"Proposed partition reassignment configuration\n{reassignment.as_json(proposed)}"
+            )
+            return
+        text = read(needs("--reassignment-json-file", args.reassignment_json_file))
+        if args.verify:
+            asked = dict(reassignment.parse_reassignment(text))
+            print("Status of partition reassignment: ")
+            for (topic, partition), state in sorted(reassignment.status(client, asked).items()):
+                if state == "failed":
+                    print(
+                        f"ERROR: Assigned replicas don't match the list of replicas for "
+                        f"reassignment ({','.join(map(str, asked[(topic, partition)]))}) for "
+                        f"partition [{topic},{partition}]"
+                    )
+                what = {"completed": "completed successfully", "failed": "failed"}.get(
+                    state, "is still in progress"
+                )
+                print(f"Reassignment of partition [{topic},{partition}] {what}")
+            statuses = reassignment.status(client, asked).values()
+            if all(s == "completed" for s in statuses) and reassignment.remove_throttle(
+                client, asked
+            ):
+                print("Throttle was removed.")
+            return
+        wanted = reassignment.check(client, text)
+        current = reassignment.current_assignment(client, [t for t, _ in wanted])
+        if args.throttle >= 0 and zookeeper.read_reassignment(client):
+            print("There is an existing assignment running.")
+            reassignment.set_throttle_rate(client, current, wanted, args.throttle)
+            print(f"The throttle limit was set to {args.throttle} B/s")
+            return
+        print(
+            f"Current partition replica assignment\n\n{reassignment.as_json(current)}\n\n"
+            "Save this to use as the --reassignment-json-file option during rollback"
+        )
+        if args.throttle >= 0:
+            print(
+                "Warning: You must run Verify periodically, until the reassignment completes, "
+                "to ensure the throttle is removed. You can also alter the throttle by rerunning "
+                "the Execute command passing a new value."
+            )
+            reassignment.set_throttle(client, current, wanted, args.throttle)
+            print(f"The throttle limit was set to {args.throttle} B/s")
+        reassignment.execute(client, wanted)
+        print("Successfully started reassignment of partitions.")
+    except reassignment.ReassignmentError as error:
+        raise RuntimeError(str(error)) from None
 
 
 def alter_config(client, args: argparse.Namespace) -> None:

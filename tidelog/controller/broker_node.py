@@ -34,6 +34,7 @@ from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings
+from tidelog.replication.throttle import ReplicationThrottle
 from tidelog.tiered.manager import RemoteLogManager
 from tidelog.tiered.storage import RemoteStorageManager, split_rsm_config
 
@@ -70,6 +71,13 @@ class BrokerNode:
             fetcher_settings=FetcherSettings.from_config(config),
             replica_lag_time_max_ms=config["replica.lag.time.max.ms"],
             fetch_session_slots=config["max.incremental.fetch.session.cache.slots"],
+        )
+        self.throttle_rates = (
+            config["leader.replication.throttled.rate"],
+            config["follower.replication.throttled.rate"],
+        )
+        self.replicas.throttle = ReplicationThrottle(
+            self.broker_id, self.metadata, *self.throttle_rates
         )
         self.remote: RemoteLogManager | None = None
         if config["remote.log.storage.system.enable"]:
@@ -138,7 +146,12 @@ class BrokerNode:
         self.control = ControlRequests(
             self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
         )
+        self.control.shutdown_handler = self._answer_controlled_shutdown
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
+        # as controller: the brokers in a controlled shutdown (no leadership goes to them)
+        self.shutting_down: set[int] = set()
+        # as controller: the partitions being reassigned (left alone by the leader rebalance)
+        self.reassigning: set[tuple[str, int]] = set()
         # The admin API's socket is bound before registration (its port is registered); the
         # server (aiohttp, whose import is about 40% of a broker's start-up CPU) starts in the
         # background meanwhile, so a restarted broker fetches without waiting for it. Requests
@@ -216,6 +229,8 @@ class BrokerNode:
         )
         client.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
+        # KIP-73's rates as kafka-reassign-partitions.sh --throttle sets them, followed live
+        client.DataWatch(zookeeper.broker_config_path(self.broker_id), self._on_broker_config)
         for server in self.servers:
             await server.bind()
         self._bind_admin()
@@ -236,6 +251,8 @@ class BrokerNode:
             asyncio.create_task(self.logs.scheduler.run_forever()),
             asyncio.create_task(self.coordinator.run_offset_expiry()),
         ]
+        if self.config["auto.leader.rebalance.enable"]:
+            self._tasks.append(asyncio.create_task(self._rebalance_leaders_periodically()))
         log.info(
             "broker %d started: Kafka protocol on %s, admin API on port %d",
             self.broker_id,
@@ -310,6 +327,8 @@ class BrokerNode:
     async def stop(self) -> None:
         log.info("broker %d shutting down cleanly", self.broker_id)
         self.stopping = True
+        if self.config["controlled.shutdown.enable"] and self.registered:
+            await self._controlled_shutdown()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -332,6 +351,196 @@ class BrokerNode:
             await asyncio.to_thread(self.remote.shutdown)
         await asyncio.to_thread(self.logs.shutdown)
         log.info("broker %d stopped", self.broker_id)
+
+    async def _controlled_shutdown(self) -> None:
+        """Asks the controller to move every leadership this broker holds to another in-sync
+        replica and to take it out of the ISR of the partitions it follows, as Kafka's
+        controlled shutdown: up to controlled.shutdown.max.retries attempts,
+        controlled.shutdown.retry.backoff.ms apart. Then, or once they are spent, the broker
+        stops as it would without (its session's end makes the controller elect for what is
+        left)."""
+        attempts = self.config["controlled.shutdown.max.retries"]
+        backoff_s = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
+        for attempt in range(1, attempts + 1):
+            answer = await self._ask_for_controlled_shutdown()
+            if answer is not None and not answer.get("error_code"):
+                remaining = answer.get("partitions_remaining", [])
+                stuck = answer.get("partitions_stuck", [])
+                if stuck:
+                    log.warning(
+                        "controlled shutdown: %d partitions led here have no other live "
+                        "in-sync replica to take them (%s)",
+                        len(stuck),
+                        ", ".join(f"{t}-{p}" for t, p in stuck[:5]),
+                    )
+                if not remaining:
+                    log.info("broker %d: controlled shutdown succeeded", self.broker_id)
+                    # no follower starts again on a broker about to stop
+                    self.control.applying = False
+                    return
+                log.info(
+                    "controlled shutdown: %d partitions still led here, attempt %d of %d",
+                    len(remaining),
+                    attempt,
+                    attempts,
+                )
+            if attempt < attempts:
+                await asyncio.sleep(backoff_s)
+        log.warning(
+            "broker %d: controlled shutdown did not complete in %d attempts; shutting down anyway",
+            self.broker_id,
+            attempts,
+        )
+
+    async def _ask_for_controlled_shutdown(self) -> dict | None:
+        """One ControlledShutdown request to the controller (itself, if it is); None if there
+        is no controller or it did not answer."""
+        controller_id = self.metadata.controller_id
+        if controller_id == self.broker_id:
+            return await self._answer_controlled_shutdown(self.broker_id)
+        endpoint = self.metadata.brokers.get(controller_id)
+        if endpoint is None or endpoint.admin is None:
+            log.info("controlled shutdown: no controller known yet")
+            return None
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.config["controller.socket.timeout.ms"] / 1000)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as client,
+                client.post(
+                    f"http://{endpoint.admin}/control/controlled-shutdown",
+                    json={"broker_id": self.broker_id},
+                ) as reply,
+            ):
+                answer: dict = await reply.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            log.info(
+                "controlled shutdown: controller %d did not answer (%s)",
+                controller_id,
+                str(error) or type(error).__name__,
+            )
+            return None
+        if answer.get("error_code"):
+            log.info("controlled shutdown: controller %d answered %s", controller_id, answer)
+        return answer
+
+    async def _answer_controlled_shutdown(self, broker_id: int) -> dict:
+        """As controller: moves leadership away from ``broker_id`` (controller.move_away_from),
+        tells the brokers concerned, and answers with what it still leads."""
+        if self.controller_epoch is None:
+            return {"error_code": int(ErrorCode.NOT_CONTROLLER), "partitions_remaining": []}
+        if broker_id not in self.metadata.brokers:
+            return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE), "partitions_remaining": []}
+        self.shutting_down.add(broker_id)
+        moves = await asyncio.to_thread(
+            controller.move_away_from,
+            self.zk,
+            broker_id,
+            self.controller_epoch,
+            self.metadata.copy_of_topics(),
+            set(self.shutting_down),
+        )
+        self._take_changes(moves.changes)
+        # queued, not waited for, as Kafka's controller answers: one unresponsive broker (a
+        # paused follower that is now to lead) must not hold the stopping broker up
+        await self.control_plane.send(self.metadata, moves.changes, moves.brokers, wait=False)
+        log.info(
+            "controller: controlled shutdown of broker %d: %d states written, %d partitions "
+            "left to move, %d with no other in-sync replica",
+            broker_id,
+            len(moves.changes),
+            len(moves.remaining),
+            len(moves.stuck),
+        )
+        return {
+            "error_code": 0,
+            "partitions_remaining": [list(key) for key in moves.remaining],
+            "partitions_stuck": [list(key) for key in moves.stuck],
+        }
+
+    async def _advance_reassignments(self, live: set[int]) -> None:
+        """One step of every partition reassignment (controller.advance_reassignments): the
+        states it wrote told to the brokers, the old replicas stopped and deleted."""
+        assert self.controller_epoch is not None  # called by the controller only
+        step = await asyncio.to_thread(
+            controller.advance_reassignments, self.zk, self.controller_epoch, live
+        )
+        self.reassigning = step.moving
+        for text in step.finished.values():
+            (log.warning if "dropped" in text or "no such" in text else log.info)(
+                "controller: %s", text
+            )
+        if step.changes:
+            for change in step.changes:
+                topic = self.metadata.topics.get(change.topic)
+                if topic is not None:
+                    topic.assignment[change.partition] = change.replicas
+            self._take_changes(step.changes)
+            await self.control_plane.send(self.metadata, step.changes)
+        if step.retired:
+            await self.control_plane.stop_replicas(self.metadata, step.retired, delete=True)
+
+    async def _rebalance_leaders_periodically(self) -> None:
+        """As controller, every leader.imbalance.check.interval.seconds: a preferred leader
+        election for the partitions controller.imbalanced_partitions finds due."""
+        interval_s = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.controller_epoch is None or self.stopping:
+                continue
+            try:
+                await self.rebalance_leaders()
+            except (ConnectionLoss, SessionExpiredError) as error:
+                log.warning("leader rebalance: ZooKeeper is unreachable (%s)", type(error).__name__)
+            except Exception:
+                log.exception("leader rebalance failed; trying again at the next check")
+
+    async def rebalance_leaders(self) -> None:
+        epoch = self.controller_epoch
+        if epoch is None:
+            return
+        cache = self.metadata.copy_of_topics()
+        cache.deleting = set(self.metadata.deleting)
+        live = set(self.metadata.brokers)
+        due = controller.imbalanced_partitions(
+            cache,
+            live,
+            self.config["leader.imbalance.per.broker.percentage"],
+            frozenset(self.shutting_down),
+        )
+        due = [key for key in due if key not in self.reassigning]
+        if not due:
+            return
+        changes = await asyncio.to_thread(
+            controller.elect_preferred_leaders, self.zk, due, live - self.shutting_down, epoch
+        )
+        moved = [change for change in changes if change.state is not None]
+        if moved:
+            log.info(
+                "controller: automatic leader rebalance moved %d of %d partitions off their "
+                "preferred replica",
+                len(moved),
+                len(due),
+            )
+            self._take_changes(moved)
+            await self.control_plane.send(self.metadata, moved)
+
+    def _take_changes(self, changes: list[controller.Change]) -> None:
+        """The states the controller wrote go into its cache now (their watches bring them
+        again), and its replica manager acts on them."""
+        for change in changes:
+            text = change.description
+            (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
+                "controller: %s", text
+            )
+        if changes:
+            for change in changes:
+                topic = self.metadata.topics.get(change.topic)
+                if change.state is not None and topic is not None:
+                    topic.states[change.partition] = change.state
+            if self.control.applying:
+                self.replicas.apply_metadata()
 
     def _close_zookeeper(self) -> None:
         if self.zk is not None:
@@ -366,6 +575,22 @@ class BrokerNode:
             paths, self._changed_paths = self._changed_paths, set()
             everything, self._read_everything = self._read_everything, False
         return None if everything else paths
+
+    def _on_broker_config(self, data: bytes | None, _stat: object = None) -> None:
+        """/config/brokers/{id} changed (on kazoo's thread): the throttled rates it sets, or
+        this broker's settings where it sets none."""
+        config = zookeeper.parse_entity_config(data)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._set_throttle_rates, config)
+
+    def _set_throttle_rates(self, config: dict[str, str]) -> None:
+        assert self.replicas.throttle is not None
+        self.replicas.throttle.set_rates(config, self.throttle_rates)
+        log.info(
+            "replication throttle: leader %d B/s, follower %d B/s",
+            self.replicas.throttle.leader.rate,
+            self.replicas.throttle.follower.rate,
+        )
 
     def _on_session_state(self, state: str) -> None:
         if state == KazooState.LOST:
@@ -494,9 +719,9 @@ class BrokerNode:
 
     async def _act_as_controller(self) -> None:
         """Stands for controller when there is none; as controller, reconciles the cluster."""
-        if self.metadata.controller_id != self.broker_id:
+        if self.metadata.controller_id != self.broker_id and self.controller_epoch is not None:
             self.controller_epoch = None
-            self.control_plane.brokers_told = set()
+            await self.control_plane.resign()
         if self.metadata.controller_id < 0 and self.registered:
             epoch = await asyncio.to_thread(
                 controller.try_to_become_controller, self.zk, self.broker_id
@@ -504,29 +729,21 @@ class BrokerNode:
             if epoch is not None:
                 self.controller_epoch = epoch
                 self.metadata.controller_id = self.broker_id
+                await self.control_plane.start_epoch(epoch)
                 log.info("broker %d is the controller, epoch %d", self.broker_id, epoch)
         if self.controller_epoch is not None:
-            changes = await asyncio.to_thread(
+            done = await asyncio.to_thread(
                 controller.reconcile,
                 self.zk,
                 self.controller_epoch,
                 self.config["unclean.leader.election.enable"],
                 self.metadata.copy_of_topics(),
+                frozenset(self.shutting_down),
             )
-            for change in changes:
-                text = change.description
-                (log.warning if "UNCLEAN" in text or "offline" in text else log.info)(
-                    "controller: %s", text
-                )
-            if changes:
-                # the states written are known: the cache takes them now (their watches bring
-                # them again), and the replica manager acts on them
-                for change in changes:
-                    topic = self.metadata.topics.get(change.topic)
-                    if change.state is not None and topic is not None:
-                        topic.states[change.partition] = change.state
-                self.replicas.apply_metadata()
-            await self.control_plane.send(self.controller_epoch, self.metadata, changes)
+            self.shutting_down &= set(done.brokers)  # those that have stopped are done
+            self._take_changes(done.changes)
+            await self.control_plane.send(self.metadata, done.changes, done.brokers)
+            await self._advance_reassignments(set(done.brokers))
             await self._delete_requested_topics()
 
     async def _delete_requested_topics(self) -> None:
@@ -546,8 +763,8 @@ class BrokerNode:
             return
         assert self.controller_epoch is not None  # called by the controller only
         for topic in pending:
-            acknowledged = await self.control_plane.stop_replicas(
-                self.controller_epoch, self.metadata, topic, delete=True
+            acknowledged = await self.control_plane.stop_topic_replicas(
+                self.metadata, topic, delete=True
             )
             await asyncio.to_thread(zookeeper.delete_topic_nodes, self.zk, topic)
             log.info(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from tidelog.broker.metadata import MetadataCache, PartitionState
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState
 from tidelog.controller import zookeeper
 
 log = logging.getLogger(__name__)
@@ -71,29 +71,49 @@ def try_to_become_controller(zk: KazooClient, broker_id: int) -> int | None:
 
 
 def elect(
-    replicas: tuple[int, ...], state: PartitionState, live: set[int], unclean: bool
+    replicas: tuple[int, ...],
+    state: PartitionState,
+    live: set[int],
+    unclean: bool,
+    shutting_down: frozenset[int] = frozenset(),
 ) -> tuple[int, tuple[int, ...], bool]:
-    """(leader, ISR, unclean?) for a partition whose leader is gone; leader -1 if none can lead."""
+    """(leader, ISR, unclean?) for a partition whose leader is gone; leader -1 if none can lead.
+    A broker in a controlled shutdown leads only if no other in-sync replica can."""
     in_sync = [r for r in replicas if r in state.isr and r in live]
     if in_sync:
-        return in_sync[0], tuple(in_sync), False
+        staying = [r for r in in_sync if r not in shutting_down] or in_sync
+        return staying[0], tuple(in_sync), False
     alive = [r for r in replicas if r in live]
     if unclean and alive:
         return alive[0], (alive[0],), True
     return -1, state.isr, False
 
 
+@dataclass(frozen=True)
+class Reconciliation:
+    """What a pass of the controller changed, and the live brokers as it read them."""
+
+    changes: list[Change]
+    brokers: dict[int, BrokerEndpoint]
+
+
 def reconcile(
-    zk: KazooClient, controller_epoch: int, unclean: bool, cache: MetadataCache
-) -> list[Change]:
+    zk: KazooClient,
+    controller_epoch: int,
+    unclean: bool,
+    cache: MetadataCache,
+    shutting_down: frozenset[int] = frozenset(),
+) -> Reconciliation:
     """One pass over the partitions that may need a new leader or a smaller ISR; returns what
-    it changed. ``cache`` (the broker's metadata, kept up to date by its watches) picks the
-    candidates: those whose leader or an ISR member is not alive. Each is read again from
-    ZooKeeper and written with a compare-and-set, all reads and then all writes sent at once.
+    it changed and the live brokers it read. ``cache`` (the broker's metadata, kept up to date
+    by its watches) picks the candidates: those whose leader or an ISR member is not alive.
+    Each is read again from ZooKeeper and written with a compare-and-set, all reads and then
+    all writes sent at once.
     A candidate the cache missed (a state written since it was read) is caught on the next
     pass, which that state's watch brings. Called in a worker thread: ``cache`` must be a
     copy the event loop does not change meanwhile (MetadataCache.copy_of_topics)."""
-    live = set(zookeeper.read_brokers(zk))
+    brokers = zookeeper.read_brokers(zk)
+    live = set(brokers)
     candidates: dict[str, list[int]] = {}
     for name, topic in cache.topics.items():
         for number, state in topic.states.items():
@@ -119,7 +139,7 @@ def reconcile(
                 )
                 what = f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
             else:
-                leader, isr, was_unclean = elect(replicas, state, live, unclean)
+                leader, isr, was_unclean = elect(replicas, state, live, unclean, shutting_down)
                 if leader == state.leader:
                     continue  # still offline
                 new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
@@ -143,7 +163,35 @@ def reconcile(
     requested = zookeeper.take_preferred_leader_election(zk)
     if requested is not None:
         changes += elect_preferred_leaders(zk, requested, live, controller_epoch)
-    return changes
+    return Reconciliation(changes, brokers)
+
+
+def imbalanced_partitions(
+    cache: MetadataCache,
+    live: set[int],
+    percentage: int,
+    shutting_down: frozenset[int] = frozenset(),
+) -> list[tuple[str, int]]:
+    """Automatic leader rebalance as Kafka 0.10's controller decides it: for each live broker,
+    of the partitions whose preferred (first) replica it is, the share it does not lead; when
+    that share is above leader.imbalance.per.broker.percentage, every such partition is due a
+    preferred leader election. Topics being deleted and brokers shutting down are left out."""
+    due: list[tuple[str, int]] = []
+    by_preferred: dict[int, list[tuple[str, int, int]]] = {}
+    for name, topic in cache.topics.items():
+        if name in cache.deleting:
+            continue
+        for number, replicas in topic.assignment.items():
+            state = topic.states.get(number)
+            if replicas and state is not None:
+                by_preferred.setdefault(replicas[0], []).append((name, number, state.leader))
+    for broker_id, partitions in sorted(by_preferred.items()):
+        if broker_id not in live or broker_id in shutting_down:
+            continue
+        elsewhere = [(name, number) for name, number, leader in partitions if leader != broker_id]
+        if len(elsewhere) * 100 > percentage * len(partitions):
+            due += sorted(elsewhere)
+    return due
 
 
 def elect_preferred_leaders(
@@ -205,3 +253,209 @@ def elect_preferred_leaders(
         )
         if ok
     ]
+
+
+@dataclass(frozen=True)
+class ShutdownMoves:
+    """What the controller did for a broker asking to shut down: the states it wrote
+    (leaderships moved, the broker taken out of ISRs), the partitions the broker still leads
+    that another in-sync replica could take (a write lost to a concurrent one: ask again), and
+    those no other live in-sync replica can take."""
+
+    changes: list[Change]
+    remaining: list[tuple[str, int]]
+    stuck: list[tuple[str, int]]
+    brokers: dict[int, BrokerEndpoint]
+
+
+def move_away_from(
+    zk: KazooClient,
+    broker_id: int,
+    controller_epoch: int,
+    cache: MetadataCache,
+    shutting_down: set[int],
+) -> ShutdownMoves:
+    """Controlled shutdown of ``broker_id``, as Kafka 0.10's controller does it: each partition
+    with more than one replica that the broker leads gets the first assigned replica that is
+    live, in the ISR and not shutting down as leader, with the shutting-down brokers out of the
+    ISR; each it follows loses it from the ISR. Every state goes in a new leader epoch (a
+    compare-and-set, as every controller write). Called in a worker thread with a copy of the
+    cache (MetadataCache.copy_of_topics)."""
+    brokers = zookeeper.read_brokers(zk)
+    live = set(brokers)
+    writes: list[tuple[str, int, PartitionState, int]] = []
+    described: list[tuple[tuple[int, ...], str]] = []
+    stuck: list[tuple[str, int]] = []
+    for name, topic in sorted(cache.topics.items()):
+        numbers = [
+            n
+            for n, replicas in topic.assignment.items()
+            if broker_id in replicas and len(replicas) > 1
+        ]
+        if not numbers:
+            continue
+        for number, (state, version) in sorted(
+            zookeeper.read_states_and_versions(zk, name, numbers).items()
+        ):
+            replicas = topic.assignment[number]
+            isr = tuple(r for r in state.isr if r not in shutting_down)
+            if state.leader == broker_id:
+                candidates = [r for r in replicas if r in isr and r in live]
+                if not candidates:
+                    stuck.append((name, number))
+                    continue
+                new_state = PartitionState(
+                    candidates[0], state.leader_epoch + 1, isr, controller_epoch
+                )
+                what = (
+                    f"{name}-{number}: leader {broker_id} -> {candidates[0]} in epoch "
+                    f"{new_state.leader_epoch}, ISR {list(isr)} (controlled shutdown of "
+                    f"broker {broker_id})"
+                )
+            elif broker_id in state.isr and state.leader in live:
+                isr = tuple(r for r in state.isr if r != broker_id)
+                new_state = PartitionState(
+                    state.leader, state.leader_epoch + 1, isr, controller_epoch
+                )
+                what = (
+                    f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (controlled "
+                    f"shutdown of broker {broker_id})"
+                )
+            else:
+                continue
+            writes.append((name, number, new_state, version))
+            described.append((replicas, what))
+    changes: list[Change] = []
+    remaining: list[tuple[str, int]] = []
+    for (name, number, new_state, _), (replicas, what), written in zip(
+        writes, described, zookeeper.write_states(zk, writes), strict=True
+    ):
+        if written:
+            changes.append(Change(name, number, replicas, new_state, what))
+        elif new_state.leader != broker_id:
+            remaining.append((name, number))
+    return ShutdownMoves(changes, remaining, stuck, brokers)
+
+
+@dataclass(frozen=True)
+class ReassignmentStep:
+    """What a pass over /admin/reassign_partitions did: the states written (``changes``), the
+    old replicas to stop and delete (topic, partition, broker), the partitions whose move is
+    finished or was dropped (with why), and those still under way."""
+
+    changes: list[Change]
+    retired: list[tuple[str, int, int]]
+    finished: dict[tuple[str, int], str]
+    moving: set[tuple[str, int]]
+
+
+def advance_reassignments(
+    zk: KazooClient, controller_epoch: int, live: set[int]
+) -> ReassignmentStep:
+    """Moves each partition of /admin/reassign_partitions one step along, as Kafka 0.10's
+    controller (onPartitionReassignment), from ZooKeeper's state alone (so a new controller
+    takes a move up where the last left it):
+
+    1. the partition's replicas become the old ones followed by the new (RAR) ones, in a new
+       leader epoch: the new replicas start and fetch from the leader (written only when every
+       new replica is alive; otherwise the move is dropped, nothing changed);
+    2. once every new replica is in the ISR: the replicas become RAR, the leader stays if it is
+       in RAR (else the first live in-sync replica of RAR leads), the old replicas leave the
+       ISR, in a new leader epoch; they are then stopped and their logs deleted, and the
+       partition leaves the znode.
+
+    Each topic's changes are one ZooKeeper transaction of compare-and-sets: a write that loses
+    to another (a leader's ISR change) is redone on the next pass, which that write's watch
+    brings."""
+    requested = zookeeper.read_reassignment(zk)
+    changes: list[Change] = []
+    retired: list[tuple[str, int, int]] = []
+    finished: dict[tuple[str, int], str] = {}
+    moving: set[tuple[str, int]] = set()
+    by_topic: dict[str, dict[int, list[int]]] = {}
+    for (topic, partition), replicas in requested.items():
+        by_topic.setdefault(topic, {})[partition] = replicas
+    for topic, wanted in sorted(by_topic.items()):
+        found = zookeeper.read_assignment_and_version(zk, topic)
+        if found is None:
+            finished.update({(topic, p): f"{topic}: no such topic" for p in wanted})
+            continue
+        assignment, version = found
+        states = zookeeper.read_states_and_versions(zk, topic, list(wanted))
+        new_assignment: dict[int, list[int]] = {}
+        writes: list[tuple[int, PartitionState, int]] = []
+        described: list[Change] = []
+        done_here: dict[tuple[str, int], str] = {}
+        retired_here: list[tuple[str, int, int]] = []
+        for partition, target in sorted(wanted.items()):
+            key = (topic, partition)
+            current = assignment.get(partition)
+            if current is None or partition not in states:
+                finished[key] = f"{topic}-{partition}: no such partition"
+                continue
+            state, state_version = states[partition]
+            if current == target:
+                finished[key] = f"{topic}-{partition}: reassignment to {target} completed"
+                continue
+            moving.add(key)
+            if not set(target) <= set(current):
+                absent = sorted(set(target) - live)
+                if absent:
+                    finished[key] = (
+                        f"{topic}-{partition}: reassignment to {target} dropped: brokers "
+                        f"{absent} are not alive"
+                    )
+                    moving.discard(key)
+                    continue
+                union = current + [r for r in target if r not in current]
+                new_state = PartitionState(
+                    state.leader, state.leader_epoch + 1, state.isr, controller_epoch
+                )
+                new_assignment[partition] = union
+                writes.append((partition, new_state, state_version))
+                described.append(
+                    Change(
+                        topic,
+                        partition,
+                        tuple(union),
+                        new_state,
+                        f"{topic}-{partition}: reassigning {current} -> {target}: replicas "
+                        f"{union} in epoch {new_state.leader_epoch}, new replicas catching up",
+                    )
+                )
+                continue
+            if not set(target) <= set(state.isr):
+                continue  # the new replicas are catching up: their ISR writes bring the next pass
+            if state.leader in target and state.leader in live:
+                leader = state.leader
+            else:
+                candidates = [r for r in target if r in state.isr and r in live]
+                if not candidates:
+                    continue
+                leader = candidates[0]
+            isr = tuple(r for r in state.isr if r in target)
+            new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+            new_assignment[partition] = list(target)
+            writes.append((partition, new_state, state_version))
+            described.append(
+                Change(
+                    topic,
+                    partition,
+                    tuple(target),
+                    new_state,
+                    f"{topic}-{partition}: reassigned {current} -> {target}: leader {leader} in "
+                    f"epoch {new_state.leader_epoch}, ISR {list(isr)}",
+                )
+            )
+            retired_here += [(topic, partition, r) for r in current if r not in target]
+            done_here[key] = f"{topic}-{partition}: reassignment to {target} completed"
+        if writes and zookeeper.write_assignment_and_states(
+            zk, topic, new_assignment, version, writes
+        ):
+            changes += described
+            retired += retired_here
+            finished.update(done_here)
+            moving.difference_update(done_here)
+    if finished:
+        zookeeper.finish_reassignments(zk, set(finished))
+    return ReassignmentStep(changes, retired, finished, moving)

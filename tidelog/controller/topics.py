@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from tidelog.broker.handlers import valid_topic_name
 from tidelog.config import TOPIC_KEYS, ConfigError, parse_config
@@ -25,7 +25,10 @@ def assign_replicas(
     *,
     start_index: int | None = None,
     shift: int | None = None,
+    first_partition: int = 0,
 ) -> dict[int, list[int]]:
+    """Partitions ``first_partition`` to ``first_partition + partitions - 1`` over ``brokers``
+    (AdminUtils.assignReplicasToBrokers: a topic's added partitions continue its spread)."""
     brokers = sorted(brokers)
     count = len(brokers)
     if partitions < 1:
@@ -39,7 +42,7 @@ def assign_replicas(
     start = chance.randrange(count) if start_index is None else start_index
     next_shift = chance.randrange(count) if shift is None else shift
     assignment = {}
-    for partition in range(partitions):
+    for partition in range(first_partition, first_partition + partitions):
         if partition > 0 and partition % count == 0:
             next_shift += 1
         first = (partition + start) % count
@@ -160,3 +163,92 @@ def alter_topic_config(
     check_remote_storage(zk, parse_config(config, TOPIC_KEYS))
     zookeeper.write_topic_config(zk, topic, config)
     return config
+
+
+def parse_replica_assignment(text: str, first_partition: int = 0) -> dict[int, list[int]]:
+    """Kafka's --replica-assignment: partitions separated by ',', each partition's brokers by
+    ':' ("1:2,2:3"), numbered from ``first_partition``; ValueError naming what is wrong."""
+    assignment: dict[int, list[int]] = {}
+    for offset, part in enumerate(text.split(",")):
+        try:
+            replicas = [int(broker) for broker in part.strip().split(":")]
+        except ValueError:
+            raise ValueError(
+                f"--replica-assignment: {part!r} is not broker ids separated by ':' (e.g. 1:2,2:3)"
+            ) from None
+        if len(set(replicas)) != len(replicas):
+            raise ValueError(f"--replica-assignment: {part!r} names a broker twice")
+        assignment[first_partition + offset] = replicas
+    return assignment
+
+
+def add_partitions(
+    zk: KazooClient,
+    topic: str,
+    partitions: int,
+    assignment: dict[int, list[int]] | None = None,
+    *,
+    validate_only: bool = False,
+) -> dict[int, list[int]]:
+    """Raises ``topic`` to ``partitions`` partitions, as Kafka's AdminUtils.addPartitions: the
+    new ones continue the spread from partition 0's first replica (or take ``assignment``, one
+    entry per new partition, at the topic's replication factor, on live brokers); returns the
+    new partitions' replicas. Written with a compare-and-set on the topic's node, with each new
+    partition's first state (leader: its first replica, all replicas in sync), as at creation;
+    brokers learn of them through their watches. INVALID_PARTITIONS if not more than now."""
+    stat = zk.exists(zookeeper.topic_path(topic))
+    current = zookeeper.read_topic(zk, topic)
+    if stat is None or current is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
+    if topic in zookeeper.pending_topic_deletions(zk):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {topic!r} is being deleted")
+    existing = len(current.assignment)
+    if partitions <= existing:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {topic!r} has {existing} partitions; the number of partitions can only be "
+            "increased",
+        )
+    replication_factor = len(current.assignment[0])
+    brokers = sorted(zookeeper.read_brokers(zk))
+    wanted = range(existing, partitions)
+    if assignment is None:
+        first = current.assignment[0][0]
+        new = assign_replicas(
+            brokers,
+            len(wanted),
+            replication_factor,
+            start_index=brokers.index(first) if first in brokers else None,
+            shift=brokers.index(first) if first in brokers else None,
+            first_partition=existing,
+        )
+    else:
+        if sorted(assignment) != list(wanted):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"the replica assignment names {len(assignment)} partitions; {len(wanted)} are "
+                f"being added ({existing} to {partitions - 1})",
+            )
+        for partition, replicas in assignment.items():
+            if len(replicas) != replication_factor:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partition {partition}: {len(replicas)} replicas; the topic's replication "
+                    f"factor is {replication_factor}",
+                )
+            unknown = sorted(set(replicas) - set(brokers))
+            if unknown:
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                    f"partition {partition}: brokers {unknown} are not live (live: {brokers})",
+                )
+        new = {p: list(r) for p, r in assignment.items()}
+    if not validate_only:
+        try:
+            zookeeper.add_partition_nodes(zk, topic, new, stat.version)
+        except (BadVersionError, NodeExistsError):
+            raise RuntimeError(
+                f"topic {topic!r} changed while its partitions were being added; nothing was "
+                "written, try again"
+            ) from None
+    return new

@@ -37,11 +37,13 @@ from tidelog.reach import Unreachable, refusal
 BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 TOPIC_CONFIGS = "/config/topics"
+BROKER_CONFIGS = "/config/brokers"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CLUSTER_ID = "/cluster/id"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 
 Watcher = Callable[..., object]
 # partitions created per ZooKeeper transaction: about 250 bytes each, well inside the 1 MB a
@@ -272,6 +274,7 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
             cache.topics[topic] = metadata
     cache.controller_id = read_controller(zk, watch)
     _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # its creation wakes the controller
+    _read(zk, REASSIGN_PARTITIONS, watch)  # as does a reassignment's
     with contextlib.suppress(NoNodeError):  # so does a deletion request
         cache.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
     data = _read(zk, CLUSTER_ID, None)
@@ -310,8 +313,8 @@ def read_changes(
         elif path == DELETE_TOPICS:
             with contextlib.suppress(NoNodeError):
                 delta.deleting = set(zk.get_children(DELETE_TOPICS, watch=watch))
-        elif path == PREFERRED_REPLICA_ELECTION:
-            _read(zk, PREFERRED_REPLICA_ELECTION, watch)  # watched again for the controller
+        elif path in (PREFERRED_REPLICA_ELECTION, REASSIGN_PARTITIONS):
+            _read(zk, path, watch)  # watched again for the controller
     if delta.brokers is not None:
         delta.brokers = read_brokers(zk, watch)
     for name in topic_nodes:
@@ -364,19 +367,48 @@ def create_topic_nodes(
             transaction.create(topic_path(topic), _dump(document))
             transaction.create(f"{topic_path(topic)}/partitions", b"")
         for partition, replicas in partitions[start : start + CREATE_BATCH]:
-            state = {
-                "controller_epoch": 0,
-                "leader": replicas[0],
-                "version": 1,
-                "leader_epoch": 0,
-                "isr": list(replicas),
-            }
             transaction.create(f"{topic_path(topic)}/partitions/{partition}", b"")
-            transaction.create(state_path(topic, partition), _dump(state))
+            transaction.create(state_path(topic, partition), _first_state(replicas))
         failures = [r for r in transaction.commit() if isinstance(r, Exception)]
         if failures:
             cause = next((f for f in failures if not isinstance(f, RolledBackError)), failures[0])
             raise cause
+
+
+def _first_state(replicas: list[int]) -> bytes:
+    """A new partition's state: its first replica leads, every replica in sync."""
+    return _dump(
+        {
+            "controller_epoch": 0,
+            "leader": replicas[0],
+            "version": 1,
+            "leader_epoch": 0,
+            "isr": list(replicas),
+        }
+    )
+
+
+def add_partition_nodes(
+    zk: KazooClient, topic: str, new: dict[int, list[int]], version: int
+) -> None:
+    """Adds partitions to a topic in one transaction: its assignment rewritten (a
+    compare-and-set on ``version``: BadVersionError if it changed meanwhile) and each new
+    partition's first state."""
+    data = zk.get(topic_path(topic))[0]
+    document = _json(data)
+    document["partitions"] = {
+        **document["partitions"],
+        **{str(p): list(r) for p, r in sorted(new.items())},
+    }
+    transaction = zk.transaction()
+    transaction.set_data(topic_path(topic), _dump(document), version=version)
+    for partition, replicas in sorted(new.items()):
+        transaction.create(f"{topic_path(topic)}/partitions/{partition}", b"")
+        transaction.create(state_path(topic, partition), _first_state(replicas))
+    failures = [r for r in transaction.commit() if isinstance(r, Exception)]
+    if failures:
+        cause = next((f for f in failures if not isinstance(f, RolledBackError)), failures[0])
+        raise cause
 
 
 def read_state_and_version(
@@ -563,3 +595,127 @@ def delete_topic_nodes(zk: KazooClient, topic: str) -> None:
     for path in (topic_path(topic), f"{TOPIC_CONFIGS}/{topic}", f"{DELETE_TOPICS}/{topic}"):
         with contextlib.suppress(NoNodeError):
             zk.delete(path, recursive=True)
+
+
+def reassignment_document(assignment: dict[tuple[str, int], list[int]]) -> dict:
+    """Kafka's reassignment JSON: {"version":1,"partitions":[{"topic","partition","replicas"}]}."""
+    return {
+        "version": 1,
+        "partitions": [
+            {"topic": t, "partition": p, "replicas": list(r)}
+            for (t, p), r in sorted(assignment.items())
+        ],
+    }
+
+
+def read_reassignment(zk: KazooClient) -> dict[tuple[str, int], list[int]]:
+    """The partitions being reassigned (/admin/reassign_partitions) and their new replicas."""
+    data = _read(zk, REASSIGN_PARTITIONS, None)
+    if not data:
+        return {}
+    return {
+        (entry["topic"], int(entry["partition"])): [int(r) for r in entry["replicas"]]
+        for entry in _json(data).get("partitions", [])
+    }
+
+
+def request_reassignment(zk: KazooClient, assignment: dict[tuple[str, int], list[int]]) -> None:
+    """Writes /admin/reassign_partitions; RuntimeError if a reassignment is under way (as
+    Kafka, one at a time: a partition is never moved twice at once)."""
+    try:
+        zk.create(REASSIGN_PARTITIONS, _dump(reassignment_document(assignment)), makepath=True)
+    except NodeExistsError:
+        running = ", ".join(f"{t}-{p}" for t, p in sorted(read_reassignment(zk)))
+        raise RuntimeError(
+            f"a partition reassignment is under way ({running}): one at a time; "
+            "`tidelog topic reassign --verify` tells when it is done"
+        ) from None
+
+
+def finish_reassignments(zk: KazooClient, finished: set[tuple[str, int]]) -> None:
+    """Takes ``finished`` partitions out of /admin/reassign_partitions (the znode goes with
+    the last), with a compare-and-set so that nothing written meanwhile is lost."""
+    while True:
+        try:
+            data, stat = zk.get(REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return
+        document = _json(data)
+        left = [
+            entry
+            for entry in document.get("partitions", [])
+            if (entry["topic"], int(entry["partition"])) not in finished
+        ]
+        try:
+            if left:
+                zk.set(REASSIGN_PARTITIONS, _dump({**document, "partitions": left}), stat.version)
+            else:
+                zk.delete(REASSIGN_PARTITIONS, version=stat.version)
+            return
+        except (BadVersionError, NoNodeError):
+            continue
+
+
+def read_assignment_and_version(
+    zk: KazooClient, topic: str
+) -> tuple[dict[int, list[int]], int] | None:
+    try:
+        data, stat = zk.get(topic_path(topic))
+    except NoNodeError:
+        return None
+    partitions = _json(data)["partitions"]
+    return {int(p): list(r) for p, r in partitions.items()}, stat.version
+
+
+def write_assignment_and_states(
+    zk: KazooClient,
+    topic: str,
+    changed: dict[int, list[int]],
+    version: int,
+    states: list[tuple[int, PartitionState, int]],
+) -> bool:
+    """Changes some partitions' replicas and their states in one transaction, each a
+    compare-and-set (the topic's node on ``version``, each state on its own); False, and
+    nothing written, if any of them changed meanwhile."""
+    data = zk.get(topic_path(topic))[0]
+    document = _json(data)
+    document["partitions"] = {
+        **document["partitions"],
+        **{str(p): list(r) for p, r in changed.items()},
+    }
+    transaction = zk.transaction()
+    transaction.set_data(topic_path(topic), _dump(document), version=version)
+    for partition, state, state_version in states:
+        transaction.set_data(
+            state_path(topic, partition), _state_document(state), version=state_version
+        )
+    return not any(isinstance(r, Exception) for r in transaction.commit())
+
+
+def broker_config_path(broker_id: int) -> str:
+    return f"{BROKER_CONFIGS}/{broker_id}"
+
+
+def parse_entity_config(data: bytes | None) -> dict[str, str]:
+    """The "config" of a /config/{topics,brokers}/{name} document ({} if none)."""
+    return dict(_json(data).get("config", {})) if data else {}
+
+
+def change_broker_config(zk: KazooClient, broker_id: int, changes: dict[str, str | None]) -> bool:
+    """Sets (None: removes) keys of Kafka's dynamic broker config /config/brokers/{id};
+    whether anything changed."""
+    path = broker_config_path(broker_id)
+    data = _read(zk, path, None)
+    config = parse_entity_config(data)
+    updated = {**config, **{k: v for k, v in changes.items() if v is not None}}
+    for key, value in changes.items():
+        if value is None:
+            updated.pop(key, None)
+    if updated == config:
+        return False
+    document = _dump({"version": 1, "config": updated})
+    if data is None:
+        zk.create(path, document, makepath=True)
+    else:
+        zk.set(path, document)
+    return True

@@ -43,6 +43,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     remote_log_index_interval_bytes: int = 1048576
     timeindex_granularity: str = "index.interval"
+    # KIP-73 (read by the replication throttle, not by the log)
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     @classmethod
     def from_topic_config(

@@ -14,6 +14,7 @@ from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
 from tidelog.replication.fetch_session import FIRST_EPOCH, NEW_SESSION_ID
 from tidelog.replication.partition import Partition
+from tidelog.replication.throttle import ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,12 @@ class ReplicaFetcher:
         leader_id: int,
         address: Callable[[], tuple[str, int] | None],
         settings: FetcherSettings,
+        throttle: ReplicationThrottle | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # KIP-73: throttled partitions leave the fetch while the follower quota is exceeded
+        self.throttle = throttle
+        self._held: set[Key] = set()
         self.leader_id = leader_id
         self.address = address
         self.settings = settings
@@ -114,6 +119,7 @@ class ReplicaFetcher:
 
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
+        self._held.discard(key)
         self.needs_truncation.discard(key)
         self._to_name.discard(key)
         if self._session_positions.pop(key, None) is not None:
@@ -312,8 +318,33 @@ class ReplicaFetcher:
                 partition.leader_epoch,
             )
 
+    def _hold_throttled(self) -> None:
+        """While the follower quota is exceeded, the throttled partitions leave the fetch (and
+        the session); they are named again once it is not."""
+        throttle = self.throttle
+        if throttle is None or throttle.follower.unlimited:
+            if self._held:
+                self._to_name |= self._held & set(self.partitions)
+                self._held.clear()
+            return
+        if throttle.follower.exceeded():
+            for key in self.partitions:
+                if key not in self._held and throttle.follower_throttled(*key):
+                    self._held.add(key)
+                    self._to_name.discard(key)
+                    if self._session_positions.pop(key, None) is not None:
+                        self._to_forget.add(key)
+        elif self._held:
+            self._to_name |= self._held & set(self.partitions)
+            self._held.clear()
+
     async def _fetch(self, connection: Connection) -> None:
-        ready = {k: p for k, p in self.partitions.items() if k not in self.needs_truncation}
+        self._hold_throttled()
+        ready = {
+            k: p
+            for k, p in self.partitions.items()
+            if k not in self.needs_truncation and k not in self._held
+        }
         if not ready:
             return
         by_topic: dict[str, list[dict]] = {}
@@ -348,10 +379,11 @@ class ReplicaFetcher:
         """One REPLICA_FETCH: names only the partitions whose fetch offset the leader does not
         know yet (all of them when opening a session) and applies what the leader answers, only
         for partitions still where the leader thinks they are."""
+        self._hold_throttled()
         named: dict[Key, int] = {}
         for key in list(self._to_name):
             partition = self.partitions.get(key)
-            if partition is None:
+            if partition is None or key in self._held:
                 self._to_name.discard(key)
             elif key not in self.needs_truncation:
                 named[key] = partition.log.log_end_offset
@@ -430,4 +462,6 @@ class ReplicaFetcher:
             if info is not None:
                 key = (partition.topic, partition.partition)
                 self.bytes_appended[key] = self.bytes_appended.get(key, 0) + info.size
+                if self.throttle is not None and self.throttle.follower_throttled(*key):
+                    self.throttle.follower.record(info.size)
         partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)

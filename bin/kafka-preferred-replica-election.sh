@@ -1,0 +1,3 @@
+#!/bin/sh
+# Kafka 0.10.2's kafka-preferred-replica-election.sh, over tidelog: the same options and output.
+exec "$(dirname "$0")/tidelog-kafka-tool" kafka-preferred-replica-election "$@"

@@ -1,0 +1,3 @@
+#!/bin/sh
+# Kafka 0.10.2's kafka-producer-perf-test.sh, over tidelog's perf tools: the same options and summary line.
+exec "$(dirname "$0")/tidelog-kafka-tool" kafka-producer-perf-test "$@"

@@ -1,0 +1,109 @@
+"""Controlled shutdown, as Kafka's default: a broker asked to stop first has the controller move
+every leadership it holds to another in-sync replica, so an acks=all producer never sees a failed
+delivery and the partitions it led have a new leader before it exits."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from tests.integration.acked_producer import AckedProducer
+from tests.integration.conftest import wait_for_leaders
+from tidelog.cluster.faults import wait_for_full_isr
+from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.controller import topics, zookeeper
+
+TOPIC = "payments"
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("controlled"))
+    cluster.up(
+        3,
+        overrides={"controlled.shutdown.retry.backoff.ms": "200", "min.insync.replicas": "2"},
+        progress=lambda _: None,
+    )
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, TOPIC, PARTITIONS, 3)
+    wait_for_leaders(cluster, TOPIC, PARTITIONS)
+    yield cluster
+    cluster.down(progress=lambda _: None)
+
+
+def leaders(cluster: LocalCluster) -> dict[int, int]:
+    with zookeeper.session(cluster.zookeeper) as client:
+        found = zookeeper.read_topic(client, TOPIC)
+    assert found is not None
+    return {p: state.leader for p, state in found.states.items()}
+
+
+def read_back(cluster: LocalCluster) -> set[tuple[int, int, bytes]]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
+    try:
+        wanted = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+        consumer.assign(wanted)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(wanted)
+        found: set[tuple[int, int, bytes]] = set()
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in wanted):
+            assert time.monotonic() < deadline, "reading the topic back took over 60 s"
+            for records in consumer.poll(timeout_ms=500).values():
+                found |= {(r.partition, r.offset, r.value) for r in records}
+        return found
+    finally:
+        consumer.close()
+
+
+def test_a_stopped_broker_hands_its_leaderships_over_before_it_exits(cluster):
+    wait_for_full_isr(cluster, TOPIC)
+    stopping = max(set(leaders(cluster).values()), key=list(leaders(cluster).values()).count)
+    led = [p for p, leader in leaders(cluster).items() if leader == stopping]
+    producer = AckedProducer(cluster.bootstrap_servers, TOPIC, PARTITIONS, rate=200).start()
+    try:
+        wait_until(lambda: producer.count() > 200, 30, "200 acknowledged messages")
+        cluster.stop_broker(stopping)
+        settled = producer.count()
+        wait_until(lambda: producer.count() > settled + 200, 30, "200 more acknowledgements")
+    finally:
+        producer.stop()
+
+    assert producer.failed == []
+    assert not set(leaders(cluster).values()) & {stopping, -1}
+    broker_log = (cluster.directory / f"broker-{stopping}" / "broker.log").read_text()
+    assert broker_log.index("controlled shutdown succeeded") < broker_log.index(
+        f"broker {stopping} stopped"
+    )
+    controller_logs = "".join(
+        (cluster.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
+    )
+    for partition in led:
+        assert f"{TOPIC}-{partition}: leader {stopping} -> " in controller_logs
+    assert set(producer.acked) <= read_back(cluster)
+
+    cluster.start_broker(stopping)
+    wait_for_full_isr(cluster, TOPIC)
+
+
+def test_with_controlled_shutdown_off_the_broker_stops_as_before(cluster):
+    stopping = 3
+    cluster.restart_broker(
+        stopping, {"controlled.shutdown.enable": "false"}, progress=lambda _: None
+    )
+    wait_for_full_isr(cluster, TOPIC)
+
+    cluster.stop_broker(stopping)
+
+    broker_log = (cluster.directory / f"broker-{stopping}" / "broker.log").read_text()
+    last_run = broker_log[broker_log.rindex("starting: loading logs") :]
+    assert "controlled shutdown" not in last_run
+    wait_until(
+        lambda: stopping not in leaders(cluster).values(),
+        30,
+        f"the controller to elect for what broker {stopping} led",
+    )
+    cluster.start_broker(stopping)
