@@ -20,8 +20,30 @@ log = logging.getLogger(__name__)
 # A partition the leader did not answer OffsetsForLeaderEpoch for (not led there yet) is asked
 # again after this long.
 TRUNCATION_RETRY_SECONDS = 0.1
-# inter.broker.protocol.version -> the Fetch version followers send
-FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
+# inter.broker.protocol.version -> the Fetch and OffsetsForLeaderEpoch versions followers send,
+# as Kafka 2.1's ReplicaFetcherThread picks them. From Fetch v2 on, tidelog's followers fetch
+# in an incremental session (REPLICA_FETCH), whose answer carries the leader's stored bytes
+# whatever their format; the Fetch version says which format the protocol replicates.
+REPLICA_REQUEST_VERSIONS: dict[str, tuple[int, int]] = {
+    "0.9.0": (1, 0),
+    "0.10.0-IV0": (2, 0),
+    "0.10.0": (2, 0),
+    "0.11.0-IV0": (4, 0),
+    "0.11.0-IV1": (5, 0),
+    "0.11.0-IV2": (5, 0),
+    "0.11.0": (5, 0),
+    "1.0-IV0": (5, 0),
+    "1.0": (5, 0),
+    "1.1-IV0": (7, 0),
+    "1.1": (7, 0),
+    "2.0-IV0": (7, 1),
+    "2.0-IV1": (8, 1),
+    "2.0": (8, 1),
+    "2.1-IV0": (8, 1),
+    "2.1-IV1": (8, 2),
+    "2.1-IV2": (10, 2),
+    "2.1": (10, 2),
+}
 
 Key = tuple[str, int]
 
@@ -29,10 +51,12 @@ Key = tuple[str, int]
 @dataclass(frozen=True)
 class FetcherSettings:
     """How followers fetch: Kafka's replica.fetch.* settings (``response_max_bytes`` bounds a
-    REPLICA_FETCH answer; a plain Fetch v1/v2 answer has no bound), the Fetch version that
-    inter.broker.protocol.version implies, and replica.truncation.mode."""
+    REPLICA_FETCH answer; a plain Fetch v1/v2 answer has no bound), the Fetch and
+    OffsetsForLeaderEpoch versions that inter.broker.protocol.version implies, and
+    replica.truncation.mode."""
 
     fetch_version: int = 2
+    leader_epoch_version: int = 0
     truncation_mode: str = "leader-epoch"
     wait_max_ms: int = 500
     min_bytes: int = 1
@@ -44,8 +68,12 @@ class FetcherSettings:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FetcherSettings:
+        fetch_version, leader_epoch_version = REPLICA_REQUEST_VERSIONS[
+            config["inter.broker.protocol.version"]
+        ]
         return cls(
-            fetch_version=FETCH_VERSION[config["inter.broker.protocol.version"]],
+            fetch_version=fetch_version,
+            leader_epoch_version=leader_epoch_version,
             truncation_mode=config["replica.truncation.mode"],
             wait_max_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
@@ -193,12 +221,19 @@ class ReplicaFetcher:
         keys = [k for k in self.needs_truncation if k in self.partitions]
         by_topic: dict[str, list[dict]] = {}
         for topic, number in keys:
-            epoch = self.partitions[(topic, number)].log.leader_epochs.latest_epoch
-            by_topic.setdefault(topic, []).append({"partition": number, "leader_epoch": epoch})
+            following = self.partitions[(topic, number)]
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": number,
+                    "leader_epoch": following.log.leader_epochs.latest_epoch,
+                    # v2: the leader fences a follower that is behind or ahead of its epoch
+                    "current_leader_epoch": following.leader_epoch,
+                }
+            )
         response = await self._request(
             connection,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            0,
+            self.settings.leader_epoch_version,
             {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]},
         )
         for topic_answer in response["topics"]:
@@ -206,7 +241,9 @@ class ReplicaFetcher:
                 key = (topic_answer["topic"], answer["partition"])
                 partition = self.partitions.get(key)
                 if partition is None or answer["error_code"]:
-                    continue  # not led there yet: asked again on the next round
+                    # not led there yet, or the leader's epoch and ours differ (FENCED_ or
+                    # UNKNOWN_LEADER_EPOCH) until one of us hears of the change: asked again
+                    continue
                 end = answer["end_offset"]
                 if end == UNDEFINED_EPOCH_OFFSET:
                     self._cut(
