@@ -7,11 +7,12 @@ fenced), ListOffsets v0-v4 and OffsetsForLeaderEpoch v0-v2.
 from __future__ import annotations
 
 import struct
+import urllib.request
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from tests.integration.conftest import wait_for_leaders
+from tests.integration.conftest import admin, wait_for_leaders
 from tests.integration.test_bad_input import (
     closed_by_broker,
     connect,
@@ -300,10 +301,19 @@ def test_offsets_for_leader_epoch_v1_v2_name_the_epoch_of_the_end_offset(brokers
                 )
 
 
-def test_followers_at_protocol_2_1_replicate_and_truncate_by_leader_epoch_v2(brokers, topic):
-    """Each follower fetched the ten messages (acks=all answered); after its leader is bounced
-    the new leader's followers truncate with OffsetsForLeaderEpoch v2 and go on."""
+def test_followers_at_protocol_2_1_fetch_in_kafka_fetch_sessions_and_truncate_by_epoch(
+    brokers, topic
+):
+    """Followers at inter.broker.protocol.version 2.1 fetch with Kafka's Fetch v10 in KIP-227
+    sessions the leader keeps (no REPLICA_FETCH); after the leader is bounced, the new leader's
+    followers truncate with OffsetsForLeaderEpoch v2 and replicate what comes next."""
     leader = leader_of(brokers, topic)
+    sessions = admin(brokers, leader, "/fetch-sessions")
+    assert sessions is not None
+    replicas = {s["replica_id"] for s in sessions["leader"]["sessions"]}
+    assert replicas == {1, 2, 3} - {leader}
+    for broker_id in (1, 2, 3):
+        assert not requests_of(brokers, broker_id, "REPLICA_FETCH")
     brokers.restart_broker(leader, progress=lambda _: None)
     wait_for_leaders(brokers, topic, 1)
     records = build_message_set([Record(b"k", b"after", 0)], magic=1)
@@ -311,3 +321,12 @@ def test_followers_at_protocol_2_1_replicate_and_truncate_by_leader_epoch_v2(bro
         answer = request(connection, ApiKey.PRODUCE, 2, produce_body(topic, records, acks=-1))
     (partition,) = answer["responses"][0]["partition_responses"]
     assert (partition["error_code"], partition["base_offset"]) == (0, 10)
+
+
+def requests_of(cluster: LocalCluster, broker_id: int, api: str) -> int:
+    """tidelog_requests_total of ``api`` on a broker's /metrics."""
+    port = cluster.broker(broker_id).admin_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    prefix = f'tidelog_requests_total{{api="{api}"}} '
+    return sum(int(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))

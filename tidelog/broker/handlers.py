@@ -375,7 +375,8 @@ class RequestHandler:
     # -- Fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, request: Request) -> dict:
-        """Fetch v0-v10. Client fetch sessions (KIP-227, v7 and later) are declined: a full
+        """Fetch v0-v10. A follower's fetch v7 and later goes in its incremental session, as
+        REPLICA_FETCH does (replica_fetch). Client fetch sessions are declined: a full
         fetch is answered in full with session id 0, which tells the fetcher that this broker
         keeps no session for it (as Kafka 1.1+ answers when its session cache has no room), so
         it sends full fetches from then on; an incremental fetch names a session this broker
@@ -383,6 +384,9 @@ class RequestHandler:
         fetch). With no transactions, the last stable offset is the high watermark, and
         read_committed reads what read_uncommitted reads."""
         body, version = request.body, request.api_version
+        if version >= 7 and body["replica_id"] >= 0:
+            # a follower (inter.broker.protocol.version 1.1 and later): its session is kept
+            return await answer_replica_fetch(self.replicas, body, self._error)
         if version >= 7 and body["session_epoch"] not in (
             FETCH_SESSION_INITIAL_EPOCH,
             FETCH_SESSION_FINAL_EPOCH,

@@ -20,10 +20,13 @@ log = logging.getLogger(__name__)
 # A partition the leader did not answer OffsetsForLeaderEpoch for (not led there yet) is asked
 # again after this long.
 TRUNCATION_RETRY_SECONDS = 0.1
+# the first Fetch version with KIP-227's session fields
+FIRST_FETCH_WITH_SESSIONS = 7
 # inter.broker.protocol.version -> the Fetch and OffsetsForLeaderEpoch versions followers send,
-# as Kafka 2.1's ReplicaFetcherThread picks them. From Fetch v2 on, tidelog's followers fetch
-# in an incremental session (REPLICA_FETCH), whose answer carries the leader's stored bytes
-# whatever their format; the Fetch version says which format the protocol replicates.
+# as Kafka 2.1's ReplicaFetcherThread picks them. Followers fetch in an incremental session:
+# by Kafka's own Fetch from v7 (KIP-227's sessions, 1.1 and later), by tidelog's REPLICA_FETCH
+# (the same session fields on Fetch v3's) from 0.10.0-IV0 to 1.0; either answer carries the
+# leader's stored bytes whatever their format. 0.9.0 fetches plainly with Fetch v1.
 REPLICA_REQUEST_VERSIONS: dict[str, tuple[int, int]] = {
     "0.9.0": (1, 0),
     "0.10.0-IV0": (2, 0),
@@ -382,9 +385,10 @@ class ReplicaFetcher:
                 self._apply(fetched, answer)
 
     async def _fetch_in_session(self, connection: Connection) -> None:
-        """One REPLICA_FETCH: names only the partitions whose fetch offset the leader does not
-        know yet (all of them when opening a session) and applies what the leader answers, only
-        for partitions still where the leader thinks they are."""
+        """One fetch in the session (Fetch v7+ or REPLICA_FETCH): names only the partitions
+        whose fetch offset the leader does not know yet (all of them when opening a session)
+        and applies what the leader answers, only for partitions still where the leader thinks
+        they are."""
         named: dict[Key, int] = {}
         for key in list(self._to_name):
             partition = self.partitions.get(key)
@@ -396,26 +400,42 @@ class ReplicaFetcher:
         self._session_positions.update(named)
         by_topic: dict[str, list[dict]] = {}
         for (topic, number), offset in named.items():
+            partition = self.partitions[(topic, number)]
             by_topic.setdefault(topic, []).append(
-                {"partition": number, "fetch_offset": offset, "max_bytes": self.settings.max_bytes}
+                {
+                    "partition": number,
+                    "current_leader_epoch": partition.leader_epoch,  # Fetch v9+
+                    "fetch_offset": offset,
+                    "log_start_offset": partition.log.log_start_offset,  # Fetch v5+
+                    "max_bytes": self.settings.max_bytes,
+                }
             )
         forgotten: dict[str, list[int]] = {}
         for topic, number in self._to_forget:
             forgotten.setdefault(topic, []).append(number)
         self._to_forget.clear()
+        forgotten_topics = [{"topic": t, "partitions": p} for t, p in forgotten.items()]
+        # Kafka's Fetch v7+ (1.1 and later) carries the sessions itself; before, REPLICA_FETCH
+        api_key, version = (
+            (ApiKey.FETCH, self.settings.fetch_version)
+            if self.settings.fetch_version >= FIRST_FETCH_WITH_SESSIONS
+            else (ApiKey.REPLICA_FETCH, 0)
+        )
         response = await self._request(
             connection,
-            ApiKey.REPLICA_FETCH,
-            0,
+            api_key,
+            version,
             {
                 "replica_id": self.broker_id,
                 "max_wait_time": self.settings.wait_max_ms,
                 "min_bytes": self.settings.min_bytes,
                 "max_bytes": self.settings.response_max_bytes,
+                "isolation_level": 0,
                 "session_id": self._session_id,
                 "session_epoch": self._session_epoch,
                 "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
-                "forgotten_topics": [{"topic": t, "partitions": p} for t, p in forgotten.items()],
+                "forgotten_topics": forgotten_topics,
+                "forgotten_topics_data": forgotten_topics,
             },
         )
         code = response["error_code"]
