@@ -27,19 +27,13 @@ from tidelog.protocol.frames import decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Record, build_message_set
 
-RELEASE_2_1 = {"broker.protocol.max.version": "2.1", "inter.broker.protocol.version": "2.1"}
 # Kafka 2.1's versions (ApiVersionsResponse of a 2.1.0 broker) of the APIs tidelog serves in full
 KAFKA_2_1 = {0: 7, 1: 10, 2: 4, 18: 2, 23: 2}
 
 
 @pytest.fixture(scope="module")
-def brokers(tmp_path_factory):
-    local = LocalCluster(tmp_path_factory.mktemp("protocol-2-1"))
-    local.up(3, overrides=RELEASE_2_1, progress=lambda _: None)
-    try:
-        yield local
-    finally:
-        local.down(progress=lambda _: None)
+def brokers(cluster_2_1):
+    return cluster_2_1
 
 
 _count = iter(range(1_000_000))
