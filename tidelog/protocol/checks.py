@@ -24,6 +24,7 @@ from tidelog.protocol.types import ProtocolError
 # A record batch starts: base offset int64, length int32 (of what follows it), partition
 # leader epoch int32, magic int8, CRC uint32, attributes int16.
 _BATCH_START = struct.Struct(">qiibIh")
+_LENGTH = struct.Struct(">i")
 _LOG_OVERHEAD = 12  # base offset and length: a batch is this many bytes plus its length
 _SMALLEST_ENTRY = 14  # the length of the smallest v0 message; a smaller length is corrupt
 ZSTD = 4
@@ -46,7 +47,7 @@ def _batch_size_at(records: bytes | memoryview, position: int) -> int | None:
     (Kafka's log input stream stops there). A length below the smallest entry is corrupt."""
     if len(records) - position < _LOG_OVERHEAD:
         return None
-    (length,) = struct.unpack_from(">i", records, position + 8)
+    (length,) = _LENGTH.unpack_from(records, position + 8)
     if length < _SMALLEST_ENTRY:
         raise ProtocolError(f"a record batch of length {length}")
     size = _LOG_OVERHEAD + length
@@ -59,17 +60,20 @@ def _check_produce(version: int, body: dict) -> None:
     for topic in body["topic_data"]:
         for data in topic["data"]:
             records = data["record_set"]
-            where = f"Produce v{version} to {topic['topic']}-{data['partition']}"
             size = None if records is None else _batch_size_at(records, 0)
             if records is None or size is None:
-                raise ProtocolError(f"{where} must carry one record batch")
+                raise _refused(version, topic, data, "must carry one record batch")
             _, _, _, magic, _, attributes = _BATCH_START.unpack_from(records, 0)
             if magic != 2:
-                raise ProtocolError(f"{where} carries magic {magic}; only 2 is allowed")
+                raise _refused(version, topic, data, f"carries magic {magic}; only 2 is allowed")
             if attributes & _CODEC_MASK == ZSTD and version < 7:
-                raise ProtocolError(f"{where} may not use zstd (Produce v7 and later may)")
-            if _batch_size_at(records, size) is not None:
-                raise ProtocolError(f"{where} must carry exactly one record batch")
+                raise _refused(version, topic, data, "may not use zstd (Produce v7 and later may)")
+            if len(records) > size and _batch_size_at(records, size) is not None:
+                raise _refused(version, topic, data, "must carry exactly one record batch")
+
+
+def _refused(version: int, topic: dict, data: dict, why: str) -> ProtocolError:
+    return ProtocolError(f"Produce v{version} to {topic['topic']}-{data['partition']} {why}")
 
 
 def _check_isolation_level(first_version: int) -> Callable[[int, dict], None]:
