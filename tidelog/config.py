@@ -69,7 +69,17 @@ def _key(name: str, parse: Callable[[str], Any], default: Any, rule: Any = None)
     return ConfigKey(name, parse, default, allowed, check)
 
 
-MESSAGE_FORMAT_VERSIONS = {"0.9.0": 0, "0.10.0": 1}
+# log.message.format.version / message.format.version: the magic each value writes (the
+# releases from 0.11.0 on write v2 record batches, as Kafka's)
+MESSAGE_FORMAT_VERSIONS = {
+    "0.9.0": 0,
+    "0.10.0": 1,
+    "0.11.0": 2,
+    "1.0": 2,
+    "1.1": 2,
+    "2.0": 2,
+    "2.1": 2,
+}
 # broker.protocol.max.version: the release a broker keeps to ("old code" in a rolling upgrade),
 # oldest first
 BROKER_RELEASES = ("0.9.0", "0.10.0", "0.10.1", "0.11.0", "1.0", "1.1", "2.0", "2.1")
@@ -645,6 +655,14 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             )
     protocol = values["inter.broker.protocol.version"]
     message_format = values["log.message.format.version"]
+    check_format_supported(
+        {
+            "message.format.version": message_format,
+            "cleanup.policy": values["log.cleanup.policy"],
+            "remote.storage.enable": False,
+        },
+        prefix="log.",
+    )
     if MESSAGE_FORMAT_VERSIONS[message_format] > INTER_BROKER_PROTOCOLS[protocol][1]:
         first = next(
             v
@@ -655,6 +673,26 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             f"log.message.format.version: {message_format!r} is not allowed with "
             f"inter.broker.protocol.version={protocol}; allowed: a format up to the protocol's "
             f"(raise inter.broker.protocol.version to {first} or later first)"
+        )
+
+
+def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:
+    """What tidelog does not yet do with format v2 batches is refused by name: compaction
+    (the cleaner rewrites v0/v1 messages only) and the remote tier (its indexes are derived
+    from v0/v1 entries). ``values``: topic-level names, parsed."""
+    if MESSAGE_FORMAT_VERSIONS[values["message.format.version"]] < 2:
+        return
+    if "compact" in values["cleanup.policy"]:
+        raise ConfigError(
+            f"{prefix}message.format.version: {values['message.format.version']!r} is not "
+            f"allowed with {prefix}cleanup.policy=compact; allowed: 0.9.0, 0.10.0 (the log "
+            "cleaner does not rewrite v2 record batches yet)"
+        )
+    if values["remote.storage.enable"]:
+        raise ConfigError(
+            f"message.format.version: {values['message.format.version']!r} is not allowed "
+            "with remote.storage.enable=true; allowed: 0.9.0, 0.10.0 (the remote tier does not "
+            "index v2 record batches yet)"
         )
 
 
