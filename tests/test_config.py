@@ -202,8 +202,63 @@ def test_a_0_9_0_broker_defaults_to_0_9_0_and_refuses_later_formats():
             broker_config({"broker.id": "1", "broker.protocol.max.version": "0.9.0", key: "0.10.0"})
     newer = broker_config({"broker.id": "1", "broker.protocol.max.version": "0.10.0"})
     assert newer["log.message.format.version"] == "0.10.0"
-    with pytest.raises(ConfigError, match="broker.protocol.max.version: .*0.9.0, 0.10.0, 0.10.1"):
-        broker_config({"broker.id": "1", "broker.protocol.max.version": "0.11.0"})
+    with pytest.raises(
+        ConfigError, match="broker.protocol.max.version: .*0.9.0, 0.10.0, 0.10.1, 0.11.0, .*2.1$"
+    ):
+        broker_config({"broker.id": "1", "broker.protocol.max.version": "2.2"})
+
+
+@pytest.mark.parametrize("release", ["0.11.0", "1.0", "1.1", "2.0", "2.1"])
+def test_a_broker_of_a_later_release_keeps_the_default_protocol_and_format(release):
+    values = broker_config({"broker.id": "1", "broker.protocol.max.version": release})
+    assert values["inter.broker.protocol.version"] == "0.10.0"
+    assert values["log.message.format.version"] == "0.10.0"
+    same = broker_config(
+        {"broker.id": "1", "broker.protocol.max.version": release, PROTOCOL: release}
+    )
+    assert same[PROTOCOL] == release
+
+
+PROTOCOL = "inter.broker.protocol.version"
+
+
+@pytest.mark.parametrize(
+    ("release", "protocol"),
+    [
+        ("0.10.1", "0.11.0-IV0"),
+        ("0.11.0", "1.0"),
+        ("1.0", "1.1-IV0"),
+        ("1.1", "2.0"),
+        ("2.0", "2.1"),
+    ],
+)
+def test_the_inter_broker_protocol_may_not_be_newer_than_the_release(release, protocol):
+    with pytest.raises(
+        ConfigError,
+        match=f"^{PROTOCOL}: '{protocol}' is not allowed with "
+        f"broker.protocol.max.version={release}; allowed: 0.9.0, 0.10.0-IV0, 0.10.0",
+    ):
+        broker_config(
+            {"broker.id": "1", "broker.protocol.max.version": release, PROTOCOL: protocol}
+        )
+
+
+def test_every_iv_level_of_kafka_0_11_to_2_1_is_accepted_by_a_2_1_broker():
+    for protocol in ("0.11.0-IV0", "0.11.0-IV1", "0.11.0-IV2", "1.0-IV0", "1.1-IV0", "2.0-IV1"):
+        values = broker_config(
+            {"broker.id": "1", "broker.protocol.max.version": "2.1", PROTOCOL: protocol}
+        )
+        assert values[PROTOCOL] == protocol
+
+
+def test_a_format_newer_than_the_inter_broker_protocol_is_refused_as_kafka_refuses_it():
+    with pytest.raises(
+        ConfigError,
+        match="^log.message.format.version: '0.10.0' is not allowed with "
+        "inter.broker.protocol.version=0.9.0; .*raise inter.broker.protocol.version to "
+        "0.10.0-IV0 or later first",
+    ):
+        broker_config({"broker.id": "1", PROTOCOL: "0.9.0"})
 
 
 def test_a_0_9_0_broker_keeps_every_topic_at_format_v0():

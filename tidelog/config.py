@@ -69,10 +69,44 @@ def _key(name: str, parse: Callable[[str], Any], default: Any, rule: Any = None)
     return ConfigKey(name, parse, default, allowed, check)
 
 
-MESSAGE_FORMAT_VERSIONS = {"0.9.0": 0, "0.10.0": 1}
-INTER_BROKER_PROTOCOL_VERSIONS = ("0.9.0", "0.10.0-IV0", "0.10.0")
-# broker.protocol.max.version: the release a broker keeps to ("old code" in a rolling upgrade)
-BROKER_RELEASES = ("0.9.0", "0.10.0", "0.10.1")
+# log.message.format.version / message.format.version: the magic each value writes (the
+# releases from 0.11.0 on write v2 record batches, as Kafka's)
+MESSAGE_FORMAT_VERSIONS = {
+    "0.9.0": 0,
+    "0.10.0": 1,
+    "0.11.0": 2,
+    "1.0": 2,
+    "1.1": 2,
+    "2.0": 2,
+    "2.1": 2,
+}
+# broker.protocol.max.version: the release a broker keeps to ("old code" in a rolling upgrade),
+# oldest first
+BROKER_RELEASES = ("0.9.0", "0.10.0", "0.10.1", "0.11.0", "1.0", "1.1", "2.0", "2.1")
+# inter.broker.protocol.version, oldest first (Kafka's ApiVersion.scala): each value's release
+# (the oldest broker.protocol.max.version that knows it) and the newest message format (magic)
+# its brokers can replicate. A value without an IV suffix is its release's last IV level.
+INTER_BROKER_PROTOCOLS: dict[str, tuple[str, int]] = {
+    "0.9.0": ("0.9.0", 0),
+    "0.10.0-IV0": ("0.10.0", 1),
+    "0.10.0": ("0.10.0", 1),
+    "0.11.0-IV0": ("0.11.0", 2),
+    "0.11.0-IV1": ("0.11.0", 2),
+    "0.11.0-IV2": ("0.11.0", 2),
+    "0.11.0": ("0.11.0", 2),
+    "1.0-IV0": ("1.0", 2),
+    "1.0": ("1.0", 2),
+    "1.1-IV0": ("1.1", 2),
+    "1.1": ("1.1", 2),
+    "2.0-IV0": ("2.0", 2),
+    "2.0-IV1": ("2.0", 2),
+    "2.0": ("2.0", 2),
+    "2.1-IV0": ("2.1", 2),
+    "2.1-IV1": ("2.1", 2),
+    "2.1-IV2": ("2.1", 2),
+    "2.1": ("2.1", 2),
+}
+INTER_BROKER_PROTOCOL_VERSIONS = tuple(INTER_BROKER_PROTOCOLS)
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("delete", "compact")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -609,19 +643,75 @@ def broker_config(raw: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+def release_of(version: str) -> str:
+    """The release (of BROKER_RELEASES) that introduced an inter.broker.protocol.version or
+    log.message.format.version value: "0.11.0-IV2" -> "0.11.0"."""
+    if version in INTER_BROKER_PROTOCOLS:
+        return INTER_BROKER_PROTOCOLS[version][0]
+    return version.partition("-")[0]
+
+
 def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
-    """A broker of release 0.9.0 knows no protocol or message format after 0.9.0: both keys
-    default to 0.9.0 there, and a later value is refused."""
-    if values["broker.protocol.max.version"] != "0.9.0":
-        return
-    for name in ("inter.broker.protocol.version", "log.message.format.version"):
+    """A broker knows no inter-broker protocol or message format after its release
+    (broker.protocol.max.version): a later value is refused, and where the default is later
+    (0.10.0 on a 0.9.0 broker) the key defaults to the release's own. Then, as Kafka requires,
+    the message format must be one the inter-broker protocol replicates (v2 needs 0.11.0-IV0)."""
+    release = values["broker.protocol.max.version"]
+    newest = BROKER_RELEASES.index(release)
+    for name, known in (
+        ("inter.broker.protocol.version", INTER_BROKER_PROTOCOL_VERSIONS),
+        ("log.message.format.version", tuple(MESSAGE_FORMAT_VERSIONS)),
+    ):
+        allowed = [v for v in known if BROKER_RELEASES.index(release_of(v)) <= newest]
         if name not in raw:
-            values[name] = "0.9.0"
-        elif values[name] != "0.9.0":
+            if values[name] not in allowed:
+                values[name] = allowed[-1]
+        elif values[name] not in allowed:
             raise ConfigError(
-                f"{name}: {raw[name]!r} is not allowed with broker.protocol.max.version=0.9.0; "
-                "allowed: 0.9.0"
+                f"{name}: {raw[name]!r} is not allowed with broker.protocol.max.version="
+                f"{release}; allowed: {', '.join(allowed)}"
             )
+    protocol = values["inter.broker.protocol.version"]
+    message_format = values["log.message.format.version"]
+    check_format_supported(
+        {
+            "message.format.version": message_format,
+            "cleanup.policy": values["log.cleanup.policy"],
+            "remote.storage.enable": False,
+        },
+        prefix="log.",
+    )
+    if MESSAGE_FORMAT_VERSIONS[message_format] > INTER_BROKER_PROTOCOLS[protocol][1]:
+        first = next(
+            v
+            for v, (_, magic) in INTER_BROKER_PROTOCOLS.items()
+            if magic >= MESSAGE_FORMAT_VERSIONS[message_format]
+        )
+        raise ConfigError(
+            f"log.message.format.version: {message_format!r} is not allowed with "
+            f"inter.broker.protocol.version={protocol}; allowed: a format up to the protocol's "
+            f"(raise inter.broker.protocol.version to {first} or later first)"
+        )
+
+
+def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:
+    """What tidelog does not yet do with format v2 batches is refused by name: compaction
+    (the cleaner rewrites v0/v1 messages only) and the remote tier (its indexes are derived
+    from v0/v1 entries). ``values``: topic-level names, parsed."""
+    if MESSAGE_FORMAT_VERSIONS[values["message.format.version"]] < 2:
+        return
+    if "compact" in values["cleanup.policy"]:
+        raise ConfigError(
+            f"{prefix}message.format.version: {values['message.format.version']!r} is not "
+            f"allowed with {prefix}cleanup.policy=compact; allowed: 0.9.0, 0.10.0 (the log "
+            "cleaner does not rewrite v2 record batches yet)"
+        )
+    if values["remote.storage.enable"]:
+        raise ConfigError(
+            f"message.format.version: {values['message.format.version']!r} is not allowed "
+            "with remote.storage.enable=true; allowed: 0.9.0, 0.10.0 (the remote tier does not "
+            "index v2 record batches yet)"
+        )
 
 
 def _scaled(value: int, unit_ms: int) -> int:

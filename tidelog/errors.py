@@ -55,9 +55,16 @@ class ErrorCode(IntEnum):
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    # a Produce of transactional batches: tidelog has no transaction coordinator, and answers as
+    # Kafka answers a producer that may not use transactions
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     # incremental fetch sessions between brokers (KIP-227's codes)
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71
+    # KIP-320: a request's current leader epoch older (fenced) or newer (unknown) than the leader's
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
 class KafkaError(Exception):

@@ -30,6 +30,20 @@ def cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     local.down(progress=lambda _: None)
 
 
+# A broker of Kafka 2.1's protocol, with followers replicating by it (README, "Brokers of Kafka
+# 0.11 to 2.1's protocol")
+RELEASE_2_1 = {"broker.protocol.max.version": "2.1", "inter.broker.protocol.version": "2.1"}
+
+
+@pytest.fixture(scope="session")
+def cluster_2_1(tmp_path_factory) -> Iterator[LocalCluster]:
+    """Three brokers of release 2.1 shared by the tests of its protocol and its clients."""
+    local = LocalCluster(tmp_path_factory.mktemp("cluster-2-1"))
+    local.up(3, overrides=RELEASE_2_1, progress=lambda _: None)
+    yield local
+    local.down(progress=lambda _: None)
+
+
 @pytest.fixture
 def new_topic(cluster):
     """new_topic(partitions=1, **config) creates a topic of its own and returns its name."""

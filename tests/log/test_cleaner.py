@@ -20,7 +20,7 @@ from tidelog.log.log import Log
 from tidelog.log.manager import LogManager
 from tidelog.log.offset_map import OffsetMap
 from tidelog.log.segment import LogSegment
-from tidelog.records.format import Codec, Record, build_message_set, iter_deep
+from tidelog.records.format import MESSAGE_SET_CODECS, Codec, Record, build_message_set, iter_deep
 
 COMPACTED = {
     "cleanup.policy": "compact",
@@ -92,7 +92,11 @@ RECORDS = st.lists(
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(batches=st.lists(st.tuples(RECORDS, st.sampled_from(list(Codec))), min_size=2, max_size=14))
+@given(
+    batches=st.lists(
+        st.tuples(RECORDS, st.sampled_from(list(MESSAGE_SET_CODECS))), min_size=2, max_size=14
+    )
+)
 def test_a_cleaned_log_holds_the_last_value_of_every_key_at_its_offset(tmp_path_factory, batches):
     clock = ManualClock()
     manager = manager_in(tmp_path_factory.mktemp("log"), clock)

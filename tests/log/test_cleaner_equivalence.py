@@ -24,7 +24,12 @@ from tidelog.log.cleaner import Cleaner, LogToClean, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
-from tidelog.records.format import Codec, Record, TimestampType, build_message_set
+from tidelog.records.format import (
+    MESSAGE_SET_CODECS,
+    Record,
+    TimestampType,
+    build_message_set,
+)
 
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "index.interval.bytes": "100"}
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l"]
@@ -32,7 +37,7 @@ KEYS = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l"]
 BATCHES = st.lists(
     st.tuples(
         st.sampled_from([0, 1]),  # format
-        st.sampled_from(list(Codec)),
+        st.sampled_from(list(MESSAGE_SET_CODECS)),
         st.booleans(),  # LogAppendTime (v1)
         st.integers(min_value=0, max_value=3),  # offsets skipped before the batch
         st.lists(

@@ -10,14 +10,14 @@ import pytest
 
 from tests.conftest import message_set
 from tests.records.test_format import read_with_kafka_python
-from tidelog.records.format import Codec, iter_deep
+from tidelog.records.format import MESSAGE_SET_CODECS, iter_deep
 
 
 @pytest.fixture
 def written_log(make_log, clock):
     """A log of both formats' worth of codecs and timestamp types, closed cleanly."""
     log = make_log(segment_bytes=1500, index_interval_bytes=500)
-    for number, codec in enumerate(list(Codec) * 4):
+    for number, codec in enumerate(list(MESSAGE_SET_CODECS) * 4):
         clock.advance(7)
         stamps = [clock.milliseconds() - (number % 3) * i for i in range(6)]
         log.append_as_leader(message_set(6, codec=codec, timestamp=lambda i, s=stamps: s[i]))

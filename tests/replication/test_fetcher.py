@@ -81,9 +81,9 @@ class InProcessLeader:
             "t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))}
         )
         self.replicas = ReplicaManager(1, self.logs, self.metadata, clock)
-        metrics = Metrics()
+        self.metrics = metrics = Metrics()
         handler = RequestHandler(
-            1, self.replicas, self.metadata, metrics, clock, auto_create_topics=False
+            1, self.replicas, self.metadata, metrics, clock, auto_create_topics=False, release="2.1"
         )
         self.server = KafkaServer(
             handler, metrics, host="127.0.0.1", port=0, max_request_bytes=100 * 1024 * 1024
@@ -105,17 +105,25 @@ class InProcessLeader:
         self.logs.shutdown()
 
 
-async def follow_until(leader: InProcessLeader, partition: Partition, done) -> None:  # type: ignore[no-untyped-def]
+async def follow_until(  # type: ignore[no-untyped-def]
+    leader: InProcessLeader, partition: Partition, *steps, settings=None
+) -> None:
+    """Follows the leader with ``settings`` until each of ``steps`` (a condition, and what to
+    do once it holds, or None) has come true in turn."""
     await leader.start()
-    settings = FetcherSettings(truncation_mode="high-watermark")
+    settings = settings or FetcherSettings(truncation_mode="high-watermark")
     fetcher = ReplicaFetcher(2, 1, lambda: ("127.0.0.1", leader.server.port), settings)
     fetcher.add(partition)
     try:
-        for _ in range(100):
-            if done():
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError("the follower did not get in step with the leader")
+        for done, then in steps:
+            for _ in range(100):
+                if done():
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the follower did not get in step with the leader")
+            if then is not None:
+                then()
     finally:
         await fetcher.stop()
         await leader.stop()
@@ -130,7 +138,7 @@ def test_a_follower_past_the_leaders_log_end_is_cut_back_to_it(tmp_path, make_lo
     partition = Partition("t", 0, 2, follower_log)
     partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
 
-    asyncio.run(follow_until(leader, partition, lambda: follower_log.log_end_offset == 10))
+    asyncio.run(follow_until(leader, partition, (lambda: follower_log.log_end_offset == 10, None)))
 
     assert follower_log.log_end_offset == 10
 
@@ -143,6 +151,57 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path, mak
     partition = Partition("t", 0, 2, follower_log)
     partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
 
-    asyncio.run(follow_until(leader, partition, lambda: follower_log.log_end_offset == 105))
+    asyncio.run(follow_until(leader, partition, (lambda: follower_log.log_end_offset == 105, None)))
 
     assert (follower_log.log_start_offset, follower_log.log_end_offset) == (100, 105)
+
+
+AT_PROTOCOL_2_1 = FetcherSettings(fetch_version=10, leader_epoch_version=2)
+
+
+def test_a_follower_at_protocol_2_1_replicates_in_a_kafka_fetch_session(tmp_path, make_log, clock):
+    leader = InProcessLeader(tmp_path / "leader", clock)
+    leader.log.append_as_leader(message_set(10))
+    follower_log = make_log()
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
+
+    asyncio.run(
+        follow_until(
+            leader,
+            partition,
+            (lambda: follower_log.log_end_offset == 10, None),
+            settings=AT_PROTOCOL_2_1,
+        )
+    )
+
+    assert leader.metrics.requests["FETCH"] and not leader.metrics.requests["REPLICA_FETCH"]
+    assert [s["replica_id"] for s in leader.replicas.fetch_sessions.describe()["sessions"]] == [2]
+
+
+def test_a_follower_behind_the_leaders_epoch_is_fenced_until_it_learns_the_epoch(
+    tmp_path, make_log, clock
+):
+    leader = InProcessLeader(tmp_path / "leader", clock)  # leads t-0 in epoch 3
+    leader.log.append_as_leader(message_set(10))
+    follower_log = make_log()
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 2, (1, 2), frozenset({1, 2}))  # has not heard of epoch 3 yet
+    seen_fenced = []
+
+    def fenced() -> bool:
+        if leader.metrics.errors["FENCED_LEADER_EPOCH"]:
+            seen_fenced.append(follower_log.log_end_offset)
+        return bool(seen_fenced)
+
+    asyncio.run(
+        follow_until(
+            leader,
+            partition,
+            (fenced, lambda: partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))),
+            (lambda: follower_log.log_end_offset == 10, None),
+            settings=AT_PROTOCOL_2_1,
+        )
+    )
+
+    assert seen_fenced == [0]  # nothing fetched while fenced

@@ -11,10 +11,16 @@ from typing import Any
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_fetch import answer_replica_fetch
-from tidelog.broker.replica_manager import CONSUMER_REPLICA_ID, RemoteReadNeeded, ReplicaManager
+from tidelog.broker.replica_manager import (
+    CONSUMER_REPLICA_ID,
+    NO_LEADER_EPOCH,
+    RemoteReadNeeded,
+    ReplicaManager,
+)
 from tidelog.clock import Clock
 from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from tidelog.log.log import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -24,12 +30,17 @@ from tidelog.log.log import (
     TimestampOffset,
 )
 from tidelog.log.segment import FileSlice
+from tidelog.protocol.checks import is_transactional
 from tidelog.protocol.frames import Request
 from tidelog.protocol.schemas import (
     APIS,
+    FETCH_SESSION_FINAL_EPOCH,
+    FETCH_SESSION_INITIAL_EPOCH,
     INTER_BROKER_API_VERSIONS,
+    NO_FETCH_SESSION,
     RELEASE_API_VERSIONS,
     ApiKey,
+    fetch_magic,
 )
 from tidelog.records.conversion import convert_message_set
 
@@ -37,6 +48,8 @@ log = logging.getLogger(__name__)
 
 LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 NO_LIMIT = 2**31 - 1
+# a leader epoch that is not known (Kafka's RecordBatch.NO_PARTITION_LEADER_EPOCH)
+UNDEFINED_EPOCH = -1
 
 
 class Pending:
@@ -57,8 +70,27 @@ def valid_topic_name(name: str) -> bool:
     return bool(LEGAL_TOPIC.match(name)) and name not in (".", "..")
 
 
+def _fill_offsets(response: dict, high_watermark: int, log_start_offset: int) -> None:
+    """A fetched partition's offsets: with no transactions, the last stable offset is the
+    high watermark."""
+    response["high_watermark"] = response["last_stable_offset"] = high_watermark
+    response["log_start_offset"] = log_start_offset
+
+
+def epoch_of_offset(epochs: LeaderEpochCache, offset: int) -> int:
+    """The leader epoch that wrote ``offset`` (the latest epoch starting at or before it; the
+    log end belongs to the latest epoch), UNDEFINED_EPOCH if the cache knows none."""
+    found = UNDEFINED_EPOCH
+    for epoch, start in epochs.entries:
+        if start > offset:
+            break
+        found = epoch
+    return found
+
+
 class RequestHandler:
-    """Answers the APIs of the 0.9/0.10 era. ``create_topic`` is called for auto-creation.
+    """Answers the APIs of the 0.9/0.10 era, and the versions Kafka 0.11 to 2.1 added to those
+    that carry records and offsets. ``create_topic`` is called for auto-creation.
     ``release`` (broker.protocol.max.version) bounds the API versions served and advertised to
     what that release served (RELEASE_API_VERSIONS)."""
 
@@ -122,8 +154,6 @@ class RequestHandler:
         if api_key not in self.handlers:
             return None
         top = APIS[api_key].max_version
-        if self.release_versions is None:
-            return top
         limit = self.release_versions.get(ApiKey(api_key))
         if limit is None and not advertised:
             limit = INTER_BROKER_API_VERSIONS.get(ApiKey(api_key))
@@ -158,7 +188,21 @@ class RequestHandler:
                 # REPLICA_FETCH is between brokers only: clients never see it
                 if top is not None and key != ApiKey.REPLICA_FETCH
             ],
+            "throttle_time_ms": 0,
         }
+
+    def unsupported_api_versions(self) -> dict:
+        """The answer, in a v0 body, to an ApiVersions request of a version this broker does
+        not serve: UNSUPPORTED_VERSION with the versions of ApiVersions it does serve, so the
+        client asks again at the highest of them (KIP-511's answer; librdkafka and
+        kafka-python retry at that version, and at v0 when the list is empty)."""
+        top = self.max_version(ApiKey.API_VERSIONS)
+        served = (
+            []
+            if top is None
+            else [{"api_key": int(ApiKey.API_VERSIONS), "min_version": 0, "max_version": top}]
+        )
+        return {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": served}
 
     # -- Metadata ------------------------------------------------------------------------------
 
@@ -265,15 +309,21 @@ class RequestHandler:
         acks = request.body["acks"]
         waiting: dict[tuple[str, int], int] = {}  # acks=all: offset to wait for, per partition
         waiting_responses: dict[tuple[str, int], dict] = {}
+        refused = self._transactions_refused(request)
 
         def append(topic: str, partition: int, data: dict, response: dict) -> None:
+            if refused is not None:
+                raise refused
             if acks not in (-1, 0, 1):
                 raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks}")
             if data["record_set"] is None:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "null message set")
+            # every format goes to the log's one validation, which converts it to the topic's
             info = self.replicas.append(topic, partition, data["record_set"], acks)
             response["base_offset"] = info.first_offset
             response["log_append_time"] = info.log_append_time
+            partition_log = self.replicas.leader_log(topic, partition)
+            response["log_start_offset"] = partition_log.log_start_offset
             if acks == -1:
                 waiting[(topic, partition)] = info.last_offset + 1
                 waiting_responses[(topic, partition)] = response
@@ -281,7 +331,7 @@ class RequestHandler:
         responses = self._each_partition(
             request.body["topic_data"],
             "data",
-            {"base_offset": -1, "log_append_time": -1},
+            {"base_offset": -1, "log_append_time": -1, "log_start_offset": -1},
             append,
             f"produce from {request.client_id} to",
         )
@@ -302,10 +352,56 @@ class RequestHandler:
 
         return Pending(replicated, finish)
 
+    @staticmethod
+    def _transactions_refused(request: Request) -> KafkaError | None:
+        """tidelog has no transaction coordinator: a Produce from a transactional producer (a
+        transactional id, or a transactional batch) fails on every partition with
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers a producer that may not use
+        transactions, and nothing is appended."""
+        if request.api_version < 3:
+            return None
+        transactional_id = request.body["transactional_id"]
+        if transactional_id is None and not any(
+            is_transactional(data["record_set"])
+            for topic in request.body["topic_data"]
+            for data in topic["data"]
+        ):
+            return None
+        return KafkaError(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            f"transactional id {transactional_id!r}: tidelog serves no transactions",
+        )
+
     # -- Fetch ---------------------------------------------------------------------------------
 
     async def fetch(self, request: Request) -> dict:
-        body = request.body
+        """Fetch v0-v10. A follower's fetch v7 and later goes in its incremental session, as
+        REPLICA_FETCH does (replica_fetch). Client fetch sessions are declined: a full
+        fetch is answered in full with session id 0, which tells the fetcher that this broker
+        keeps no session for it (as Kafka 1.1+ answers when its session cache has no room), so
+        it sends full fetches from then on; an incremental fetch names a session this broker
+        does not have, and gets FETCH_SESSION_ID_NOT_FOUND (it then starts over with a full
+        fetch). With no transactions, the last stable offset is the high watermark, and
+        read_committed reads what read_uncommitted reads."""
+        body, version = request.body, request.api_version
+        if version >= 7 and body["replica_id"] >= 0:
+            # a follower (inter.broker.protocol.version 1.1 and later): its session is kept
+            return await answer_replica_fetch(self.replicas, body, self._error)
+        if version >= 7 and body["session_epoch"] not in (
+            FETCH_SESSION_INITIAL_EPOCH,
+            FETCH_SESSION_FINAL_EPOCH,
+        ):
+            code = self._error(
+                ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                f"fetch session {body['session_id']} of {request.client_id}",
+                KafkaError(ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "this broker keeps none"),
+            )
+            return {
+                "throttle_time_ms": 0,
+                "error_code": code,
+                "session_id": NO_FETCH_SESSION,
+                "responses": [],
+            }
         keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
@@ -314,7 +410,12 @@ class RequestHandler:
             failed = any(r["error_code"] for t in responses for r in t["partition_responses"])
             remaining = deadline - loop.time()
             if total >= body["min_bytes"] or failed or remaining <= 0:
-                return {"throttle_time_ms": 0, "responses": responses}
+                return {
+                    "throttle_time_ms": 0,
+                    "error_code": 0,
+                    "session_id": NO_FETCH_SESSION,
+                    "responses": responses,
+                }
             await self.replicas.wait_for_change(keys, remaining)
 
     async def replica_fetch(self, request: Request) -> dict:
@@ -334,6 +435,9 @@ class RequestHandler:
         def read(topic: str, partition: int, wanted: dict, response: dict) -> None:
             nonlocal total
             max_bytes = min(wanted["max_bytes"], max(budget - total, 0))
+            self.replicas.check_leader_epoch(
+                topic, partition, wanted.get("current_leader_epoch", NO_LEADER_EPOCH)
+            )
             try:
                 result = self.replicas.read(
                     topic,
@@ -348,14 +452,22 @@ class RequestHandler:
                     (topic, partition, wanted, response, max_bytes, version >= 3 and total == 0)
                 )
                 return
-            response["high_watermark"] = result.high_watermark
             response["record_set"] = self._records_for(result, version)
+            _fill_offsets(response, result.high_watermark, result.log_start_offset)
             total += result.size
 
+        # read_committed (1) sees the aborted transactions, none here; read_uncommitted gets null
+        aborted: list | None = [] if body.get("isolation_level") == 1 else None
         responses = self._each_partition(
             body["topics"],
             "partitions",
-            {"high_watermark": -1, "record_set": b""},
+            {
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": aborted,
+                "record_set": b"",
+            },
             read,
             f"fetch by {request.client_id} from",
         )
@@ -388,29 +500,33 @@ class RequestHandler:
                     max_bytes,
                     min_one_message=min_one_message,
                 )
+            records = self._records_for(result, request.api_version)
         except TimeoutError:
             log.info("remote read of %s-%d took over remote.fetch.max.wait.ms", topic, partition)
-            response["high_watermark"] = self.replicas.leader_log(topic, partition).high_watermark
+            partition_log = self.replicas.leader_log(topic, partition)
+            _fill_offsets(response, partition_log.high_watermark, partition_log.log_start_offset)
             return 0
         except KafkaError as error:
             response["error_code"] = self._error(
                 error.code, f"remote read by {request.client_id} of {topic}-{partition}", error
             )
             return 0
-        response["high_watermark"] = result.high_watermark
-        response["record_set"] = self._records_for(result, request.api_version)
+        response["record_set"] = records
+        _fill_offsets(response, result.high_watermark, result.log_start_offset)
         return result.size
 
     def _records_for(self, result: ReadResult, version: int) -> FileSlice | bytes:
         """The data as read (a file slice goes with zero copy) when the fetcher reads its
-        format; converted to format v0 for a fetch below v2 of v1 data (both counted on
-        /metrics by fetch version)."""
-        if version >= 2 or result.magic == 0 or not result.size:
+        format (Fetch v4 and later read every format); converted down to the newest format the
+        fetch version reads otherwise (fetch_magic: v1 data to v0 below Fetch v2, v2 data to
+        v1 for Fetch v2-v3 and to v0 below). Both are counted on /metrics by fetch version."""
+        target = fetch_magic(version)
+        if result.magic <= target or not result.size:
             if result.size:
                 stored = "zero_copy" if isinstance(result.data, FileSlice) else "copied"
                 self.metrics.record_fetch(version, stored, result.size)
             return result.data
-        converted = convert_message_set(result.read_bytes(), 0, self.clock.milliseconds())
+        converted = convert_message_set(result.read_bytes(), target, self.clock.milliseconds())
         self.metrics.record_fetch(version, "converted", len(converted))
         return converted
 
@@ -418,23 +534,34 @@ class RequestHandler:
 
     async def offsets_for_leader_epoch(self, request: Request) -> dict:
         """Where the asked epoch ended on this leader: the start of the next epoch it knows, or
-        its log end offset for its latest epoch (KIP-101)."""
+        its log end offset for its latest epoch (KIP-101); from v1 with the epoch that end
+        belongs to (the latest epoch it knows not after the one asked, KIP-279), from v2 after
+        the requester's current leader epoch is checked (KIP-320)."""
 
         def end_offset(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            self.replicas.check_leader_epoch(
+                topic, partition, wanted.get("current_leader_epoch", NO_LEADER_EPOCH)
+            )
             partition_log = self.replicas.leader_log(topic, partition)
-            response["end_offset"] = partition_log.leader_epochs.end_offset_for(
-                wanted["leader_epoch"], partition_log.log_end_offset
+            epochs = partition_log.leader_epochs
+            asked = wanted["leader_epoch"]
+            end = epochs.end_offset_for(asked, partition_log.log_end_offset)
+            response["end_offset"] = end
+            response["leader_epoch"] = (
+                UNDEFINED_EPOCH
+                if end == UNDEFINED_EPOCH_OFFSET
+                else max(e for e, _ in epochs.entries if e <= asked)
             )
 
         topics = self._each_partition(
             request.body["topics"],
             "partitions",
-            {"end_offset": -1},
+            {"end_offset": UNDEFINED_EPOCH_OFFSET, "leader_epoch": UNDEFINED_EPOCH},
             end_offset,
             "leader epoch of",
             responses_key="partitions",
         )
-        return {"topics": topics}
+        return {"topics": topics, "throttle_time_ms": 0}
 
     # -- ListOffsets ---------------------------------------------------------------------------
 
@@ -444,6 +571,9 @@ class RequestHandler:
         remote_searches = []
 
         def offsets(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            self.replicas.check_leader_epoch(
+                topic, partition, wanted.get("current_leader_epoch", NO_LEADER_EPOCH)
+            )
             partition_log = self.replicas.leader_log(topic, partition)
             if version == 0:
                 response["offsets"] = self._offsets_before(
@@ -467,12 +597,24 @@ class RequestHandler:
         responses = self._each_partition(
             body["topics"],
             "partitions",
-            {"offsets": [], "timestamp": -1, "offset": -1},
+            {"offsets": [], "timestamp": -1, "offset": -1, "leader_epoch": UNDEFINED_EPOCH},
             offsets,
             "list offsets of",
         )
         await asyncio.gather(*remote_searches)
-        return {"responses": responses}
+        if version >= 4:
+            self._add_leader_epochs(responses)
+        return {"responses": responses, "throttle_time_ms": 0}
+
+    def _add_leader_epochs(self, responses: list[dict]) -> None:
+        """ListOffsets v4: the leader epoch of each offset found, from this leader's epoch
+        cache (the epoch that wrote it; for the log end, the latest epoch); -1 when none."""
+        for topic_answer in responses:
+            for answer in topic_answer["partition_responses"]:
+                if answer["error_code"] or answer["offset"] < 0:
+                    continue
+                epochs = self.replicas.leader_log(topic_answer["topic"], answer["partition"])
+                answer["leader_epoch"] = epoch_of_offset(epochs.leader_epochs, answer["offset"])
 
     def _has_remote_part(self, partition_log: Log) -> bool:
         return (

@@ -63,7 +63,7 @@ class Metrics:
             f"tidelog_bytes_out_total {self.bytes_out}",
             "# HELP tidelog_fetch_bytes_total Message-set bytes fetched, by fetch version and path:"
             " zero_copy (the file as stored, sendfile), copied (remote tier) or converted"
-            " (down-converted to format v0).",
+            " (down-converted to the format the fetch version reads).",
             "# TYPE tidelog_fetch_bytes_total counter",
         ]
         lines += [

@@ -1,4 +1,7 @@
-"""The leader's side of REPLICA_FETCH: a follower's fetch within an incremental fetch session.
+"""The leader's side of a follower's fetch within an incremental fetch session: REPLICA_FETCH
+(tidelog's own, from inter.broker.protocol.version 0.10.0-IV0), or Kafka's Fetch v7 and later
+from a replica (KIP-227's sessions, followers at 1.1 and later). Both carry the same session
+fields and are answered alike.
 
 Work per fetch grows with the partitions that changed (named in the fetch, appended to, or
 whose high watermark moved), not with all the partitions the session holds: only those are read,
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.errors import ErrorCode, KafkaError
@@ -27,7 +31,8 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
         for t in body["topics"]
         for p in t["partitions"]
     }
-    forgotten = [(t["topic"], p) for t in body["forgotten_topics"] for p in t["partitions"]]
+    forgotten_topics = body.get("forgotten_topics", body.get("forgotten_topics_data", []))
+    forgotten = [(t["topic"], p) for t in forgotten_topics for p in t["partitions"]]
     sessions = replicas.fetch_sessions
     try:
         if replica_id < 0:
@@ -93,7 +98,15 @@ def _read_changed(
             break  # full: reading the others would only update follower state, again next time
         topic, number = key
         fetch_offset, partition_max_bytes = session.partitions[key]
-        answer = {"partition": number, "error_code": 0, "high_watermark": -1, "record_set": b""}
+        answer: dict[str, Any] = {
+            "partition": number,
+            "error_code": 0,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": None,
+            "record_set": b"",
+        }
         throttled = _leader_throttled(replicas, key, session.replica_id)
         if throttled and replicas.throttle is not None and replicas.throttle.leader.exceeded():
             continue  # KIP-73: left changed, read once the leader quota allows
@@ -116,7 +129,9 @@ def _read_changed(
             whole.append(key)
             failed = True
             continue
-        answer["high_watermark"] = result.high_watermark
+        # with no transactions the last stable offset is the high watermark (Fetch v7+ has both)
+        answer["high_watermark"] = answer["last_stable_offset"] = result.high_watermark
+        answer["log_start_offset"] = result.log_start_offset
         answer["record_set"] = result.data
         total += result.size
         if throttled and replicas.throttle is not None:

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 CONSUMER_REPLICA_ID = -1
+# a request's current_leader_epoch when its sender names none (KIP-320): not checked
+NO_LEADER_EPOCH = -1
 # (topic, partition, leader epoch, ISR) of a led partition whose ISR changes
 IsrChange = tuple[str, int, int, frozenset[int]]
 # writes ISR changes to ZooKeeper all at once; whether each was written
@@ -208,6 +210,29 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         self.fetchers.clear()
+
+    def check_leader_epoch(self, topic: str, number: int, current_leader_epoch: int) -> None:
+        """KIP-320's fencing, before any other check of the partition (as Kafka 2.1 orders
+        them): a request that names the leader epoch it knows (-1: it names none) is refused
+        with FENCED_LEADER_EPOCH if that epoch is older than this broker's, UNKNOWN_LEADER_EPOCH
+        if it is newer (this broker has not heard of the change yet)."""
+        if current_leader_epoch == NO_LEADER_EPOCH:
+            return
+        partition = self.partitions.get((topic, number))
+        if partition is None:
+            return  # not hosted here: leader_partition says why
+        if current_leader_epoch < partition.leader_epoch:
+            raise KafkaError(
+                ErrorCode.FENCED_LEADER_EPOCH,
+                f"{topic}-{number}: epoch {current_leader_epoch} is older than "
+                f"{partition.leader_epoch}",
+            )
+        if current_leader_epoch > partition.leader_epoch:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_LEADER_EPOCH,
+                f"{topic}-{number}: epoch {current_leader_epoch} is newer than "
+                f"{partition.leader_epoch} on broker {self.broker_id}",
+            )
 
     def leader_partition(self, topic: str, number: int) -> Partition:
         if not self.metadata.has_partition(topic, number):

@@ -13,7 +13,6 @@ from collections import Counter, deque
 
 from tidelog.broker.handlers import Pending, RequestHandler
 from tidelog.broker.metrics import Metrics
-from tidelog.errors import ErrorCode
 from tidelog.log.segment import FileSlice
 from tidelog.protocol.connection import STREAM_BUFFER_BYTES
 from tidelog.protocol.frames import (
@@ -39,9 +38,6 @@ INLINE_SLICE_BYTES = 64 * 1024
 # What a connection's reader takes from its stream at once; the frames in it are split without
 # a further await each.
 READ_BYTES = 256 * 1024
-# The answer to an ApiVersions request above the versions served, in a v0 body (as 0.10 brokers
-# answer, so clients fall back).
-_UNSUPPORTED_VERSION = {"error_code": int(ErrorCode.UNSUPPORTED_VERSION), "api_versions": []}
 
 
 class Entry:
@@ -239,9 +235,10 @@ class KafkaServer:
     ``max_inflight_requests`` unanswered requests or ``max_inflight_bytes`` of their frames
     (connection.max.inflight.requests / .bytes). A frame larger than
     socket.request.max.bytes, bytes that do not parse, or an API or version not served close
-    that connection (an ApiVersions request above v0 is answered UNSUPPORTED_VERSION in a v0
-    body, as 0.10 brokers do, so clients fall back; a broker of release 0.9.0 closes it, as 0.9
-    brokers did), after the requests before it are answered; every other connection goes on.
+    that connection (an ApiVersions request above the versions served is answered
+    UNSUPPORTED_VERSION in a v0 body listing them, so clients fall back; a broker of release
+    0.9.0 closes it, as 0.9 brokers did), after the requests before it are answered; every other
+    connection goes on.
     The versions served are the handler's. A file
     slice in a response goes out with ``os.sendfile`` (zero-copy). A connection beyond
     max.connections.per.ip (or its override) for its address is closed at once; one that sends
@@ -423,7 +420,7 @@ class KafkaServer:
                             ApiKey.API_VERSIONS,
                             0,
                             unsupported.correlation_id,
-                            _UNSUPPORTED_VERSION,
+                            handler.unsupported_api_versions(),
                             size,
                             None,
                             0.0,
@@ -445,7 +442,7 @@ class KafkaServer:
                             api_key,
                             0,
                             request.correlation_id,
-                            _UNSUPPORTED_VERSION,
+                            handler.unsupported_api_versions(),
                             size,
                             None,
                             0.0,

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from tidelog.broker.handlers import valid_topic_name
-from tidelog.config import TOPIC_KEYS, ConfigError, parse_config
+from tidelog.config import TOPIC_KEYS, ConfigError, check_format_supported, parse_config
 from tidelog.controller import zookeeper
 from tidelog.errors import ErrorCode, KafkaError
 
@@ -84,8 +84,10 @@ def colliding_topics(topic: str, existing: list[str]) -> list[str]:
 
 
 def check_remote_storage(zk: KazooClient, values: dict) -> None:
-    """Kafka's refusals of remote.storage.enable=true: on a compacted topic, and on a cluster
+    """A format v2 topic where tidelog cannot keep it (check_format_supported), and Kafka's
+    refusals of remote.storage.enable=true: on a compacted topic, and on a cluster
     whose brokers do not have the tier (remote.log.storage.system.enable)."""
+    check_format_supported(values)
     if not values["remote.storage.enable"]:
         return
     if "compact" in values["cleanup.policy"]:

@@ -170,7 +170,7 @@ def verify_time_index(entries: list[dict], log_path: Path) -> list[str]:
     log_entries, _, _ = scan_log(log_path)
     data = log_path.read_bytes()
     timestamps = [
-        (offset, view_at(data, position).timestamp if magic == 1 else -1)
+        (offset, view_at(data, position).timestamp if magic >= 1 else -1)
         for offset, position, _, magic in log_entries
     ]
     end_offset = timestamps[-1][0] + 1 if timestamps else base_offset_of(log_path)

@@ -35,10 +35,12 @@ from tidelog.records.format import (
     LOG_OVERHEAD,
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
+    entry_last_offset_and_timestamp,
     iter_inner,
     scan_entries,
     view_at,
 )
+from tidelog.records.record_batch import epoch_starts
 from tidelog.records.validation import validate_and_assign_offsets
 
 log = logging.getLogger(__name__)
@@ -320,6 +322,7 @@ class Log:
             policy=self.policy,
             now=self.clock.milliseconds(),
             last_appended_timestamp=self.last_appended_timestamp,
+            partition_leader_epoch=-1 if leader_epoch is None else leader_epoch,
         )
         info = LogAppendInfo(
             validated.first_offset,
@@ -357,7 +360,13 @@ class Log:
             -1,
             scan.end,
         )
-        if leader_epoch is not None:
+        # v2 batches carry the epoch of the leader that wrote them; older formats take the
+        # current leader's from where this append starts
+        starts = epoch_starts(buffer, scan.end, self.leader_epochs.latest_epoch)
+        if starts:
+            for epoch, start in starts:
+                self.leader_epochs.assign(epoch, start)
+        elif leader_epoch is not None:
             self.leader_epochs.assign(leader_epoch, self.log_end_offset)
         self._append(info, memoryview(buffer)[: scan.end])
         return info
@@ -517,11 +526,11 @@ class Log:
         _, start_offset = segment.time_index.lookup(timestamp)
         _, position = segment.index.lookup(start_offset)
         for offset, entry_position, size, magic, entry_timestamp in segment.iter_headers(position):
-            if offset < start_offset or (magic == 1 and entry_timestamp < timestamp):
+            if offset < start_offset or (magic >= 1 and entry_timestamp < timestamp):
                 continue
             data = os.pread(segment.file.fileno(), LOG_OVERHEAD + size, entry_position)
             entry = view_at(data, 0)
-            if entry.attributes & CODEC_MASK == 0:
+            if entry.magic < 2 and entry.attributes & CODEC_MASK == 0:
                 return TimestampOffset(entry.timestamp, offset)
             for message in iter_inner(entry):
                 if message.magic == 0 or message.timestamp >= timestamp:
@@ -785,10 +794,11 @@ def _last_offset_in(path: Path) -> int:
     data = path.read_bytes()
     position, last = 0, -1
     while position + LOG_OVERHEAD <= len(data):
-        offset, size = OFFSET_AND_SIZE.unpack_from(data, position)
+        _, size = OFFSET_AND_SIZE.unpack_from(data, position)
         if size < 0 or position + LOG_OVERHEAD + size > len(data):
             break
-        last, position = offset, position + LOG_OVERHEAD + size
+        last, _ = entry_last_offset_and_timestamp(data, position)
+        position += LOG_OVERHEAD + size
     return last
 
 
@@ -800,6 +810,8 @@ def first_message_offset(data: bytes | bytearray | memoryview, first_offset: int
     fail. Only a roll asks, so a follower's appends decompress nothing more; a wrapper that
     cannot be opened gives -1 (the roll then starts at the log end offset)."""
     entry = view_at(data, 0)
+    if entry.magic == 2:  # a batch's offset field is its base offset: its first record's
+        return OFFSET_AND_SIZE.unpack_from(data, 0)[0]
     if entry.attributes & CODEC_MASK == 0:
         return first_offset
     try:

@@ -27,6 +27,7 @@ from tidelog.records.format import (
     MESSAGE_OVERHEAD,
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
+    entry_last_offset_and_timestamp,
     read_entry,
     scan_entries,
 )
@@ -34,7 +35,9 @@ from tidelog.records.format import (
 log = logging.getLogger(__name__)
 
 SCAN_CHUNK = 64 * 1024
-HEADER_PREFIX = LOG_OVERHEAD + 14  # offset, size, crc, magic, attributes, timestamp (v1)
+# what iter_headers reads of an entry: a v1 message through its timestamp, a v2 batch through
+# its max timestamp
+HEADER_PREFIX = 43
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
@@ -122,7 +125,7 @@ class LogSegment:
     def iter_headers(
         self, position: int = 0, end: int | None = None, first_chunk: int = SCAN_CHUNK
     ) -> Iterator[tuple[int, ...]]:
-        """(offset, position, size, magic, timestamp) of each entry from ``position`` on, read
+        """(last offset, position, size, magic, timestamp) of each entry from ``position`` on, read
         in chunks (the first of ``first_chunk`` bytes) without CRC checks, for data already
         validated."""
         end = self.size if end is None else end
@@ -137,7 +140,10 @@ class LogSegment:
             if size < MESSAGE_OVERHEAD[0] or position + LOG_OVERHEAD + size > end:
                 return
             magic = chunk[at + 16]
-            timestamp = INT64.unpack_from(chunk, at + 18)[0] if magic == 1 else NO_TIMESTAMP
+            if magic == 2:
+                offset, timestamp = entry_last_offset_and_timestamp(chunk, at)
+            else:
+                timestamp = INT64.unpack_from(chunk, at + 18)[0] if magic == 1 else NO_TIMESTAMP
             yield offset, position, size, magic, timestamp
             position += LOG_OVERHEAD + size
 
@@ -346,8 +352,8 @@ class LogSegment:
                 if offset <= last_offset or offset - self.base_offset > MAX_RELATIVE_OFFSET:
                     reason = f"offset {offset} does not follow offset {last_offset}"
                     break
-                if magic == 1:
-                    (timestamp,) = INT64.unpack_from(view, position + 18)
+                if magic:
+                    _, timestamp = entry_last_offset_and_timestamp(view, position)
                     if timestamp > max_timestamp:
                         max_timestamp, offset_of_max = timestamp, offset
                 if since_index > interval:

@@ -6,6 +6,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from tidelog.protocol.checks import CHECKS
 from tidelog.protocol.schemas import APIS, REQUEST_HEADER, RESPONSE_HEADER, ApiKey
 from tidelog.protocol.types import ProtocolError, Writer, decode, write
 
@@ -33,7 +34,8 @@ class Request:
 
 def decode_request(frame: bytes | memoryview) -> Request:
     """A request frame (without its size prefix). Raises UnsupportedRequest for an API or
-    version not served, and ProtocolError for bytes that do not parse."""
+    version not served, and ProtocolError for bytes that do not parse or a body that fails
+    the checks Kafka makes while parsing (protocol.checks)."""
     header, position = decode(REQUEST_HEADER, frame)
     api = APIS.get(header["api_key"])
     version = header["api_version"]
@@ -42,6 +44,9 @@ def decode_request(frame: bytes | memoryview) -> Request:
     body, position = decode(api.requests[version], frame, position)
     if position != len(frame):
         raise ProtocolError(f"{len(frame) - position} bytes left after the request body")
+    check = CHECKS.get(api.key)
+    if check is not None:
+        check(version, body)
     return Request(api.key, version, header["correlation_id"], header["client_id"], body)
 
 

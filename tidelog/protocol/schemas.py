@@ -1,6 +1,9 @@
-"""The request and response schemas of the APIs 0.9/0.10 clients use, as data.
+"""The request and response schemas of the APIs tidelog serves, as data: those 0.9/0.10
+clients use, and the versions Kafka 0.11 to 2.1 added to the APIs that carry records and offsets
+(Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch, ApiVersions).
 
-Field names follow Kafka's protocol guide. Adding a version is adding a schema here.
+Field names follow Kafka's protocol guide (Kafka 2.1.0's clients/.../requests/*.java). Adding a
+version is adding a schema here.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from enum import IntEnum
 from tidelog.protocol.types import (
     BOOLEAN,
     BYTES,
+    INT8,
     INT16,
     INT32,
     INT64,
@@ -57,13 +61,13 @@ RESPONSE_HEADER = schema(("correlation_id", INT32))
 # -- ApiVersions ---------------------------------------------------------------------------------
 
 API_VERSIONS_REQUEST_V0 = schema()
-API_VERSIONS_RESPONSE_V0 = schema(
-    ("error_code", INT16),
-    (
-        "api_versions",
-        Array(schema(("api_key", INT16), ("min_version", INT16), ("max_version", INT16))),
-    ),
+_API_VERSIONS = (
+    "api_versions",
+    Array(schema(("api_key", INT16), ("min_version", INT16), ("max_version", INT16))),
 )
+API_VERSIONS_RESPONSE_V0 = schema(("error_code", INT16), _API_VERSIONS)
+# v1 adds the throttle time; v2 is v1 (throttled answers go out before the throttling)
+API_VERSIONS_RESPONSE_V1 = schema(("error_code", INT16), _API_VERSIONS, ("throttle_time_ms", INT32))
 
 # -- Metadata ------------------------------------------------------------------------------------
 
@@ -112,18 +116,19 @@ METADATA_RESPONSE_V2 = schema(
 
 # -- Produce -------------------------------------------------------------------------------------
 
-PRODUCE_REQUEST_V0 = schema(
-    ("acks", INT16),
-    ("timeout", INT32),
-    (
-        "topic_data",
-        Array(
-            schema(
-                ("topic", STRING),
-                ("data", Array(schema(("partition", INT32), ("record_set", RECORDS)))),
-            )
-        ),
+_PRODUCE_TOPIC_DATA = (
+    "topic_data",
+    Array(
+        schema(
+            ("topic", STRING),
+            ("data", Array(schema(("partition", INT32), ("record_set", RECORDS)))),
+        )
     ),
+)
+PRODUCE_REQUEST_V0 = schema(("acks", INT16), ("timeout", INT32), _PRODUCE_TOPIC_DATA)
+# v3 adds the transactional id and carries record batches (magic 2) only; v4-v7 are v3 (v7: zstd)
+PRODUCE_REQUEST_V3 = schema(
+    ("transactional_id", NULLABLE_STRING), ("acks", INT16), ("timeout", INT32), _PRODUCE_TOPIC_DATA
 )
 
 
@@ -140,52 +145,112 @@ _PRODUCE_PARTITION_V2 = (*_PRODUCE_PARTITION_V0, ("log_append_time", INT64))
 PRODUCE_RESPONSE_V0 = _produce_response(_PRODUCE_PARTITION_V0, throttle=False)
 PRODUCE_RESPONSE_V1 = _produce_response(_PRODUCE_PARTITION_V0, throttle=True)
 PRODUCE_RESPONSE_V2 = _produce_response(_PRODUCE_PARTITION_V2, throttle=True)
+# v5 adds the log start offset
+PRODUCE_RESPONSE_V5 = _produce_response(
+    (*_PRODUCE_PARTITION_V2, ("log_start_offset", INT64)), throttle=True
+)
 
 # -- Fetch ---------------------------------------------------------------------------------------
 
-_FETCH_TOPICS = (
-    "topics",
-    Array(
-        schema(
-            ("topic", STRING),
-            (
-                "partitions",
-                Array(schema(("partition", INT32), ("fetch_offset", INT64), ("max_bytes", INT32))),
-            ),
-        )
-    ),
+
+def _fetch_topics(*partition: tuple[str, object]) -> tuple[str, object]:
+    return ("topics", Array(schema(("topic", STRING), ("partitions", Array(schema(*partition))))))
+
+
+_FETCH_TOPICS = _fetch_topics(("partition", INT32), ("fetch_offset", INT64), ("max_bytes", INT32))
+# v5 adds the follower's log start offset (-1 from consumers)
+_FETCH_TOPICS_V5 = _fetch_topics(
+    ("partition", INT32), ("fetch_offset", INT64), ("log_start_offset", INT64), ("max_bytes", INT32)
 )
-FETCH_REQUEST_V0 = schema(
-    ("replica_id", INT32), ("max_wait_time", INT32), ("min_bytes", INT32), _FETCH_TOPICS
-)
-FETCH_REQUEST_V3 = schema(
-    ("replica_id", INT32),
-    ("max_wait_time", INT32),
-    ("min_bytes", INT32),
+# v9 adds the fetcher's current leader epoch (KIP-320; -1: not checked)
+_FETCH_TOPICS_V9 = _fetch_topics(
+    ("partition", INT32),
+    ("current_leader_epoch", INT32),
+    ("fetch_offset", INT64),
+    ("log_start_offset", INT64),
     ("max_bytes", INT32),
-    _FETCH_TOPICS,
 )
-_FETCH_RESPONSES = (
-    "responses",
-    Array(
-        schema(
-            ("topic", STRING),
-            (
-                "partition_responses",
-                Array(
-                    schema(
-                        ("partition", INT32),
-                        ("error_code", INT16),
-                        ("high_watermark", INT64),
-                        ("record_set", RECORDS),
-                    )
-                ),
-            ),
-        )
-    ),
+_FETCH_HEAD = (("replica_id", INT32), ("max_wait_time", INT32), ("min_bytes", INT32))
+FETCH_REQUEST_V0 = schema(*_FETCH_HEAD, _FETCH_TOPICS)
+FETCH_REQUEST_V3 = schema(*_FETCH_HEAD, ("max_bytes", INT32), _FETCH_TOPICS)
+# v4 adds the isolation level (0 read_uncommitted, 1 read_committed) and reads magic 2
+FETCH_REQUEST_V4 = schema(
+    *_FETCH_HEAD, ("max_bytes", INT32), ("isolation_level", INT8), _FETCH_TOPICS
+)
+FETCH_REQUEST_V5 = schema(
+    *_FETCH_HEAD, ("max_bytes", INT32), ("isolation_level", INT8), _FETCH_TOPICS_V5
+)
+# v7 adds KIP-227's fetch session: its id and epoch, and the partitions it no longer wants
+_FORGOTTEN_TOPICS = (
+    "forgotten_topics_data",
+    Array(schema(("topic", STRING), ("partitions", Array(INT32)))),
+)
+
+
+def _fetch_request_in_session(topics: tuple[str, object]) -> Schema:
+    return schema(
+        *_FETCH_HEAD,
+        ("max_bytes", INT32),
+        ("isolation_level", INT8),
+        ("session_id", INT32),
+        ("session_epoch", INT32),
+        topics,
+        _FORGOTTEN_TOPICS,
+    )
+
+
+FETCH_REQUEST_V7 = _fetch_request_in_session(_FETCH_TOPICS_V5)
+FETCH_REQUEST_V9 = _fetch_request_in_session(_FETCH_TOPICS_V9)
+
+
+def _fetch_responses(*partition: tuple[str, object]) -> tuple[str, object]:
+    return (
+        "responses",
+        Array(schema(("topic", STRING), ("partition_responses", Array(schema(*partition))))),
+    )
+
+
+_FETCH_PARTITION_HEAD = (("partition", INT32), ("error_code", INT16), ("high_watermark", INT64))
+_FETCH_RESPONSES = _fetch_responses(*_FETCH_PARTITION_HEAD, ("record_set", RECORDS))
+_ABORTED_TRANSACTIONS = (
+    "aborted_transactions",
+    Array(schema(("producer_id", INT64), ("first_offset", INT64)), nullable=True),
+)
+# v4 adds the last stable offset and the aborted transactions; v5 the log start offset
+_FETCH_RESPONSES_V4 = _fetch_responses(
+    *_FETCH_PARTITION_HEAD,
+    ("last_stable_offset", INT64),
+    _ABORTED_TRANSACTIONS,
+    ("record_set", RECORDS),
+)
+_FETCH_RESPONSES_V5 = _fetch_responses(
+    *_FETCH_PARTITION_HEAD,
+    ("last_stable_offset", INT64),
+    ("log_start_offset", INT64),
+    _ABORTED_TRANSACTIONS,
+    ("record_set", RECORDS),
 )
 FETCH_RESPONSE_V0 = schema(_FETCH_RESPONSES)
 FETCH_RESPONSE_V1 = schema(("throttle_time_ms", INT32), _FETCH_RESPONSES)
+FETCH_RESPONSE_V4 = schema(("throttle_time_ms", INT32), _FETCH_RESPONSES_V4)
+FETCH_RESPONSE_V5 = schema(("throttle_time_ms", INT32), _FETCH_RESPONSES_V5)
+# v7 adds the session's error code and id
+FETCH_RESPONSE_V7 = schema(
+    ("throttle_time_ms", INT32), ("error_code", INT16), ("session_id", INT32), _FETCH_RESPONSES_V5
+)
+
+
+def fetch_magic(version: int) -> int:
+    """The newest message format a Fetch of ``version`` reads (older data goes as it is, newer
+    is converted down to it): v0-v1 read format v0, v2-v3 v1, v4 and later v2."""
+    return 0 if version < 2 else 1 if version < 4 else 2
+
+
+# KIP-227: a fetch session's epoch in a full fetch (0: open a session if the broker will keep
+# one; -1: do not), and the session id of an answer for which the broker keeps none
+FETCH_SESSION_INITIAL_EPOCH = 0
+FETCH_SESSION_FINAL_EPOCH = -1
+NO_FETCH_SESSION = 0
 # REPLICA_FETCH: a Fetch v3 between brokers with a session (KIP-227's fields); "topics" names
 # only the partitions whose fetch offset changed, "forgotten_topics" those no longer followed.
 REPLICA_FETCH_REQUEST_V0 = schema(
@@ -223,50 +288,23 @@ LIST_OFFSETS_REQUEST_V0 = schema(
         ),
     ),
 )
-LIST_OFFSETS_REQUEST_V1 = schema(
-    ("replica_id", INT32),
-    (
-        "topics",
-        Array(
-            schema(
-                ("topic", STRING),
-                ("partitions", Array(schema(("partition", INT32), ("timestamp", INT64)))),
-            )
-        ),
+_LIST_OFFSETS_TOPICS_V1 = (
+    "topics",
+    Array(
+        schema(
+            ("topic", STRING),
+            ("partitions", Array(schema(("partition", INT32), ("timestamp", INT64)))),
+        )
     ),
 )
-
-
-def _list_offsets_response(partition: Schema) -> Schema:
-    return schema(
-        (
-            "responses",
-            Array(schema(("topic", STRING), ("partition_responses", Array(partition)))),
-        )
-    )
-
-
-LIST_OFFSETS_RESPONSE_V0 = _list_offsets_response(
-    schema(("partition", INT32), ("error_code", INT16), ("offsets", Array(INT64)))
+LIST_OFFSETS_REQUEST_V1 = schema(("replica_id", INT32), _LIST_OFFSETS_TOPICS_V1)
+# v2 adds the isolation level; v3 is v2; v4 adds the current leader epoch (KIP-320)
+LIST_OFFSETS_REQUEST_V2 = schema(
+    ("replica_id", INT32), ("isolation_level", INT8), _LIST_OFFSETS_TOPICS_V1
 )
-LIST_OFFSETS_RESPONSE_V1 = _list_offsets_response(
-    schema(("partition", INT32), ("error_code", INT16), ("timestamp", INT64), ("offset", INT64))
-)
-
-# -- OffsetsForLeaderEpoch (replication) ---------------------------------------------------------
-
-OFFSETS_FOR_LEADER_EPOCH_REQUEST_V0 = schema(
-    (
-        "topics",
-        Array(
-            schema(
-                ("topic", STRING),
-                ("partitions", Array(schema(("partition", INT32), ("leader_epoch", INT32)))),
-            )
-        ),
-    )
-)
-OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0 = schema(
+LIST_OFFSETS_REQUEST_V4 = schema(
+    ("replica_id", INT32),
+    ("isolation_level", INT8),
     (
         "topics",
         Array(
@@ -275,13 +313,72 @@ OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0 = schema(
                 (
                     "partitions",
                     Array(
-                        schema(("error_code", INT16), ("partition", INT32), ("end_offset", INT64))
+                        schema(
+                            ("partition", INT32),
+                            ("current_leader_epoch", INT32),
+                            ("timestamp", INT64),
+                        )
                     ),
                 ),
             )
         ),
+    ),
+)
+
+
+def _list_offsets_response(partition: Schema, throttle: bool = False) -> Schema:
+    responses = (
+        "responses",
+        Array(schema(("topic", STRING), ("partition_responses", Array(partition)))),
+    )
+    return schema(("throttle_time_ms", INT32), responses) if throttle else schema(responses)
+
+
+LIST_OFFSETS_RESPONSE_V0 = _list_offsets_response(
+    schema(("partition", INT32), ("error_code", INT16), ("offsets", Array(INT64)))
+)
+_LIST_OFFSETS_PARTITION_V1 = schema(
+    ("partition", INT32), ("error_code", INT16), ("timestamp", INT64), ("offset", INT64)
+)
+LIST_OFFSETS_RESPONSE_V1 = _list_offsets_response(_LIST_OFFSETS_PARTITION_V1)
+# v2 adds the throttle time; v4 the leader epoch of the offset found
+LIST_OFFSETS_RESPONSE_V2 = _list_offsets_response(_LIST_OFFSETS_PARTITION_V1, throttle=True)
+LIST_OFFSETS_RESPONSE_V4 = _list_offsets_response(
+    (*_LIST_OFFSETS_PARTITION_V1, ("leader_epoch", INT32)), throttle=True
+)
+
+# -- OffsetsForLeaderEpoch (replication) ---------------------------------------------------------
+
+
+def _epoch_topics(name: str, *partition: tuple[str, object]) -> tuple[str, object]:
+    return ("topics", Array(schema(("topic", STRING), (name, Array(schema(*partition))))))
+
+
+OFFSETS_FOR_LEADER_EPOCH_REQUEST_V0 = schema(
+    _epoch_topics("partitions", ("partition", INT32), ("leader_epoch", INT32))
+)
+# v1 is v0; v2 adds the requester's current leader epoch (KIP-320 fencing)
+OFFSETS_FOR_LEADER_EPOCH_REQUEST_V2 = schema(
+    _epoch_topics(
+        "partitions",
+        ("partition", INT32),
+        ("current_leader_epoch", INT32),
+        ("leader_epoch", INT32),
     )
 )
+OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0 = schema(
+    _epoch_topics("partitions", ("error_code", INT16), ("partition", INT32), ("end_offset", INT64))
+)
+# v1 adds the epoch the end offset belongs to; v2 the throttle time
+_EPOCH_END_V1 = _epoch_topics(
+    "partitions",
+    ("error_code", INT16),
+    ("partition", INT32),
+    ("leader_epoch", INT32),
+    ("end_offset", INT64),
+)
+OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V1 = schema(_EPOCH_END_V1)
+OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V2 = schema(("throttle_time_ms", INT32), _EPOCH_END_V1)
 
 
 # -- Consumer groups -----------------------------------------------------------------------------
@@ -490,7 +587,11 @@ class Api:
 APIS: dict[int, Api] = {
     api.key: api
     for api in [
-        Api(ApiKey.API_VERSIONS, (API_VERSIONS_REQUEST_V0,), (API_VERSIONS_RESPONSE_V0,)),
+        Api(
+            ApiKey.API_VERSIONS,
+            (API_VERSIONS_REQUEST_V0,) * 3,
+            (API_VERSIONS_RESPONSE_V0, API_VERSIONS_RESPONSE_V1, API_VERSIONS_RESPONSE_V1),
+        ),
         Api(
             ApiKey.METADATA,
             (METADATA_REQUEST_V0, METADATA_REQUEST_V1, METADATA_REQUEST_V1),
@@ -498,23 +599,39 @@ APIS: dict[int, Api] = {
         ),
         Api(
             ApiKey.PRODUCE,
-            (PRODUCE_REQUEST_V0,) * 3,
-            (PRODUCE_RESPONSE_V0, PRODUCE_RESPONSE_V1, PRODUCE_RESPONSE_V2),
+            (PRODUCE_REQUEST_V0,) * 3 + (PRODUCE_REQUEST_V3,) * 5,
+            (PRODUCE_RESPONSE_V0, PRODUCE_RESPONSE_V1)
+            + (PRODUCE_RESPONSE_V2,) * 3
+            + (PRODUCE_RESPONSE_V5,) * 3,
         ),
         Api(
             ApiKey.FETCH,
-            (FETCH_REQUEST_V0, FETCH_REQUEST_V0, FETCH_REQUEST_V0, FETCH_REQUEST_V3),
-            (FETCH_RESPONSE_V0, FETCH_RESPONSE_V1, FETCH_RESPONSE_V1, FETCH_RESPONSE_V1),
+            (FETCH_REQUEST_V0,) * 3
+            + (FETCH_REQUEST_V3, FETCH_REQUEST_V4, FETCH_REQUEST_V5, FETCH_REQUEST_V5)
+            + (FETCH_REQUEST_V7,) * 2
+            + (FETCH_REQUEST_V9,) * 2,
+            (FETCH_RESPONSE_V0,)
+            + (FETCH_RESPONSE_V1,) * 3
+            + (FETCH_RESPONSE_V4, FETCH_RESPONSE_V5, FETCH_RESPONSE_V5)
+            + (FETCH_RESPONSE_V7,) * 4,
         ),
         Api(
             ApiKey.LIST_OFFSETS,
-            (LIST_OFFSETS_REQUEST_V0, LIST_OFFSETS_REQUEST_V1),
-            (LIST_OFFSETS_RESPONSE_V0, LIST_OFFSETS_RESPONSE_V1),
+            (LIST_OFFSETS_REQUEST_V0, LIST_OFFSETS_REQUEST_V1)
+            + (LIST_OFFSETS_REQUEST_V2,) * 2
+            + (LIST_OFFSETS_REQUEST_V4,),
+            (LIST_OFFSETS_RESPONSE_V0, LIST_OFFSETS_RESPONSE_V1)
+            + (LIST_OFFSETS_RESPONSE_V2,) * 2
+            + (LIST_OFFSETS_RESPONSE_V4,),
         ),
         Api(
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            (OFFSETS_FOR_LEADER_EPOCH_REQUEST_V0,),
-            (OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0,),
+            (OFFSETS_FOR_LEADER_EPOCH_REQUEST_V0,) * 2 + (OFFSETS_FOR_LEADER_EPOCH_REQUEST_V2,),
+            (
+                OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V0,
+                OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V1,
+                OFFSETS_FOR_LEADER_EPOCH_RESPONSE_V2,
+            ),
         ),
         Api(
             ApiKey.GROUP_COORDINATOR,
@@ -553,10 +670,13 @@ APIS: dict[int, Api] = {
 
 # -- Releases ------------------------------------------------------------------------------------
 
-# What a broker of each release served (Kafka's Protocol.java at 0.9.0.1 and 0.10.0.1): API ->
-# the highest version; an API not named was not served at all (a 0.9.0 broker has no
-# ApiVersions and closes the connection of a client that asks). None: every version above
-# (0.10.1, today's set). Selected by tidelog's broker.protocol.max.version.
+# What a broker of each release served: API -> the highest version (Kafka's Protocol.java at
+# 0.9.0.1, 0.10.0.1 and 0.11.0.0, each request class's schemaVersions() from 1.0.0 to 2.1.0). An
+# API not named was not served at all (a 0.9.0 broker has no ApiVersions and closes the
+# connection of a client that asks). A broker serves and advertises the lower of this and what
+# tidelog implements (APIS): every version of the APIs that carry records and offsets (Produce,
+# Fetch, ListOffsets, OffsetsForLeaderEpoch, ApiVersions); Metadata, the group APIs and topic
+# admin only up to their 0.10-era versions so far. Selected by broker.protocol.max.version.
 _RELEASE_0_9_0 = {
     ApiKey.PRODUCE: 1,
     ApiKey.FETCH: 1,
@@ -572,16 +692,86 @@ _RELEASE_0_9_0 = {
     ApiKey.DESCRIBE_GROUPS: 0,
     ApiKey.LIST_GROUPS: 0,
 }
-RELEASE_API_VERSIONS: dict[str, dict[ApiKey, int] | None] = {
+_RELEASE_0_10_0 = {
+    **_RELEASE_0_9_0,
+    ApiKey.PRODUCE: 2,
+    ApiKey.FETCH: 2,
+    ApiKey.METADATA: 1,
+    ApiKey.API_VERSIONS: 0,
+}
+# tidelog's 0.10.1 is the set it served before 0.11's versions were added (Kafka 0.10.1 had no
+# OffsetCommit v2 nor CreateTopics v1, which tidelog has always advertised with it)
+_RELEASE_0_10_1 = {
+    **_RELEASE_0_10_0,
+    ApiKey.FETCH: 3,
+    ApiKey.LIST_OFFSETS: 1,
+    ApiKey.METADATA: 2,
+    ApiKey.JOIN_GROUP: 1,
+    ApiKey.CREATE_TOPICS: 1,
+    ApiKey.DELETE_TOPICS: 0,
+    ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0,
+}
+_RELEASE_0_11_0 = {
+    **_RELEASE_0_10_1,
+    ApiKey.PRODUCE: 3,
+    ApiKey.FETCH: 5,
+    ApiKey.LIST_OFFSETS: 2,
+    ApiKey.METADATA: 4,
+    ApiKey.OFFSET_COMMIT: 3,
+    ApiKey.OFFSET_FETCH: 3,
+    ApiKey.GROUP_COORDINATOR: 1,
+    ApiKey.JOIN_GROUP: 2,
+    ApiKey.HEARTBEAT: 1,
+    ApiKey.LEAVE_GROUP: 1,
+    ApiKey.SYNC_GROUP: 1,
+    ApiKey.DESCRIBE_GROUPS: 1,
+    ApiKey.LIST_GROUPS: 1,
+    ApiKey.API_VERSIONS: 1,
+    ApiKey.CREATE_TOPICS: 2,
+    ApiKey.DELETE_TOPICS: 1,
+}
+_RELEASE_1_0 = {**_RELEASE_0_11_0, ApiKey.PRODUCE: 5, ApiKey.FETCH: 6, ApiKey.METADATA: 5}
+_RELEASE_1_1 = {**_RELEASE_1_0, ApiKey.FETCH: 7}
+_RELEASE_2_0 = {
+    **_RELEASE_1_1,
+    ApiKey.PRODUCE: 6,
+    ApiKey.FETCH: 8,
+    ApiKey.LIST_OFFSETS: 3,
+    ApiKey.METADATA: 6,
+    ApiKey.OFFSET_COMMIT: 4,
+    ApiKey.OFFSET_FETCH: 4,
+    ApiKey.GROUP_COORDINATOR: 2,
+    ApiKey.JOIN_GROUP: 3,
+    ApiKey.HEARTBEAT: 2,
+    ApiKey.LEAVE_GROUP: 2,
+    ApiKey.SYNC_GROUP: 2,
+    ApiKey.DESCRIBE_GROUPS: 2,
+    ApiKey.LIST_GROUPS: 2,
+    ApiKey.API_VERSIONS: 2,
+    ApiKey.CREATE_TOPICS: 3,
+    ApiKey.DELETE_TOPICS: 2,
+    ApiKey.OFFSETS_FOR_LEADER_EPOCH: 1,
+}
+_RELEASE_2_1 = {
+    **_RELEASE_2_0,
+    ApiKey.PRODUCE: 7,
+    ApiKey.FETCH: 10,
+    ApiKey.LIST_OFFSETS: 4,
+    ApiKey.METADATA: 7,
+    ApiKey.OFFSET_COMMIT: 6,
+    ApiKey.OFFSET_FETCH: 5,
+    ApiKey.DELETE_TOPICS: 3,
+    ApiKey.OFFSETS_FOR_LEADER_EPOCH: 2,
+}
+RELEASE_API_VERSIONS: dict[str, dict[ApiKey, int]] = {
     "0.9.0": _RELEASE_0_9_0,
-    "0.10.0": {
-        **_RELEASE_0_9_0,
-        ApiKey.PRODUCE: 2,
-        ApiKey.FETCH: 2,
-        ApiKey.METADATA: 1,
-        ApiKey.API_VERSIONS: 0,
-    },
-    "0.10.1": None,
+    "0.10.0": _RELEASE_0_10_0,
+    "0.10.1": _RELEASE_0_10_1,
+    "0.11.0": _RELEASE_0_11_0,
+    "1.0": _RELEASE_1_0,
+    "1.1": _RELEASE_1_1,
+    "2.0": _RELEASE_2_0,
+    "2.1": _RELEASE_2_1,
 }
 # tidelog's own replication needs these from a broker of any release (leader-epoch truncation,
 # incremental fetch sessions); no client of the 0.9/0.10.0 era sends them, and they are not

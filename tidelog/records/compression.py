@@ -1,4 +1,4 @@
-"""The three codecs of Kafka's message formats v0/v1, framed exactly as Kafka frames them.
+"""The codecs of Kafka's message formats, framed exactly as Kafka frames them.
 
 - gzip: a gzip stream (what java.util.zip.GZIPOutputStream writes).
 - snappy: snappy-java's "xerial" framing: a 16-byte header, then blocks of int32 length + raw
@@ -7,6 +7,8 @@
 - lz4: an LZ4 frame with independent 64 KiB blocks. Kafka before KIP-57 computed the frame
   header checksum (HC) over the magic number too; message format v0 keeps that broken checksum,
   v1 uses the correct one. Reading repairs the HC first, so either kind of frame is accepted.
+  Format v2 uses the correct one too.
+- zstd: a zstd frame; format v2 only (Kafka 2.1): older formats get UNSUPPORTED_COMPRESSION_TYPE.
 """
 
 from __future__ import annotations
@@ -28,7 +30,18 @@ LZ4_FLG_CONTENT_SIZE = 0x08
 LZ4_FLG_DICT_ID = 0x01
 
 
+def _require_v2_for_zstd(codec: Codec | int, magic: int) -> None:
+    if codec == Codec.ZSTD and magic < 2:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            "zstd needs message format v2 (message.format.version 2.1)",
+        )
+
+
 def compress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: int) -> bytes:
+    _require_v2_for_zstd(codec, magic)
+    if codec == Codec.ZSTD:
+        return bytes(cramjam.zstd.compress(bytes(data)))
     if codec == Codec.GZIP:
         compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
         return compressor.compress(data) + compressor.flush()
@@ -49,8 +62,12 @@ def compress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: in
 
 
 def decompress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: int) -> bytes:
-    """The inner message set of a compressed wrapper; CORRUPT_MESSAGE if it does not decode."""
+    """The inner message set of a compressed wrapper (or a v2 batch's records); CORRUPT_MESSAGE
+    if it does not decode."""
+    _require_v2_for_zstd(codec, magic)
     try:
+        if codec == Codec.ZSTD:
+            return bytes(cramjam.zstd.decompress(bytes(data)))
         if codec == Codec.GZIP:
             return zlib.decompress(data, 47)  # wbits 47: gzip or zlib, detected from the header
         if codec == Codec.SNAPPY:

@@ -1,15 +1,21 @@
-"""Conversion between message formats v0 and v1 (KIP-32), at the level of bytes.
+"""Conversion between message formats: v0 and v1 at the level of bytes (KIP-32), and v2
+batches to and from v0/v1 message sets through their records (KIP-98's formats).
 
 Converting a message keeps its key and value bytes as they are and only rewrites the header:
 v0 -> v1 inserts a timestamp (the broker's time, as KIP-32 says), v1 -> v0 drops it and clears
 the timestamp-type bit. A compressed wrapper is converted by converting its inner set and
 recompressing it with the same codec: v0 inner offsets are absolute, v1 inner offsets relative.
+
+A v2 batch converted down becomes one message per record (a compressed batch one wrapper of
+the same codec); offsets stay, headers are dropped (v0/v1 have nowhere to keep them), zstd has
+no older form (UNSUPPORTED_COMPRESSION_TYPE). v0/v1 messages converted up become one batch.
 """
 
 from __future__ import annotations
 
 import zlib
 
+from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.compression import compress, decompress
 from tidelog.records.format import (
     CODEC_MASK,
@@ -19,13 +25,18 @@ from tidelog.records.format import (
     MESSAGE_OVERHEAD,
     OFFSET_AND_SIZE,
     TIMESTAMP_TYPE_BIT,
+    Codec,
+    TimestampType,
     corrupt,
     encode_entry,
     encode_message,
+    iter_inner,
+    iter_shallow,
     read_entry,
     read_timestamp,
     value_slice,
 )
+from tidelog.records.record_batch import BatchRecordInput
 
 
 def convert_message(message: memoryview, to_magic: int, timestamp: int) -> bytes:
@@ -89,6 +100,8 @@ def convert_message_set(buffer: bytes | memoryview, to_magic: int, now: int) -> 
         codec = attributes & CODEC_MASK
         if magic == to_magic:
             parts.append(bytes(view[start - LOG_OVERHEAD : position]))
+        elif magic == 2:
+            parts.append(batch_to_message_set(view[start - LOG_OVERHEAD : position], to_magic))
         elif codec == 0:
             parts.append(encode_entry(offset, convert_message(message, to_magic, now)))
         else:
@@ -129,3 +142,59 @@ def _count_entries(buffer: bytes) -> int:
         position += LOG_OVERHEAD + size
         count += 1
     return count
+
+
+def batch_to_message_set(batch: bytes | bytearray | memoryview, to_magic: int) -> bytes:
+    """One v2 batch as a v0/v1 message set: offsets kept, timestamps kept for v1 (a
+    LogAppendTime batch becomes a LogAppendTime wrapper or messages of its time)."""
+    from tidelog.records.format import view_at
+
+    shallow = view_at(batch, 0)
+    codec = shallow.attributes & CODEC_MASK
+    if codec == Codec.ZSTD:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            f"the zstd batch ending at offset {shallow.offset} has no v{to_magic} form",
+        )
+    records = list(iter_inner(shallow))
+    append_time = shallow.timestamp_type == TimestampType.LOG_APPEND_TIME and to_magic == 1
+    attributes = TIMESTAMP_TYPE_BIT if append_time else 0
+    if codec == 0:
+        return b"".join(
+            encode_entry(
+                r.offset,
+                encode_message(
+                    to_magic, r.key, r.value, r.timestamp if to_magic else -1, attributes
+                ),
+            )
+            for r in records
+        )
+    base = records[0].offset if to_magic == 1 else 0
+    inner = b"".join(
+        encode_entry(
+            r.offset - base,
+            encode_message(to_magic, r.key, r.value, r.timestamp if to_magic else -1, 0),
+        )
+        for r in records
+    )
+    timestamp = shallow.timestamp if to_magic == 1 else -1
+    wrapper = encode_message(
+        to_magic, None, compress(codec, inner, to_magic), timestamp, attributes | codec
+    )
+    return encode_entry(records[-1].offset, wrapper)
+
+
+def records_of(
+    buffer: bytes | bytearray | memoryview, now: int
+) -> tuple[list[BatchRecordInput], int]:
+    """Every message of a set of any formats as records for a v2 batch, and the codec to write
+    it with (the first compressed entry's, as Kafka's validator picks its source codec).
+    v0 messages get ``now`` (KIP-32's up-conversion time); headers are kept from v2 records."""
+    records: list[BatchRecordInput] = []
+    codec = 0
+    for entry in iter_shallow(buffer):
+        codec = codec or entry.attributes & CODEC_MASK
+        for message in iter_inner(entry):
+            timestamp = now if message.magic == 0 else message.timestamp
+            records.append(BatchRecordInput(message.key, message.value, timestamp, message.headers))
+    return records, codec

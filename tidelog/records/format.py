@@ -1,4 +1,5 @@
-"""Kafka message format v0 and v1: layout, encoding, and reading one entry at a time.
+"""Kafka message formats v0 and v1, and the entry framing v2 shares: layout, encoding, and
+reading one entry at a time.
 
 A message set is a run of entries, each ``offset:int64 size:int32 message``:
 
@@ -7,6 +8,11 @@ A message set is a run of entries, each ``offset:int64 size:int32 message``:
 
 ``bytes`` is an int32 length (-1 for null) and the data. The CRC is CRC-32 over magic..end.
 Attribute bits 0-2 name the codec; bit 3 (v1 only) the timestamp type.
+
+A v2 record batch (record_batch.py) is framed the same way (base offset, length) with its magic
+at the same byte, so the walkers here read segments that mix the three formats. What they
+report as an entry's offset is its last offset: a v0/v1 entry's own (a v1 wrapper's is its
+last inner message's), a v2 batch's base offset plus its last offset delta.
 
 The functions here come in two kinds: ``read_entry`` works on buffers with ``struct`` and returns
 plain tuples (for the append, recovery and fetch paths), while ``MessageView`` and the
@@ -21,6 +27,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from enum import IntEnum
+
+from crc32c import crc32c
 
 from tidelog.errors import ErrorCode, KafkaError
 
@@ -47,12 +55,21 @@ V1_HEADER = struct.Struct(">bbqi")  # magic, attributes, timestamp, key length
 MAGIC_POSITION = 4
 ATTRIBUTES_POSITION = 5
 TIMESTAMP_POSITION = 6
-MESSAGE_OVERHEAD = {0: 14, 1: 22}  # crc + magic + attributes [+ timestamp] + two length fields
+# crc + magic + attributes [+ timestamp] + two length fields; for v2 the batch header after its
+# length field
+MESSAGE_OVERHEAD = {0: 14, 1: 22, 2: 49}
+# A v2 batch, counted from its base offset: the CRC, what it covers from, the last offset delta
+# and the max timestamp (record_batch.py has the whole layout).
+V2_CRC_AT = 17
+V2_CRC_FROM = 21
+V2_LAST_OFFSET_DELTA_AT = 23
+V2_MAX_TIMESTAMP_AT = 35
+V2_ATTRIBUTES = struct.Struct(">h")
 
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 NO_TIMESTAMP = -1
-MAGIC_VALUES = (0, 1)
+MAGIC_VALUES = (0, 1, 2)
 
 
 class Codec(IntEnum):
@@ -60,6 +77,11 @@ class Codec(IntEnum):
     GZIP = 1
     SNAPPY = 2
     LZ4 = 3
+    ZSTD = 4  # format v2 only (Kafka 2.1)
+
+
+# the codecs a v0/v1 message set can carry (zstd came with format v2)
+MESSAGE_SET_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
 
 
 class TimestampType(IntEnum):
@@ -73,7 +95,7 @@ def corrupt(message: str) -> KafkaError:
 
 
 def read_entry(buffer: Buffer, position: int, limit: int) -> tuple[int, int, int, int]:
-    """Checks the entry at ``position`` and returns (offset, size, magic, attributes).
+    """Checks the entry at ``position`` and returns (last offset, size, magic, attributes).
 
     ``size`` is the message size, so the next entry starts at position + 12 + size. Raises
     CORRUPT_MESSAGE when the entry is partial (runs past ``limit``), too small for its magic, of
@@ -93,6 +115,15 @@ def read_entry(buffer: Buffer, position: int, limit: int) -> tuple[int, int, int
         raise corrupt(f"unknown magic {magic} at offset {offset}")
     if size < MESSAGE_OVERHEAD[magic]:
         raise corrupt(f"message size {size} at offset {offset} is below the minimum for v{magic}")
+    if magic == 2:
+        (crc,) = CRC.unpack_from(buffer, position + V2_CRC_AT)
+        if crc32c(memoryview(buffer)[position + V2_CRC_FROM : start + size]) != crc:
+            raise corrupt(f"CRC-32C mismatch in the batch at offset {offset}")
+        (attributes,) = V2_ATTRIBUTES.unpack_from(buffer, position + V2_CRC_FROM)
+        (delta,) = INT32.unpack_from(buffer, position + V2_LAST_OFFSET_DELTA_AT)
+        if delta < 0:
+            raise corrupt(f"negative last offset delta {delta} in the batch at offset {offset}")
+        return offset + delta, size, magic, attributes
     (crc,) = CRC.unpack_from(buffer, start)
     if zlib.crc32(buffer[start + MAGIC_POSITION : start + size]) != crc:
         raise corrupt(f"CRC mismatch at offset {offset}")
@@ -118,7 +149,8 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
     Every whole entry must pass its CRC, have a known magic and an offset above the previous
     one's and at least ``min_offset``; anything else raises CORRUPT_MESSAGE, naming the fault.
     A partial last entry ends the scan. This is the follower's append path, so the loop
-    unpacks one struct per entry and calls no function of its own.
+    unpacks one struct per entry and calls no function of its own. ``first_offset`` is the first
+    entry's offset field (a v2 batch's base offset; a v1 wrapper's last inner offset).
     """
     view = memoryview(buffer)
     limit, position = len(view), 0
@@ -130,6 +162,26 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
         end = position + LOG_OVERHEAD + size
         if end > limit and size >= 0:
             break  # partial: the next fetch brings it whole
+        if magic == 2:
+            if (
+                offset < next_offset
+                or size < minimum[2]
+                or crc32c(view[position + V2_CRC_FROM : end])
+                != CRC.unpack_from(view, position + V2_CRC_AT)[0]
+            ):
+                if offset < next_offset:
+                    raise corrupt(f"offset {offset} at position {position} is below {next_offset}")
+                read_entry(view, position, limit)  # raises the precise error
+            if first_offset < 0:
+                first_offset = offset
+            last = offset + INT32.unpack_from(view, position + V2_LAST_OFFSET_DELTA_AT)[0]
+            (timestamp,) = INT64.unpack_from(view, position + V2_MAX_TIMESTAMP_AT)
+            if last < offset:
+                read_entry(view, position, limit)
+            if timestamp > max_timestamp:
+                max_timestamp, offset_of_max = timestamp, last
+            last_offset, next_offset, position = last, last + 1, end
+            continue
         if (
             offset < next_offset
             or magic not in minimum
@@ -152,9 +204,23 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
     return ShallowScan(position, first_offset, last_offset, max_timestamp, offset_of_max)
 
 
+def entry_last_offset_and_timestamp(buffer: Buffer, position: int) -> tuple[int, int]:
+    """(last offset, largest timestamp or -1) of the entry at ``position``, unchecked."""
+    (offset,) = INT64.unpack_from(buffer, position)
+    magic = buffer[position + LOG_OVERHEAD + MAGIC_POSITION]
+    if magic == 2:
+        (delta,) = INT32.unpack_from(buffer, position + V2_LAST_OFFSET_DELTA_AT)
+        return offset + delta, INT64.unpack_from(buffer, position + V2_MAX_TIMESTAMP_AT)[0]
+    if magic == 1:
+        return offset, INT64.unpack_from(buffer, position + LOG_OVERHEAD + TIMESTAMP_POSITION)[0]
+    return offset, NO_TIMESTAMP
+
+
 def read_timestamp(buffer: Buffer, message_start: int, magic: int) -> int:
     if magic == 0:
         return NO_TIMESTAMP
+    if magic == 2:  # message_start is where a v0/v1 CRC would be: 12 bytes into the batch
+        return INT64.unpack_from(buffer, message_start - LOG_OVERHEAD + V2_MAX_TIMESTAMP_AT)[0]
     return INT64.unpack_from(buffer, message_start + TIMESTAMP_POSITION)[0]
 
 
@@ -271,7 +337,10 @@ def build_message_set(
 
 @dataclass(frozen=True)
 class MessageView:
-    """One message as read from a buffer, for display and tests (never on a hot path)."""
+    """One message as read from a buffer, for display and tests (never on a hot path).
+
+    A v2 batch read shallow is a view too: its offset is the batch's last offset, its timestamp
+    the batch's max timestamp, key and value None, and ``batch`` holds its bytes."""
 
     offset: int
     position: int
@@ -283,6 +352,10 @@ class MessageView:
     timestamp: int
     key: bytes | None
     value: bytes | None
+    # format v2: a record's headers; for a batch's own view (iter_shallow) the whole batch,
+    # which iter_inner opens
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    batch: bytes | None = None
 
     @property
     def codec(self) -> Codec:
@@ -305,6 +378,26 @@ def view_at(buffer: Buffer, position: int) -> MessageView:
     magic, attributes = MAGIC_AND_ATTRIBUTES.unpack_from(buffer, start + MAGIC_POSITION)
     if magic not in MAGIC_VALUES:
         raise corrupt(f"unknown magic {magic} at offset {offset}")
+    if magic == 2:
+        end = start + size
+        (crc,) = CRC.unpack_from(buffer, position + V2_CRC_AT)
+        (attributes,) = V2_ATTRIBUTES.unpack_from(buffer, position + V2_CRC_FROM)
+        last_offset, timestamp = entry_last_offset_and_timestamp(buffer, position)
+        crc_valid = crc32c(memoryview(buffer)[position + V2_CRC_FROM : end]) == crc
+        batch = bytes(buffer[position:end])
+        return MessageView(
+            last_offset,
+            position,
+            size,
+            crc,
+            crc_valid,
+            2,
+            attributes,
+            timestamp,
+            None,
+            None,
+            batch=batch,
+        )
     timestamp = read_timestamp(buffer, start, magic)
     cursor = start + key_position(magic)
     fields: list[bytes | None] = []
@@ -340,6 +433,9 @@ def iter_inner(wrapper: MessageView) -> Iterator[MessageView]:
     """
     from tidelog.records.compression import decompress
 
+    if wrapper.magic == 2:
+        yield from _batch_records(wrapper)
+        return
     if wrapper.codec == Codec.NONE:
         yield wrapper
         return
@@ -363,6 +459,32 @@ def iter_inner(wrapper: MessageView) -> Iterator[MessageView]:
             )
         else:
             yield replace(message, offset=absolute)
+
+
+def _batch_records(batch: MessageView) -> Iterator[MessageView]:
+    """The records of a v2 batch's view as messages: absolute offsets, each record's time (the
+    batch's for LogAppendTime), the batch's attributes and CRC, the record's headers."""
+    from tidelog.records.record_batch import check_batch, read_records
+
+    assert batch.batch is not None
+    header = check_batch(batch.batch, 0, len(batch.batch)) if batch.crc_valid else None
+    if header is None:
+        raise corrupt(f"CRC-32C mismatch in the batch ending at offset {batch.offset}")
+    log_append_time = batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    for record in read_records(batch.batch, header):
+        yield MessageView(
+            record.offset,
+            batch.position,
+            record.size,
+            batch.crc,
+            batch.crc_valid,
+            2,
+            batch.attributes,
+            header.max_timestamp if log_append_time else record.timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
 
 
 def iter_deep(buffer: Buffer) -> Iterator[MessageView]:

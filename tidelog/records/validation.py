@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.records.batch_validation import down_converted, has_batches, validate_batches
 from tidelog.records.compression import compress, decompress
 from tidelog.records.conversion import convert_message, rebuild_inner_set
 from tidelog.records.format import (
@@ -215,17 +216,28 @@ def validate_and_assign_offsets(
     policy: RecordsPolicy,
     now: int,
     last_appended_timestamp: int = NO_TIMESTAMP,
+    partition_leader_epoch: int = -1,
 ) -> ValidatedMessageSet:
     """Checks a producer's message set and returns it with offsets assigned.
 
-    Raises KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP) and then nothing of
-    the set may be appended.
+    Raises KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, and for v2
+    batches the codes batch_validation.py names) and then nothing of the set may be appended.
+    A topic of format v2 takes batch_validation's path; v2 batches sent to an older format are
+    down-converted first. ``partition_leader_epoch`` is stamped into v2 batches.
     """
     out = bytearray(buffer)
     limit = len(out)
     if limit == 0:
         raise corrupt("empty message set")
     target = policy.magic
+    if target == 2:
+        return _validated_batches(
+            out, next_offset, policy, now, last_appended_timestamp, partition_leader_epoch
+        )
+    converted_down = has_batches(out)
+    if converted_down:
+        out = down_converted(out, target, now)
+        limit = len(out)
     log_append_time = target == 1 and policy.timestamp_type == TimestampType.LOG_APPEND_TIME
     append_time = max(last_appended_timestamp, now) if log_append_time else NO_TIMESTAMP
     max_difference = policy.timestamp_difference_max_ms
@@ -300,7 +312,39 @@ def validate_and_assign_offsets(
         max_timestamp=max_timestamp,
         offset_of_max_timestamp=offset_of_max_timestamp,
         log_append_time=append_time,
-        recompressed=bool(replacements),
+        recompressed=bool(replacements) or converted_down,
+    )
+
+
+def _validated_batches(
+    out: bytearray,
+    next_offset: int,
+    policy: RecordsPolicy,
+    now: int,
+    last_appended_timestamp: int,
+    partition_leader_epoch: int,
+) -> ValidatedMessageSet:
+    log_append_time = policy.timestamp_type == TimestampType.LOG_APPEND_TIME
+    append_time = max(last_appended_timestamp, now) if log_append_time else NO_TIMESTAMP
+    out, last_offset, max_timestamp, offset_of_max, converted = validate_batches(
+        out,
+        next_offset=next_offset,
+        timestamp_type=policy.timestamp_type,
+        timestamp_difference_max_ms=policy.timestamp_difference_max_ms,
+        max_message_bytes=policy.max_message_bytes,
+        compacted=policy.compacted,
+        now=now,
+        append_time=append_time,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+    return ValidatedMessageSet(
+        buffer=out,
+        first_offset=next_offset,
+        last_offset=last_offset,
+        max_timestamp=max_timestamp,
+        offset_of_max_timestamp=offset_of_max,
+        log_append_time=append_time,
+        recompressed=converted,
     )
 
 

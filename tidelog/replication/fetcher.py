@@ -21,8 +21,33 @@ log = logging.getLogger(__name__)
 # A partition the leader did not answer OffsetsForLeaderEpoch for (not led there yet) is asked
 # again after this long.
 TRUNCATION_RETRY_SECONDS = 0.1
-# inter.broker.protocol.version -> the Fetch version followers send
-FETCH_VERSION = {"0.9.0": 1, "0.10.0-IV0": 2, "0.10.0": 2}
+# the first Fetch version with KIP-227's session fields
+FIRST_FETCH_WITH_SESSIONS = 7
+# inter.broker.protocol.version -> the Fetch and OffsetsForLeaderEpoch versions followers send,
+# as Kafka 2.1's ReplicaFetcherThread picks them. Followers fetch in an incremental session:
+# by Kafka's own Fetch from v7 (KIP-227's sessions, 1.1 and later), by tidelog's REPLICA_FETCH
+# (the same session fields on Fetch v3's) from 0.10.0-IV0 to 1.0; either answer carries the
+# leader's stored bytes whatever their format. 0.9.0 fetches plainly with Fetch v1.
+REPLICA_REQUEST_VERSIONS: dict[str, tuple[int, int]] = {
+    "0.9.0": (1, 0),
+    "0.10.0-IV0": (2, 0),
+    "0.10.0": (2, 0),
+    "0.11.0-IV0": (4, 0),
+    "0.11.0-IV1": (5, 0),
+    "0.11.0-IV2": (5, 0),
+    "0.11.0": (5, 0),
+    "1.0-IV0": (5, 0),
+    "1.0": (5, 0),
+    "1.1-IV0": (7, 0),
+    "1.1": (7, 0),
+    "2.0-IV0": (7, 1),
+    "2.0-IV1": (8, 1),
+    "2.0": (8, 1),
+    "2.1-IV0": (8, 1),
+    "2.1-IV1": (8, 2),
+    "2.1-IV2": (10, 2),
+    "2.1": (10, 2),
+}
 
 Key = tuple[str, int]
 
@@ -30,10 +55,12 @@ Key = tuple[str, int]
 @dataclass(frozen=True)
 class FetcherSettings:
     """How followers fetch: Kafka's replica.fetch.* settings (``response_max_bytes`` bounds a
-    REPLICA_FETCH answer; a plain Fetch v1/v2 answer has no bound), the Fetch version that
-    inter.broker.protocol.version implies, and replica.truncation.mode."""
+    REPLICA_FETCH answer; a plain Fetch v1/v2 answer has no bound), the Fetch and
+    OffsetsForLeaderEpoch versions that inter.broker.protocol.version implies, and
+    replica.truncation.mode."""
 
     fetch_version: int = 2
+    leader_epoch_version: int = 0
     truncation_mode: str = "leader-epoch"
     wait_max_ms: int = 500
     min_bytes: int = 1
@@ -45,8 +72,12 @@ class FetcherSettings:
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> FetcherSettings:
+        fetch_version, leader_epoch_version = REPLICA_REQUEST_VERSIONS[
+            config["inter.broker.protocol.version"]
+        ]
         return cls(
-            fetch_version=FETCH_VERSION[config["inter.broker.protocol.version"]],
+            fetch_version=fetch_version,
+            leader_epoch_version=leader_epoch_version,
             truncation_mode=config["replica.truncation.mode"],
             wait_max_ms=config["replica.fetch.wait.max.ms"],
             min_bytes=config["replica.fetch.min.bytes"],
@@ -199,12 +230,19 @@ class ReplicaFetcher:
         keys = [k for k in self.needs_truncation if k in self.partitions]
         by_topic: dict[str, list[dict]] = {}
         for topic, number in keys:
-            epoch = self.partitions[(topic, number)].log.leader_epochs.latest_epoch
-            by_topic.setdefault(topic, []).append({"partition": number, "leader_epoch": epoch})
+            following = self.partitions[(topic, number)]
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": number,
+                    "leader_epoch": following.log.leader_epochs.latest_epoch,
+                    # v2: the leader fences a follower that is behind or ahead of its epoch
+                    "current_leader_epoch": following.leader_epoch,
+                }
+            )
         response = await self._request(
             connection,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            0,
+            self.settings.leader_epoch_version,
             {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]},
         )
         for topic_answer in response["topics"]:
@@ -212,7 +250,9 @@ class ReplicaFetcher:
                 key = (topic_answer["topic"], answer["partition"])
                 partition = self.partitions.get(key)
                 if partition is None or answer["error_code"]:
-                    continue  # not led there yet: asked again on the next round
+                    # not led there yet, or the leader's epoch and ours differ (FENCED_ or
+                    # UNKNOWN_LEADER_EPOCH) until one of us hears of the change: asked again
+                    continue
                 end = answer["end_offset"]
                 if end == UNDEFINED_EPOCH_OFFSET:
                     self._cut(
@@ -376,9 +416,10 @@ class ReplicaFetcher:
                 self._apply(fetched, answer)
 
     async def _fetch_in_session(self, connection: Connection) -> None:
-        """One REPLICA_FETCH: names only the partitions whose fetch offset the leader does not
-        know yet (all of them when opening a session) and applies what the leader answers, only
-        for partitions still where the leader thinks they are."""
+        """One fetch in the session (Fetch v7+ or REPLICA_FETCH): names only the partitions
+        whose fetch offset the leader does not know yet (all of them when opening a session)
+        and applies what the leader answers, only for partitions still where the leader thinks
+        they are."""
         self._hold_throttled()
         named: dict[Key, int] = {}
         for key in list(self._to_name):
@@ -391,26 +432,42 @@ class ReplicaFetcher:
         self._session_positions.update(named)
         by_topic: dict[str, list[dict]] = {}
         for (topic, number), offset in named.items():
+            partition = self.partitions[(topic, number)]
             by_topic.setdefault(topic, []).append(
-                {"partition": number, "fetch_offset": offset, "max_bytes": self.settings.max_bytes}
+                {
+                    "partition": number,
+                    "current_leader_epoch": partition.leader_epoch,  # Fetch v9+
+                    "fetch_offset": offset,
+                    "log_start_offset": partition.log.log_start_offset,  # Fetch v5+
+                    "max_bytes": self.settings.max_bytes,
+                }
             )
         forgotten: dict[str, list[int]] = {}
         for topic, number in self._to_forget:
             forgotten.setdefault(topic, []).append(number)
         self._to_forget.clear()
+        forgotten_topics = [{"topic": t, "partitions": p} for t, p in forgotten.items()]
+        # Kafka's Fetch v7+ (1.1 and later) carries the sessions itself; before, REPLICA_FETCH
+        api_key, version = (
+            (ApiKey.FETCH, self.settings.fetch_version)
+            if self.settings.fetch_version >= FIRST_FETCH_WITH_SESSIONS
+            else (ApiKey.REPLICA_FETCH, 0)
+        )
         response = await self._request(
             connection,
-            ApiKey.REPLICA_FETCH,
-            0,
+            api_key,
+            version,
             {
                 "replica_id": self.broker_id,
                 "max_wait_time": self.settings.wait_max_ms,
                 "min_bytes": self.settings.min_bytes,
                 "max_bytes": self.settings.response_max_bytes,
+                "isolation_level": 0,
                 "session_id": self._session_id,
                 "session_epoch": self._session_epoch,
                 "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
-                "forgotten_topics": [{"topic": t, "partitions": p} for t, p in forgotten.items()],
+                "forgotten_topics": forgotten_topics,
+                "forgotten_topics_data": forgotten_topics,
             },
         )
         code = response["error_code"]
