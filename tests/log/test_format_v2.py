@@ -4,6 +4,8 @@ by time, recovery of a damaged tail, and a segment that holds v0, v1 and v2 entr
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 from kafka.record import MemoryRecords
 
@@ -139,3 +141,62 @@ def test_a_follower_learns_each_leaders_epoch_from_the_batches_it_wrote(make_log
     follower.append_as_follower(leader.read(0, 10**9).slice.read(), leader_epoch=7)
 
     assert follower.leader_epochs.entries == [(1, 0), (5, 5)]
+
+
+def test_dump_log_prints_batches_and_their_records_as_kafkas_dump_log_segments(make_log, clock):
+    log = make_log(**V2)
+    sent = encode_batch(
+        [
+            BatchRecordInput(b"k%d" % i, b"v%d" % i, 1000 + i, (("trace", b"x"), ("n", None)))
+            for i in range(3)
+        ],
+        codec=Codec.GZIP,
+        producer_id=42,
+        producer_epoch=1,
+        base_sequence=7,
+    )
+    log.append_as_leader(sent, leader_epoch=2)
+    log.close()
+    segment = str(log.segments[0].log_path)
+
+    dump = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tidelog.cli",
+            "dump-log",
+            "--deep-iteration",
+            "--print-data-log",
+            segment,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+
+    assert dump[2].startswith(
+        "baseOffset: 0 lastOffset: 2 count: 3 baseSequence: 7 lastSequence: 9 producerId: 42 "
+        "producerEpoch: 1 partitionLeaderEpoch: 2 isTransactional: false isControl: false "
+        "position: 0 CreateTime: 1002 isvalid: true size: "
+    )
+    assert dump[2].endswith(f"magic: 2 compresscodec: GZIP crc: {read_header(sent).crc}")
+    assert dump[4] == (
+        "| offset: 1 position: 0 CreateTime: 1001 isvalid: true keysize: 2 valuesize: 2 "
+        "magic: 2 compresscodec: GZIP producerId: 42 producerEpoch: 1 sequence: 8 "
+        "isTransactional: false headerKeys: [trace,n] key: k1 payload: v1"
+    )
+    assert (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tidelog.cli",
+                "dump-log",
+                "--verify-index",
+                segment.replace(".log", ".index"),
+            ],
+            capture_output=True,
+            text=True,
+        ).returncode
+        == 0
+    )

@@ -28,6 +28,7 @@ from tidelog.records.format import (
     read_entry,
     view_at,
 )
+from tidelog.records.record_batch import read_header
 
 # As Kafka's TimestampType prints itself.
 TIMESTAMP_TYPE_NAMES = {
@@ -57,7 +58,31 @@ def _message_fields(message: MessageView, print_data: bool) -> dict[str, Any]:
         fields["value"] = (
             None if message.value is None else message.value.decode("utf-8", "replace")
         )
+    if message.magic == 2:
+        _add_v2_fields(fields, message)
     return fields
+
+
+def _add_v2_fields(fields: dict[str, Any], message: MessageView) -> None:
+    """A v2 batch's header fields (its shallow line), or a record's producer fields and header
+    keys (its deep line), as DumpLogSegments prints them since Kafka 0.11."""
+    if message.batch is not None:
+        header = read_header(message.batch)
+        fields.update(
+            base_offset=header.base_offset,
+            last_offset=header.last_offset,
+            count=header.record_count,
+            base_sequence=header.base_sequence,
+            last_sequence=header.last_sequence,
+            producer_id=header.producer_id,
+            producer_epoch=header.producer_epoch,
+            partition_leader_epoch=header.partition_leader_epoch,
+            is_transactional=header.is_transactional,
+            is_control=header.is_control,
+            size=header.size,
+        )
+    else:
+        fields["header_keys"] = [name for name, _ in message.headers]
 
 
 def scan_log(path: Path) -> tuple[list[tuple[int, int, int, int]], int, str]:
@@ -83,8 +108,20 @@ def dump_log_file(path: Path, *, deep_iteration: bool = False, print_data: bool 
     for _, position, _, _ in entries:
         shallow = view_at(data, position)
         fields = _message_fields(shallow, print_data)
-        if deep_iteration and shallow.codec:
-            fields["inner"] = [_message_fields(inner, print_data) for inner in iter_inner(shallow)]
+        if deep_iteration and (shallow.codec or shallow.magic == 2):
+            inner = [_message_fields(message, print_data) for message in iter_inner(shallow)]
+            if shallow.magic == 2:  # a record's sequence: the batch's base sequence onwards
+                for record in inner:
+                    record["producer_id"] = fields["producer_id"]
+                    record["producer_epoch"] = fields["producer_epoch"]
+                    record["is_transactional"] = fields["is_transactional"]
+                    record["sequence"] = (
+                        -1
+                        if fields["base_sequence"] < 0
+                        else (fields["base_sequence"] + record["offset"] - fields["base_offset"])
+                        % 2**31
+                    )
+            fields["inner"] = inner
         messages.append(fields)
     return {
         "file": str(path),
@@ -226,6 +263,10 @@ def format_dump(dump: dict) -> list[str]:
 
 
 def _format_message(message: dict, prefix: str) -> str:
+    if "base_offset" in message:
+        return prefix + _format_batch(message)
+    if "header_keys" in message:
+        return prefix + _format_record(message)
     text = (
         f"{prefix}offset: {message['offset']} position: {message['position']} "
         f"magic: {message['magic']} compresscodec: {message['codec']} "
@@ -235,6 +276,39 @@ def _format_message(message: dict, prefix: str) -> str:
     )
     if "key" in message:
         text += f" key: {message['key']} payload: {message['value']}"
+    return text
+
+
+def _format_batch(batch: dict) -> str:
+    """A v2 batch's line, Kafka 2.1's DumpLogSegments' words and order."""
+    return (
+        f"baseOffset: {batch['base_offset']} lastOffset: {batch['last_offset']} "
+        f"count: {batch['count']} baseSequence: {batch['base_sequence']} "
+        f"lastSequence: {batch['last_sequence']} producerId: {batch['producer_id']} "
+        f"producerEpoch: {batch['producer_epoch']} "
+        f"partitionLeaderEpoch: {batch['partition_leader_epoch']} "
+        f"isTransactional: {str(batch['is_transactional']).lower()} "
+        f"isControl: {str(batch['is_control']).lower()} position: {batch['position']} "
+        f"{batch['timestamp_type']}: {batch['timestamp']} "
+        f"isvalid: {str(batch['crc_valid']).lower()} size: {batch['size']} magic: 2 "
+        f"compresscodec: {batch['codec'].upper()} crc: {batch['crc']}"
+    )
+
+
+def _format_record(record: dict) -> str:
+    """A v2 record's line under --deep-iteration, as Kafka 2.1's DumpLogSegments prints it."""
+    text = (
+        f"offset: {record['offset']} position: {record['position']} "
+        f"{record['timestamp_type']}: {record['timestamp']} "
+        f"isvalid: {str(record['crc_valid']).lower()} keysize: {record['key_size']} "
+        f"valuesize: {record['value_size']} magic: 2 compresscodec: {record['codec'].upper()} "
+        f"producerId: {record['producer_id']} producerEpoch: {record['producer_epoch']} "
+        f"sequence: {record['sequence']} "
+        f"isTransactional: {str(record['is_transactional']).lower()} "
+        f"headerKeys: [{','.join(record['header_keys'])}]"
+    )
+    if "key" in record:
+        text += f" key: {record['key']} payload: {record['value']}"
     return text
 
 
