@@ -673,14 +673,14 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             )
     protocol = values["inter.broker.protocol.version"]
     message_format = values["log.message.format.version"]
-    check_format_supported(
-        {
-            "message.format.version": message_format,
-            "cleanup.policy": values["log.cleanup.policy"],
-            "remote.storage.enable": False,
-        },
-        prefix="log.",
-    )
+    if MESSAGE_FORMAT_VERSIONS[message_format] >= 2:
+        # the broker's format is also that of __consumer_offsets, a compacted topic
+        raise ConfigError(
+            f"log.message.format.version: {message_format!r} is not allowed as the broker's "
+            "format yet; allowed: 0.9.0, 0.10.0 (set message.format.version 0.11.0 to 2.1 on a "
+            "topic: the broker's format is also __consumer_offsets', which is compacted, and "
+            "the log cleaner does not rewrite v2 record batches yet)"
+        )
     if MESSAGE_FORMAT_VERSIONS[message_format] > INTER_BROKER_PROTOCOLS[protocol][1]:
         first = next(
             v
