@@ -262,3 +262,25 @@ def test_rows_of_a_topic_with_a_remote_tier_equal_what_kafka_python_consumes(
     full, filtered = (scan_stats(tmp_path / name, "remote") for name in (f"all-{topic}", "recent"))
     assert filtered.segment_bytes == full.segment_bytes
     assert 0 < filtered.bytes_read < full.bytes_read / 2
+
+
+def test_spark_reads_v2_batches_with_their_headers(cluster_2_1, spark):
+    """librdkafka's batches with headers on a v2 topic of 2.1 brokers, read by Spark."""
+    from tests.integration.test_format_v2_clients import librdkafka_produce, new_topic
+
+    topic = new_topic(cluster_2_1)
+    librdkafka_produce(cluster_2_1, topic, 40, **{"compression.type": "zstd"})
+
+    frame = spark.read.format("tidelog").load(str(cluster_2_1.directory))
+    rows = frame.where(frame.topic == topic).collect()
+
+    leader_rows = {r.offset: r for r in rows}  # every replica holds the same records
+    assert sorted(leader_rows) == list(range(40))
+    assert {(r.magic, r.codec) for r in rows} == {(2, "zstd")}
+    assert bytes(leader_rows[3].value) == b"value-3"
+    assert [
+        (h.key, None if h.value is None else bytes(h.value)) for h in leader_rows[3].headers
+    ] == [
+        ("trace", b"t-3"),
+        ("empty", None),
+    ]

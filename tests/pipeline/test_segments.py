@@ -14,6 +14,7 @@ from tidelog.pipeline.segments import (
     read_segment,
 )
 from tidelog.records.format import MESSAGE_SET_CODECS, Codec, iter_deep
+from tidelog.records.record_batch import BatchRecordInput, encode_batch
 
 STEP_MS = 10
 
@@ -126,3 +127,29 @@ def test_a_segment_deleted_after_it_was_planned_has_no_rows(make_log, clock, tmp
 
     assert rows and all(r["offset"] >= second.base_offset for r in rows)
     assert stats[0].bytes_read == 0 and stats[1].bytes_read > 0
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_rows_of_v2_batches_carry_their_records_headers(make_log, clock, tmp_path, codec):
+    log = make_log(segment_bytes=2000, index_interval_bytes=300, message_format_version="2.1")
+    for _ in range(20):
+        clock.advance(STEP_MS)
+        log.append_as_leader(
+            encode_batch(
+                [
+                    BatchRecordInput(b"k", b"v%d" % i, clock.milliseconds(), (("n", b"%d" % i),))
+                    for i in range(3)
+                ],
+                codec=codec,
+            )
+        )
+    log.flush()
+
+    rows = rows_of(find_segments(tmp_path))
+
+    assert [r["offset"] for r in rows] == list(range(60))
+    assert {(r["magic"], r["codec"], r["timestamp_type"]) for r in rows} == {
+        (2, codec.name.lower(), 0)
+    }
+    assert rows[4]["value"] == b"v1"
+    assert rows[4]["headers"] == [{"key": "n", "value": b"1"}]

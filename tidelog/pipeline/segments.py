@@ -58,13 +58,16 @@ SCHEMA = pa.schema(
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("magic", pa.int32()),
-        ("codec", pa.string()),  # none, gzip, snappy, lz4: the wrapper's codec
+        ("codec", pa.string()),  # none, gzip, snappy, lz4, zstd: the wrapper's or batch's codec
         ("tier", pa.string()),  # local (segments on a broker's disk) or remote
+        # a v2 record's headers, in order (empty for v0/v1 messages)
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
     ]
 )
 SPARK_SCHEMA = (
     "topic string, partition int, offset long, timestamp long, timestamp_type int, "
-    "key binary, value binary, magic int, codec string, tier string"
+    "key binary, value binary, magic int, codec string, tier string, "
+    "headers array<struct<key:string,value:binary>>"
 )
 CODEC_NAMES = [codec.name.lower() for codec in Codec]
 READ_CHUNK = 8 * 1024 * 1024
@@ -275,6 +278,7 @@ class _Columns:
         self.value: list[bytes | None] = []
         self.magic: list[int] = []
         self.codec: list[str] = []
+        self.headers: list[list[dict[str, str | bytes | None]]] = []
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -293,6 +297,7 @@ class _Columns:
                 pa.array(self.magic, pa.int32()),
                 pa.array(self.codec, pa.string()),
                 pa.array([self.tier] * rows, pa.string()),
+                pa.array(self.headers, SCHEMA.field("headers").type),
             ],
             schema=SCHEMA,
         )
@@ -309,14 +314,17 @@ def _decode(buffer: bytes, columns: _Columns, max_offset: int | None) -> tuple[i
     minimum = MESSAGE_OVERHEAD[0]
     offsets, timestamps, types = columns.offset, columns.timestamp, columns.timestamp_type
     keys, values, magics, codecs = columns.key, columns.value, columns.magic, columns.codec
+    headers = columns.headers
     while limit - position >= LOG_OVERHEAD:
         offset, size = OFFSET_AND_SIZE.unpack_from(buffer, position)
         end = position + LOG_OVERHEAD + size
         if size < minimum or end > limit:
             break
-        magic, attributes = buffer[position + 16], buffer[position + 17]
+        magic = buffer[position + 16]
+        # a v2 batch's attributes are an int16 after its CRC: its low byte names the codec
+        attributes = buffer[position + (22 if magic == 2 else 17)]
         codec = attributes & CODEC_MASK
-        if codec:
+        if codec or magic == 2:
             for message in iter_inner(view_at(buffer, position)):
                 offsets.append(message.offset)
                 timestamps.append(message.timestamp)
@@ -325,6 +333,7 @@ def _decode(buffer: bytes, columns: _Columns, max_offset: int | None) -> tuple[i
                 values.append(message.value)
                 magics.append(magic)
                 codecs.append(CODEC_NAMES[codec])
+                headers.append([{"key": k, "value": v} for k, v in message.headers])
         else:
             if magic == 1:
                 *_, timestamp, key_length = unpack_v1(buffer, position)
@@ -346,6 +355,7 @@ def _decode(buffer: bytes, columns: _Columns, max_offset: int | None) -> tuple[i
             types.append(timestamp_type)
             magics.append(magic)
             codecs.append("none")
+            headers.append([])
         position = end
         if max_offset is not None and offset > max_offset:
             return position, True
