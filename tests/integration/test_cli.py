@@ -122,6 +122,15 @@ def test_scenario_and_perf_argument_errors_are_refused_before_anything_starts(tm
         str(tmp_path),
         says="invalid choice: '2'",
     )
+    for wrong, says in (
+        (["--header", "trace=1"], "--header and --compression zstd need --message-format 2"),
+        (["--compression", "zstd"], "--header and --compression zstd need --message-format 2"),
+        (["--message-format", "2", "--header", "novalue"], "--header 'novalue': expected KEY="),
+    ):
+        fails(
+            "perf", "produce", "--topic", "t", "--num-records", "1", "--dir", str(tmp_path),
+            *wrong, says=says,
+        )  # fmt: skip
 
 
 def test_an_unknown_flag_shows_the_subcommand_s_usage():

@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.integration.conftest import wait_for_leaders
+from tests.integration.conftest import run_tidelog, wait_for_leaders
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
-from tidelog.records.format import Codec, iter_shallow
+from tidelog.records.format import Codec, iter_inner, iter_shallow
 
 _count = iter(range(1_000_000))
 
@@ -153,3 +153,20 @@ def test_librdkafka_writing_to_a_topic_still_on_format_0_10_is_down_converted(cl
 
     assert [m.value() for m in got] == [b"value-%d" % n for n in range(10)]
     assert {entry.magic for entry in stored(cluster_2_1, topic)[0]} == {1}
+
+
+def test_tidelogs_own_producer_sends_batches_with_headers(cluster_2_1):
+    topic = new_topic(cluster_2_1)
+
+    produced = run_tidelog(
+        "perf", "produce", "--dir", str(cluster_2_1.directory), "--topic", topic,
+        "--num-records", "500", "--record-size", "100", "--acks", "all",
+        "--message-format", "2", "--compression", "zstd", "--header", "run=perf",
+    )  # fmt: skip
+
+    assert produced.returncode == 0, produced.stderr
+    messages = [message for entry in stored(cluster_2_1, topic)[0] for message in iter_inner(entry)]
+    assert [m.offset for m in messages] == list(range(500))
+    assert {(m.magic, m.codec, m.headers) for m in messages} == {
+        (2, Codec.ZSTD, (("run", b"perf"),))
+    }

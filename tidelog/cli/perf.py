@@ -24,7 +24,24 @@ def add(commands) -> None:
     produce.add_argument("--record-size", type=int, default=1024, help="bytes (default 1024)")
     produce.add_argument("--throughput", type=float, default=-1, help="records/s cap; -1: none")
     produce.add_argument("--acks", default="1", choices=["0", "1", "all", "-1"])
-    produce.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4"])
+    produce.add_argument(
+        "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+    )
+    produce.add_argument(
+        "--message-format",
+        type=int,
+        default=1,
+        choices=[1, 2],
+        help="1: v1 message sets (Produce v2); 2: v2 record batches (Produce v3, brokers of "
+        "0.11.0 or later; zstd and headers need it)",
+    )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header on every record (repeatable; --message-format 2)",
+    )
     produce.add_argument("--batch-size", type=int, default=16384, help="bytes per batch")
     produce.add_argument("--linger-ms", type=float, default=0)
     produce.add_argument(
@@ -61,6 +78,8 @@ def run_client(args: argparse.Namespace) -> int:
     from tidelog.cluster.local import ClusterError
     from tidelog.errors import KafkaError
 
+    if args.action == "produce" and (problem := _produce_options_problem(args)):
+        return fail("perf produce", problem)
     try:
         bootstrap = from_cluster(
             args, args.bootstrap_server, "--bootstrap-server", lambda c: c.bootstrap_servers
@@ -74,11 +93,26 @@ def run_client(args: argparse.Namespace) -> int:
         return fail(f"perf {args.action}", error)
 
 
+def _produce_options_problem(args: argparse.Namespace) -> str | None:
+    for text in args.header:
+        if not text.partition("=")[0] or "=" not in text:
+            return f"--header {text!r}: expected KEY=VALUE"
+    if args.message_format == 1 and (args.header or args.compression == "zstd"):
+        return "--header and --compression zstd need --message-format 2 (record batches)"
+    return None
+
+
+def _header(text: str) -> tuple[str, bytes]:
+    key, _, value = text.partition("=")
+    return key, value.encode()
+
+
 def produce_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, bool]:
     from tidelog import rundata, runtime
     from tidelog.perf.producer import ProducerSettings, run_producer
     from tidelog.records.format import Codec
 
+    headers = tuple(_header(text) for text in args.header)
     settings = ProducerSettings(
         topic=args.topic,
         num_records=args.num_records,
@@ -88,6 +122,8 @@ def produce_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, boo
         codec=Codec[args.compression.upper()],
         batch_size=args.batch_size,
         linger_ms=args.linger_ms,
+        message_format=args.message_format,
+        headers=headers,
     )
     run_dir = Path(args.out) if args.out else None
     started_at = rundata.now()

@@ -16,7 +16,7 @@ import asyncio
 import random
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,13 @@ from tidelog.protocol.client import Client
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.compression import compress
 from tidelog.records.format import OFFSET_AND_SIZE, Codec, encode_entry, encode_message
+from tidelog.records.record_batch import (
+    Header,
+    encode_batch_body,
+    encode_record,
+    read_varint,
+    write_varint,
+)
 
 MAX_IN_FLIGHT = 5
 PROGRESS_INTERVAL = 5.0
@@ -44,6 +51,9 @@ class ProducerSettings:
     linger_ms: float = 0
     seed: int = 0  # of the payloads (and keys)
     keys: int = 0  # distinct keys, cycled through; 0: records without keys, one payload
+    # 1: v1 message sets in Produce v2; 2: v2 record batches in Produce v3 (a 0.11+ broker)
+    message_format: int = 1
+    headers: tuple[tuple[str, bytes], ...] = ()  # on every record (format 2 only)
 
 
 # Errors after which the partition's leader is looked up again (the broker's or the connection's)
@@ -87,6 +97,8 @@ class MessageRing:
         self.entry_size = len(encode_entry(0, encode_message(1, *self._records[0], 0)))
         chunks = -(-len(self._records) // self.CHUNK)
         self._chunks: list[tuple[int, bytes]] = [(-1, b"")] * chunks  # (second, entries)
+        # format 2: each record's bytes after its offset delta, for the headers they were made with
+        self._tails: tuple[tuple[Header, ...], list[bytes]] | None = None
 
     def __len__(self) -> int:
         return len(self._records)
@@ -113,6 +125,30 @@ class MessageRing:
             count -= taken
             position = (position + taken) % len(self._records)
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def batch(
+        self, first: int, count: int, now_ms: int, codec: Codec, headers: Sequence[Header] = ()
+    ) -> bytes:
+        """Records first..first+count-1 as one v2 batch (offset deltas 0..count-1, all of
+        ``now_ms``), each record's key, value and headers encoded once per ring pass."""
+        if self._tails is None or self._tails[0] != tuple(headers):
+            tails = []
+            for key, value in self._records:
+                record = encode_record(0, 0, key, value, headers)
+                _, start = read_varint(record, 0, len(record))
+                tails.append(record[start + 3 :])  # after attributes and the two zero deltas
+            self._tails = (tuple(headers), tails)
+        tails = self._tails[1]
+        size = len(tails)
+        body = bytearray()
+        for delta in range(count):
+            tail = tails[(first + delta) % size]
+            head = bytearray(b"\x00\x00")  # attributes, timestamp delta 0
+            write_varint(head, delta)
+            write_varint(body, len(head) + len(tail))
+            body += head
+            body += tail
+        return encode_batch_body(bytes(body), count, now_ms, codec)
 
     def message_set(self, first: int, count: int, now_ms: int, codec: Codec) -> bytes:
         """Records first..first+count-1, uncompressed or in one wrapper with relative inner
@@ -209,6 +245,10 @@ async def run_producer(
     partitions = await client.partitions(settings.topic)
     per_batch = max(1, settings.batch_size // (settings.record_size + 34))
     ring = MessageRing(settings.record_size, settings.seed, settings.keys)
+    # v3 is the first to carry batches, v7 the first to carry zstd (Kafka 2.1)
+    produce_version = (
+        2 if settings.message_format == 1 else 7 if settings.codec == Codec.ZSTD else 3
+    )
     throttled = settings.throughput > 0
     acknowledged: list[_Batch] = []
     errors: dict[str, int] = {}
@@ -286,8 +326,13 @@ async def run_producer(
             first_due, spacing = now, 0.0
         partition = partitions[batch_number % len(partitions)]
         batch_number += 1
-        records = ring.message_set(sent, count, int(time.time() * 1000), settings.codec)
+        now_ms = int(time.time() * 1000)
+        if settings.message_format == 2:
+            records = ring.batch(sent, count, now_ms, settings.codec, settings.headers)
+        else:
+            records = ring.message_set(sent, count, now_ms, settings.codec)
         body = {
+            "transactional_id": None,  # Produce v3+
             "acks": settings.acks,
             "timeout": 30000,
             "topic_data": [
@@ -300,9 +345,12 @@ async def run_producer(
         sent += count
         try:
             connection = await client.connection(partition.leader)
-            future = connection.send(ApiKey.PRODUCE, 2, body, expect_response=settings.acks != 0)
+            future = connection.send(
+                ApiKey.PRODUCE, produce_version, body, expect_response=settings.acks != 0
+            )
             await connection.writer.drain()
-        except (ConnectionError, OSError) as error:  # the leader went away
+        # the leader went away (uvloop's transport says so with a RuntimeError once closed)
+        except (ConnectionError, OSError, RuntimeError) as error:
             slots.release()
             failed(f"connection: {error}", count)
             leaders_moved = True

@@ -377,6 +377,37 @@ def encode_batch(
     return bytes(batch)
 
 
+def encode_batch_body(
+    records: bytes, count: int, timestamp: int, codec: Codec = Codec.NONE
+) -> bytes:
+    """A batch around ``count`` records already encoded (offset deltas 0..count-1, all of
+    ``timestamp``), compressed with ``codec``: what a producer that keeps encoded records
+    (tidelog's perf producer) sends."""
+    from tidelog.records.compression import compress
+
+    body = records if codec == Codec.NONE else compress(codec, records, MAGIC)
+    batch = bytearray(
+        HEADER.pack(
+            0,
+            HEADER_SIZE - 12 + len(body),
+            NO_PARTITION_LEADER_EPOCH,
+            MAGIC,
+            0,
+            int(codec),
+            count - 1,
+            timestamp,
+            timestamp,
+            NO_PRODUCER_ID,
+            -1,
+            -1,
+            count,
+        )
+    )
+    batch += body
+    set_crc(batch, 0, len(batch))
+    return bytes(batch)
+
+
 def set_crc(batch: bytearray, position: int, end: int) -> None:
     UINT32.pack_into(batch, position + CRC_AT, batch_crc(batch, position, end))
 
