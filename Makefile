@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py tidelog/log/_entry_walk.c Makefile
+$(STAMP): pyproject.toml setup.py tidelog/log/_entry_walk.c tidelog/records/_record_walk.c Makefile
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \

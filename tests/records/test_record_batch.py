@@ -24,7 +24,10 @@ from tidelog.records.format import (
 )
 from tidelog.records.record_batch import (
     BatchRecordInput,
+    check_records,
+    check_records_python,
     encode_batch,
+    native,
     read_varint,
     write_varint,
 )
@@ -224,3 +227,38 @@ def test_varints_round_trip(value):
 def test_a_varint_past_ten_bytes_is_corrupt():
     with pytest.raises(KafkaError, match="ten bytes"):
         read_varint(b"\xff" * 11, 0, 11)
+
+
+def _walk(check, data: bytes, count: int, keys_required: bool):
+    try:
+        return check(data, count, keys_required=keys_required)
+    except KafkaError as error:
+        return error.message
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=records,
+    cut=st.integers(0, 40),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    extra_count=st.integers(-1, 1),
+    keys_required=st.booleans(),
+)
+def test_the_c_walk_over_records_answers_as_the_python_one(
+    records, cut, flips, extra_count, keys_required
+):
+    """Whole sections and damaged ones (cut short, bytes changed, the count off by one): the
+    C loop and the Python reference give the same answer, fault messages included."""
+    assert native is not None, "make install builds tidelog/records/_record_walk.c"
+    body = bytearray(encode_batch(records)[61:])
+    if cut and len(body) > cut:
+        del body[-cut:]
+    for at, value in flips:
+        if body:
+            body[at % len(body)] = value
+    count = max(len(records) + extra_count, 0)
+
+    python = _walk(check_records_python, bytes(body), count, keys_required)
+    c = _walk(check_records, bytes(body), count, keys_required)
+
+    assert c == python

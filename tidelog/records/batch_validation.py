@@ -41,8 +41,8 @@ from tidelog.records.record_batch import (
     PARTITION_LEADER_EPOCH_AT,
     TRANSACTIONAL_BIT,
     check_batch,
+    check_records,
     encode_batch,
-    iter_records,
     records_section,
     set_crc,
 )
@@ -114,23 +114,21 @@ def validate_batches(
         batch_max = header.max_timestamp
         batch_offset_of_max = offset + header.last_offset_delta
         if header.codec == Codec.NONE or compacted or check_difference:
-            records_max, index_of_max = NO_TIMESTAMP, count - 1
-            records = iter_records(records_section(out, header), count, 0, header.first_timestamp)
-            for index, record in enumerate(records):
-                if record.offset != index:
-                    raise corrupt(f"record offset delta {record.offset} where {index} belongs")
-                if compacted and record.key is None:
-                    raise corrupt("a compacted topic accepts only records with a key")
-                if check_difference and abs(record.timestamp - now) > timestamp_difference_max_ms:
-                    raise KafkaError(
-                        ErrorCode.INVALID_TIMESTAMP,
-                        f"timestamp {record.timestamp} is {abs(record.timestamp - now)} ms from "
-                        f"the broker's time {now}; message.timestamp.difference.max.ms is "
-                        f"{timestamp_difference_max_ms}",
-                    )
-                if record.timestamp > records_max:
-                    records_max, index_of_max = record.timestamp, index
-            batch_max, batch_offset_of_max = records_max, offset + index_of_max
+            low, high, index_of_high = check_records(
+                records_section(out, header), count, keys_required=compacted
+            )
+            if check_difference:
+                for delta in (low, high):
+                    timestamp = header.first_timestamp + delta
+                    if abs(timestamp - now) > timestamp_difference_max_ms:
+                        raise KafkaError(
+                            ErrorCode.INVALID_TIMESTAMP,
+                            f"timestamp {timestamp} is {abs(timestamp - now)} ms from the "
+                            f"broker's time {now}; message.timestamp.difference.max.ms is "
+                            f"{timestamp_difference_max_ms}",
+                        )
+            batch_max = header.first_timestamp + high
+            batch_offset_of_max = offset + index_of_high
         attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
         if log_append_time:
             batch_max, batch_offset_of_max = append_time, offset + header.last_offset_delta

@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from crc32c import crc32c
 
@@ -33,6 +34,12 @@ from tidelog.records.format import (
     TimestampType,
     corrupt,
 )
+
+native: ModuleType | None
+try:  # the leader's walk over uncompressed records, built by make install (setup.py)
+    import tidelog.records._record_walk as native
+except ImportError:  # a source tree nobody built: check_records_python does the same
+    native = None
 
 MAGIC = 2
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -425,3 +432,64 @@ def epoch_starts(buffer: Buffer, end: int, latest_epoch: int) -> list[tuple[int,
             latest_epoch = epoch
         position += 12 + length
     return starts
+
+
+def _varint_at(data: Buffer, position: int, limit: int) -> tuple[int, int]:
+    """read_varint with the one-byte case (most lengths and deltas) inline."""
+    if position < limit:
+        byte = data[position]
+        if byte < 0x80:
+            return (byte >> 1) ^ -(byte & 1), position + 1
+    return read_varint(data, position, limit)
+
+
+def check_records(data: Buffer, count: int, *, keys_required: bool) -> tuple[int, int, int]:
+    """check_records_python's walk, in C where make install built it (_record_walk.c)."""
+    if native is None:
+        return check_records_python(data, count, keys_required=keys_required)
+    answer = native.check_records(data, count, keys_required)
+    if isinstance(answer, str):
+        raise corrupt(answer)
+    return answer
+
+
+def check_records_python(data: Buffer, count: int, *, keys_required: bool) -> tuple[int, int, int]:
+    """Walks an uncompressed records section without building a record: each record's length
+    fills it exactly, its offset delta is its index, its fields and headers fit, and (with
+    ``keys_required``) its key is not null. Returns (smallest and largest timestamp delta, the
+    index of the record with the largest); CORRUPT_MESSAGE naming the first fault."""
+    position, end = 0, len(data)
+    low, high, index_of_high = 2**63 - 1, -(2**63), 0
+    for index in range(count):
+        length, position = _varint_at(data, position, end)
+        limit = position + length
+        if length < 1 or limit > end:
+            raise corrupt(f"record length {length} does not fit its batch")
+        timestamp_delta, position = _varint_at(data, position + 1, limit)
+        offset_delta, position = _varint_at(data, position, limit)
+        if offset_delta != index:
+            raise corrupt(f"record offset delta {offset_delta} where {index} belongs")
+        if timestamp_delta > high:
+            high, index_of_high = timestamp_delta, index
+        low = min(low, timestamp_delta)
+        for which in range(2):  # key, value
+            size, position = _varint_at(data, position, limit)
+            if size < -1 or position + max(size, 0) > limit:
+                raise corrupt("a record's field runs past the end of the record")
+            if size < 0 and which == 0 and keys_required:
+                raise corrupt("a compacted topic accepts only records with a key")
+            position += max(size, 0)
+        headers, position = _varint_at(data, position, limit)
+        if headers < 0:
+            raise corrupt(f"negative header count {headers}")
+        for _ in range(headers):
+            for which in range(2):  # header key (never null), header value
+                size, position = _varint_at(data, position, limit)
+                if size < -1 or (size < 0 and which == 0) or position + max(size, 0) > limit:
+                    raise corrupt("a record header does not fit its record")
+                position += max(size, 0)
+        if position != limit:
+            raise corrupt("a record's fields do not fill its length")
+    if position != end:
+        raise corrupt(f"{end - position} bytes after a batch's {count} records")
+    return low, high, index_of_high

@@ -1,0 +1,3 @@
+def check_records(
+    data: bytes | bytearray | memoryview, count: int, keys_required: bool
+) -> tuple[int, int, int] | str: ...
