@@ -81,8 +81,10 @@ def main() -> None:
             for m in (1, 2):
                 config = LogConfig(message_format_version="0.10.0" if m == 1 else "2.1")
                 log = Log(Path(directory) / f"t{m}-0", config, clock=ManualClock())
-                appended[m] = cpu_per_mb(lambda m=m, log=log, sets=sets: log.append_as_leader(sets[m]),
-                                         payload, args.mb)  # fmt: skip
+                append = log.append_as_leader
+                appended[m] = cpu_per_mb(
+                    lambda m=m, append=append, sets=sets: append(sets[m]), payload, args.mb
+                )
                 log.close()
         row = "append as leader (Log)"
         print(f"{row:<34}{codec.name.lower():<8}{appended[1]:>10.2f}{appended[2]:>10.2f}"
