@@ -161,7 +161,11 @@ def test_named_listeners_each_advertise_their_own_address():
         ),
         ({"listener.security.protocol.map": "A:TLS"}, "listener.security.protocol.map"),
         ({"log.preallocate": "true"}, "log.preallocate: 'true' is not allowed; allowed: false"),
-        ({"compression.type": "gzip"}, "allowed: producer only"),
+        (
+            {"compression.type": "brotli"},
+            "allowed: one of producer, uncompressed, gzip, snappy, lz4, zstd",
+        ),
+        ({"compression.type": "zstd"}, "compression.type: 'zstd' is not allowed for the broker"),
         ({"broker.id": "1001"}, "at most reserved.broker.max.id"),
         ({"max.connections.per.ip.overrides": "a"}, "max.connections.per.ip.overrides"),
     ],
@@ -283,4 +287,13 @@ def test_format_v2_is_a_topics_choice_where_tidelog_can_keep_it():
     ):
         values = parse_config({"message.format.version": "1.1", **refused}, TOPIC_KEYS)
         with pytest.raises(ConfigError, match=f"^message.format.version: '1.1' .* {why}"):
+            check_format_supported(values)
+    check_format_supported(
+        parse_config({"message.format.version": "2.1", "compression.type": "zstd"}, TOPIC_KEYS)
+    )
+    for older in ("0.10.0", "2.0"):
+        values = parse_config(
+            {"message.format.version": older, "compression.type": "zstd"}, TOPIC_KEYS
+        )
+        with pytest.raises(ConfigError, match="^compression.type: 'zstd' is not allowed with"):
             check_format_supported(values)

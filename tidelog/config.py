@@ -108,6 +108,7 @@ INTER_BROKER_PROTOCOLS: dict[str, tuple[str, int]] = {
 }
 INTER_BROKER_PROTOCOL_VERSIONS = tuple(INTER_BROKER_PROTOCOLS)
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 CLEANUP_POLICIES = ("delete", "compact")
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
@@ -300,6 +301,9 @@ _TOPIC_KEYS: list[tuple[str, str | None, Callable[[str], Any], Any, Any]] = [
         "",
         (_throttled_replicas, "'*' or partition:broker pairs separated by ',' (0:1,1:2)"),
     ),
+    # the codec the leader stores: the producer's, or one it recompresses to (Kafka's values;
+    # zstd only on topics of message format v2)
+    ("compression.type", "compression.type", _str, "producer", _one_of(*COMPRESSION_TYPES)),
     # tidelog's: how often the time index gets an entry (KIP-32/KIP-33's minute alternative)
     (
         "timeindex.granularity",
@@ -431,12 +435,6 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("log.roll.jitter.ms", _int, 0, _only(0, "segments roll without jitter")),
         _key("log.roll.jitter.hours", _int, 0, _only(0, "segments roll without jitter")),
         _key("log.preallocate", _bool, False, _only(False, "segment files grow as they fill")),
-        _key(
-            "compression.type",
-            _str,
-            "producer",
-            _only("producer", "the broker keeps the producer's codec"),
-        ),
         _key("authorizer.class.name", _str, "", _only("", "tidelog has no authorizer")),
         _key(
             "create.topic.policy.class.name",
@@ -673,6 +671,12 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             )
     protocol = values["inter.broker.protocol.version"]
     message_format = values["log.message.format.version"]
+    if values["compression.type"] == "zstd":
+        raise ConfigError(
+            "compression.type: 'zstd' is not allowed for the broker as a whole; allowed: "
+            "producer, uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, a topic's "
+            "choice: set compression.type=zstd on such a topic)"
+        )
     if MESSAGE_FORMAT_VERSIONS[message_format] >= 2:
         # the broker's format is also that of __consumer_offsets, a compacted topic
         raise ConfigError(
@@ -698,6 +702,12 @@ def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:
     """What tidelog does not yet do with format v2 batches is refused by name: compaction
     (the cleaner rewrites v0/v1 messages only) and the remote tier (its indexes are derived
     from v0/v1 entries). ``values``: topic-level names, parsed."""
+    if values.get("compression.type") == "zstd" and values["message.format.version"] != "2.1":
+        raise ConfigError(
+            f"{prefix}compression.type: 'zstd' is not allowed with {prefix}"
+            f"message.format.version={values['message.format.version']}; allowed: producer, "
+            "uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, as in Kafka)"
+        )
     if MESSAGE_FORMAT_VERSIONS[values["message.format.version"]] < 2:
         return
     if "compact" in values["cleanup.policy"]:

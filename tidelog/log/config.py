@@ -14,8 +14,18 @@ from tidelog.config import (
     parse_config,
     topic_defaults,
 )
-from tidelog.records.format import TimestampType
+from tidelog.records.format import Codec, TimestampType
 from tidelog.records.validation import RecordsPolicy
+
+# compression.type -> the codec the leader stores (None: the producer's)
+COMPRESSION_CODECS: dict[str, Codec | None] = {
+    "producer": None,
+    "uncompressed": Codec.NONE,
+    "gzip": Codec.GZIP,
+    "snappy": Codec.SNAPPY,
+    "lz4": Codec.LZ4,
+    "zstd": Codec.ZSTD,
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     remote_log_index_interval_bytes: int = 1048576
     timeindex_granularity: str = "index.interval"
+    compression_type: str = "producer"
     # KIP-73 (read by the replication throttle, not by the log)
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
@@ -111,4 +122,5 @@ class LogConfig:
             timestamp_difference_max_ms=self.message_timestamp_difference_max_ms,
             max_message_bytes=self.max_message_bytes,
             compacted=self.compacted,
+            compression=COMPRESSION_CODECS[self.compression_type],
         )

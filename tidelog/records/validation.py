@@ -41,6 +41,7 @@ from tidelog.records.format import (
     TIMESTAMP_TYPE_BIT,
     V0_ENTRY_HEADER,
     V1_ENTRY_HEADER,
+    Codec,
     TimestampType,
     check_lengths,
     corrupt,
@@ -50,6 +51,7 @@ from tidelog.records.format import (
     read_entry,
     value_slice,
 )
+from tidelog.records.recompression import recompressed
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class RecordsPolicy:
     timestamp_difference_max_ms: int = 2**63 - 1
     max_message_bytes: int = 1000012
     compacted: bool = False
+    compression: Codec | None = None  # compression.type: None keeps the producer's codec
 
 
 @dataclass(frozen=True)
@@ -218,13 +221,36 @@ def validate_and_assign_offsets(
     last_appended_timestamp: int = NO_TIMESTAMP,
     partition_leader_epoch: int = -1,
 ) -> ValidatedMessageSet:
-    """Checks a producer's message set and returns it with offsets assigned.
+    """Checks a producer's message set and returns it with offsets assigned, recompressed to
+    the topic's compression.type where that is not the producer's (recompression.py).
 
     Raises KafkaError (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, and for v2
     batches the codes batch_validation.py names) and then nothing of the set may be appended.
     A topic of format v2 takes batch_validation's path; v2 batches sent to an older format are
     down-converted first. ``partition_leader_epoch`` is stamped into v2 batches.
     """
+    validated = _validate_and_assign_offsets(
+        buffer,
+        next_offset=next_offset,
+        policy=policy,
+        now=now,
+        last_appended_timestamp=last_appended_timestamp,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+    if policy.compression is None:
+        return validated
+    return recompressed(validated, policy.compression, policy.magic)
+
+
+def _validate_and_assign_offsets(
+    buffer: bytes | bytearray | memoryview,
+    *,
+    next_offset: int,
+    policy: RecordsPolicy,
+    now: int,
+    last_appended_timestamp: int = NO_TIMESTAMP,
+    partition_leader_epoch: int = -1,
+) -> ValidatedMessageSet:
     out = bytearray(buffer)
     limit = len(out)
     if limit == 0:
