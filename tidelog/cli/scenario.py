@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -96,6 +97,28 @@ def _add_replication(kinds) -> None:
     replication.add_argument(
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
+    replication.add_argument(
+        "--netns",
+        action="store_true",
+        help=(
+            "start the cluster with each broker and ZooKeeper in a network namespace of its own "
+            "(needs root), where partition, partition_zookeeper, partition_one_way, "
+            "partition_halves and degraded cut or slow its links"
+        ),
+    )
+    replication.add_argument(
+        "--link-rate",
+        default="1mbit",
+        metavar="RATE",
+        help="degraded: the target's link rate each way, in tc's units (default 1mbit)",
+    )
+    replication.add_argument(
+        "--link-loss",
+        type=float,
+        default=0.05,
+        metavar="P",
+        help="degraded: the probability each packet to or from the target is dropped (0.05)",
+    )
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     replication.add_argument(
         "--out",
@@ -108,6 +131,7 @@ def _add_replication(kinds) -> None:
 def run_replication(args: argparse.Namespace) -> int:
     from tidelog import runtime
     from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.netns import NetworkError
     from tidelog.cluster.scenario import (
         FAILURE_BROKER_OVERRIDES,
         SCENARIO_OVERRIDES,
@@ -116,6 +140,9 @@ def run_replication(args: argparse.Namespace) -> int:
     )
     from tidelog.cluster.zookeeper import ZooKeeperError
 
+    # SIGTERM unwinds as SIGINT does: the faults in place are undone, a cluster started here
+    # is stopped and its namespaces removed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.failure == "truncation_failover" and args.target != "leader":
         return fail("scenario replication", "truncation_failover: --target must be leader")
     settings = ScenarioSettings(
@@ -125,7 +152,13 @@ def run_replication(args: argparse.Namespace) -> int:
         acks=-1 if args.acks == "all" else int(args.acks),
         cycles=args.cycles,
         rate=args.rate,
+        link_rate=args.link_rate,
+        link_loss=args.link_loss,
     )
+    if not 0 <= args.link_loss < 1:
+        return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
+    if args.netns and args.compose:
+        return fail("scenario replication", "--netns and --compose: choose one")
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
     overrides = {
         **SCENARIO_OVERRIDES,
@@ -144,13 +177,20 @@ def run_replication(args: argparse.Namespace) -> int:
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
-            cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
+            if isinstance(cluster, LocalCluster):
+                cluster.up(
+                    args.brokers, overrides=overrides, progress=lambda _: None, netns=args.netns
+                )
+            else:
+                cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
         topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
-    except (ClusterError, ZooKeeperError) as error:
+    except (ClusterError, ZooKeeperError, NetworkError) as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
-        if started_here and cluster.state is not None:
+        if started_here and (
+            cluster.state is not None or (isinstance(cluster, LocalCluster) and cluster.network)
+        ):
             cluster.down(progress=lambda _: None)
     print()
     print(

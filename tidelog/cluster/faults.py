@@ -10,8 +10,10 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
+from tidelog.cluster import netfaults
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.cluster.netns import ZOOKEEPER, ClusterNetwork, member_name
 from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
@@ -26,6 +28,19 @@ FAILURES = (
     "truncation_failover",
     "network_partition",
     "wipe_and_rebuild",
+    "partition",
+    "partition_zookeeper",
+    "partition_one_way",
+    "partition_halves",
+    "degraded",
+)
+# Failures between the members of a cluster in network namespaces (cluster up --netns).
+NETWORK_FAILURES = (
+    "partition",
+    "partition_zookeeper",
+    "partition_one_way",
+    "partition_halves",
+    "degraded",
 )
 TARGETS = ("leader", "follower", "controller")
 CLOCK_SKEW_MS = -120_000
@@ -67,9 +82,9 @@ def _holds_anything(zk, broker_id: int) -> bool:
 
 
 def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
-    port = cluster.broker(broker_id).admin_port
+    broker = cluster.broker(broker_id)
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/clock",
+        f"http://{broker.host}:{broker.admin_port}/clock",
         data=json.dumps({"skew_ms": skew_ms}).encode(),
         method="PUT",
     )
@@ -77,10 +92,74 @@ def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class LinkSettings:
+    """What ``degraded`` does to a link: tc's rate (1mbit, 500kbit) and a drop probability."""
+
+    rate: str = "1mbit"
+    loss: float = 0.05
+
+
+def network_of(cluster: Cluster, failure: str) -> ClusterNetwork:
+    network = cluster.network if isinstance(cluster, LocalCluster) else None
+    if network is None:
+        raise ClusterError(
+            f"{failure} needs a local cluster in network namespaces ('cluster up --netns', or "
+            "the scenario's --netns)"
+        )
+    return network
+
+
+def inject_network(
+    cluster: Cluster, failure: str, broker_id: int, *, hold_s: float, link: LinkSettings
+) -> str:
+    """A network fault around ``broker_id``, held for ``hold_s``, then healed (also when the
+    hold is interrupted); returns what was done, in words."""
+    if isinstance(cluster, ComposeCluster) and failure == "partition":
+        cluster.partition_broker(broker_id)
+        try:
+            time.sleep(hold_s)
+        finally:
+            cluster.heal_broker(broker_id)
+        return f"cut broker {broker_id} off the compose network for {hold_s:.0f} s, then healed it"
+    network = network_of(cluster, failure)
+    member = member_name(broker_id)
+    others = [member_name(b) for b in cluster.broker_ids if b != broker_id]
+    try:
+        if failure == "partition":
+            done = netfaults.cut(network, member)
+        elif failure == "partition_zookeeper":
+            done = netfaults.cut(network, member, [ZOOKEEPER])
+        elif failure == "partition_one_way":
+            done = netfaults.cut_one_way(network, member, others)
+        elif failure == "partition_halves":
+            # the target with ZooKeeper and as many brokers as make up half, the rest apart
+            side = [member, *others[: len(cluster.broker_ids) // 2 - 1]]
+            done = netfaults.split(network, [*side, ZOOKEEPER], others[len(side) - 1 :])
+        elif failure == "degraded":
+            done = netfaults.degrade(network, member, link.rate, link.loss)
+        else:
+            raise ClusterError(f"{failure} is not a network failure")
+        time.sleep(hold_s)
+    finally:
+        netfaults.heal(network)
+    return f"{done} for {hold_s:.0f} s, then healed"
+
+
 def inject(
-    cluster: Cluster, failure: str, broker_id: int, *, session_timeout_s: float, lag_s: float
+    cluster: Cluster,
+    failure: str,
+    broker_id: int,
+    *,
+    session_timeout_s: float,
+    lag_s: float,
+    link: LinkSettings | None = None,
 ) -> str:
     """Injects ``failure`` on ``broker_id`` and brings it back; returns what was done, in words."""
+    if failure in NETWORK_FAILURES:
+        return inject_network(
+            cluster, failure, broker_id, hold_s=session_timeout_s + 2, link=link or LinkSettings()
+        )
     if failure == "clean_shutdown":
         cluster.stop_broker(broker_id)
         time.sleep(session_timeout_s)
@@ -229,15 +308,20 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     return _zookeeper_read(cluster, roles)
 
 
-def topic_view(admin_port: int, topic: str) -> dict | None:
+def topic_view(admin_port: int, topic: str, host: str = "127.0.0.1") -> dict | None:
     """A broker's own view of ``topic`` (its admin API's GET /topics/{topic}); None when the
     broker does not answer or does not know the topic (404)."""
     try:
-        url = f"http://127.0.0.1:{admin_port}/topics/{topic}"
+        url = f"http://{host}:{admin_port}/topics/{topic}"
         with urllib.request.urlopen(url, timeout=10) as reply:
             return json.loads(reply.read())
     except (OSError, ValueError):
         return None
+
+
+def _broker_topic_view(cluster: Cluster, broker_id: int, topic: str) -> dict | None:
+    broker = cluster.broker(broker_id)
+    return topic_view(broker.admin_port, topic, broker.host)
 
 
 def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) -> None:
@@ -248,7 +332,7 @@ def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) ->
     def offloaded() -> bool:
         led: dict[int, dict] = {}
         for broker_id in cluster.broker_ids:
-            described = topic_view(cluster.broker(broker_id).admin_port, topic)
+            described = _broker_topic_view(cluster, broker_id, topic)
             if described is None:
                 continue  # not up, or does not know the topic yet
             for entry in described["partitions"]:
@@ -302,7 +386,7 @@ def every_replica_has_its_log(cluster: Cluster, topic: str, brokers: set[int]) -
     """Each of ``brokers`` has opened the log of every partition of ``topic`` assigned to it
     (its admin API says so; a broker serves clients once its logs are open)."""
     for broker_id in brokers:
-        described = topic_view(cluster.broker(broker_id).admin_port, topic)
+        described = _broker_topic_view(cluster, broker_id, topic)
         if described is None:  # not up yet, or not serving this topic yet (404)
             return False
         if any(

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tidelog import rundata
-from tidelog.cluster import faults
+from tidelog.cluster import faults, netfaults
 from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
@@ -37,6 +37,8 @@ class ScenarioSettings:
     rate: float = 200.0
     partitions: int = 3
     settle_seconds: float = 2.0
+    link_rate: str = "1mbit"  # degraded: tc's rate
+    link_loss: float = 0.05  # degraded: the probability a packet is dropped, each way
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -181,6 +183,7 @@ async def run_scenario(
                     broker,
                     session_timeout_s=session_timeout,
                     lag_s=lag,
+                    link=faults.LinkSettings(settings.link_rate, settings.link_loss),
                 )
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
             duration_ms = (time.time() - injected_at) * 1000
@@ -193,6 +196,9 @@ async def run_scenario(
     finally:
         stop.set()
         await producing
+        # an interrupted network fault is undone here, whatever its thread is still doing
+        if isinstance(cluster, LocalCluster) and cluster.network is not None:
+            await asyncio.to_thread(netfaults.heal, cluster.network)
     progress(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
