@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidelog.cli.common import fail
+from tidelog.cli.common import fail, key_values
 from tidelog.reach import Unreachable
 
 if TYPE_CHECKING:
@@ -62,7 +62,19 @@ def _add_replication(kinds) -> None:
         "--target",
         default="leader",
         choices=TARGETS,
-        help="the broker hit: partition 0's leader, one of its followers, or the controller",
+        help=(
+            "the broker hit: partition 0's leader, one of its followers, or the controller; "
+            "replicas (power_loss only): every replica of partition 0 at once"
+        ),
+    )
+    replication.add_argument(
+        "--topic-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of the scenario's topic (flush.messages=1: fsync every message)",
+    )
+    replication.add_argument(
+        "--seed", type=int, help="power_loss: the seed of where each file is cut (default: random)"
     )
     replication.add_argument(
         "--truncation-mode",
@@ -139,12 +151,19 @@ def run_replication(args: argparse.Namespace) -> int:
         run_scenario,
     )
     from tidelog.cluster.zookeeper import ZooKeeperError
+    from tidelog.config import ConfigError
 
     # SIGTERM unwinds as SIGINT does: the faults in place are undone, a cluster started here
     # is stopped and its namespaces removed
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.failure == "truncation_failover" and args.target != "leader":
         return fail("scenario replication", "truncation_failover: --target must be leader")
+    if args.target == "replicas" and args.failure != "power_loss":
+        return fail("scenario replication", "--target replicas: only with --failure power_loss")
+    try:
+        topic_config = key_values(args.topic_config, "--topic-config")
+    except ConfigError as error:
+        return fail("scenario replication", error)
     settings = ScenarioSettings(
         failure=args.failure,
         target=args.target,
@@ -154,6 +173,8 @@ def run_replication(args: argparse.Namespace) -> int:
         rate=args.rate,
         link_rate=args.link_rate,
         link_loss=args.link_loss,
+        topic_config=topic_config,
+        seed=args.seed,
     )
     if not 0 <= args.link_loss < 1:
         return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
@@ -185,7 +206,7 @@ def run_replication(args: argparse.Namespace) -> int:
                 cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
         topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
-    except (ClusterError, ZooKeeperError, NetworkError) as error:
+    except (ClusterError, ZooKeeperError, NetworkError, ConfigError) as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
         if started_here and (

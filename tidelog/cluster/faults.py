@@ -4,13 +4,15 @@ recovery."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
-from tidelog.cluster import netfaults
+from tidelog.cluster import netfaults, power
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import ZOOKEEPER, ClusterNetwork, member_name
@@ -33,6 +35,7 @@ FAILURES = (
     "partition_one_way",
     "partition_halves",
     "degraded",
+    "power_loss",
 )
 # Failures between the members of a cluster in network namespaces (cluster up --netns).
 NETWORK_FAILURES = (
@@ -42,7 +45,7 @@ NETWORK_FAILURES = (
     "partition_halves",
     "degraded",
 )
-TARGETS = ("leader", "follower", "controller")
+TARGETS = ("leader", "follower", "controller", "replicas")  # replicas: power_loss only
 CLOCK_SKEW_MS = -120_000
 
 # What the faults act on: processes on this host, or containers of a compose project.
@@ -68,6 +71,15 @@ def pick_target(cluster: Cluster, topic: str, target: str) -> int:
     if broker < 0:
         raise ClusterError(f"no {target} to hit for {topic}")
     return broker
+
+
+def pick_targets(cluster: Cluster, topic: str, target: str) -> list[int]:
+    """The brokers to hit: ``replicas`` is every replica of partition 0, any other target one
+    broker (``pick_target``)."""
+    if target != "replicas":
+        return [pick_target(cluster, topic, target)]
+    metadata = _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic))
+    return sorted(metadata.assignment[0])
 
 
 def _holds_anything(zk, broker_id: int) -> bool:
@@ -215,9 +227,51 @@ def inject(
             f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
             "from its leaders (with tiered storage: the local part only)"
         )
+    if failure == "power_loss":
+        return power_loss(
+            cluster, [broker_id], session_timeout_s=session_timeout_s, rng=random.Random()
+        )
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
+
+
+def power_loss(
+    cluster: Cluster, broker_ids: list[int], *, session_timeout_s: float, rng: random.Random
+) -> str:
+    """The machines of ``broker_ids`` lose power at once: each broker is killed (SIGKILL), and
+    once the cluster has seen them gone (their sessions expired, and, while other brokers
+    live, their leadership moved) every segment and index file is cut back to what the kernel
+    had written to the disk plus a random part of the rest (power.py); then they start again."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("power_loss needs a local cluster (its log dirs on this disk)")
+    for broker_id in broker_ids:
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+    survivors = [b for b in cluster.broker_ids if b not in broker_ids and cluster.broker(b).alive]
+
+    def gone(zk) -> bool:
+        if survivors:
+            return not any(_holds_anything(zk, b) for b in broker_ids)
+        return not set(broker_ids) & set(zookeeper.read_brokers(zk))
+
+    wait_until(
+        lambda: _zookeeper_read(cluster, gone),
+        session_timeout_s * 3 + 10,
+        f"the cluster to see brokers {broker_ids} gone",
+        interval=0.2,
+    )
+    cuts: list[power.Cut] = []
+    for broker_id in broker_ids:
+        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+        cuts += power.lose_unwritten([Path(d) for d in log_dirs], rng)
+    for broker_id in broker_ids:
+        cluster.start_broker(broker_id, wait=False)
+    cluster.wait_registered(broker_ids)
+    dropped = sum(cut.size - cut.kept for cut in cuts)
+    return (
+        f"power loss of brokers {broker_ids}: killed, {len(cuts)} files cut back to what was on "
+        f"the disk ({dropped} bytes dropped), restarted"
+    )
 
 
 def kill_and_wipe(cluster: Cluster, broker_id: int, *, session_timeout_s: float) -> list[str]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tidelog import rundata
@@ -39,6 +40,8 @@ class ScenarioSettings:
     settle_seconds: float = 2.0
     link_rate: str = "1mbit"  # degraded: tc's rate
     link_loss: float = 0.05  # degraded: the probability a packet is dropped, each way
+    topic_config: dict[str, str] = field(default_factory=dict)  # the topic's own settings
+    seed: int | None = None  # power_loss: where in each file's unwritten part it is cut
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -78,6 +81,7 @@ def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     if settings.failure == "clock_skew" and settings.message_format != "0.9.0":
         config["message.timestamp.type"] = "LogAppendTime"
     config.update(FAILURE_TOPIC_CONFIG.get(settings.failure, {}))
+    config.update(settings.topic_config)
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, settings.partitions, replication_factor, config)
     faults.wait_for_full_isr(cluster, name)
@@ -172,19 +176,28 @@ async def run_scenario(
                 if settings.failure == "wipe_and_rebuild" and isinstance(cluster, LocalCluster):
                     # the rebuild is to skip the remote part: there is one before the wipe
                     await asyncio.to_thread(faults.wait_for_offload, cluster, topic)
-                broker = await asyncio.to_thread(
-                    faults.pick_target, cluster, topic, settings.target
+                brokers = await asyncio.to_thread(
+                    faults.pick_targets, cluster, topic, settings.target
                 )
-                target = f"broker {broker}"
-                done = await asyncio.to_thread(
-                    faults.inject,
-                    cluster,
-                    settings.failure,
-                    broker,
-                    session_timeout_s=session_timeout,
-                    lag_s=lag,
-                    link=faults.LinkSettings(settings.link_rate, settings.link_loss),
-                )
+                target = f"broker {brokers[0]}" if len(brokers) == 1 else f"brokers {brokers}"
+                if settings.failure == "power_loss":
+                    done = await asyncio.to_thread(
+                        faults.power_loss,
+                        cluster,
+                        brokers,
+                        session_timeout_s=session_timeout,
+                        rng=random.Random(None if settings.seed is None else settings.seed + cycle),
+                    )
+                else:
+                    done = await asyncio.to_thread(
+                        faults.inject,
+                        cluster,
+                        settings.failure,
+                        brokers[0],
+                        session_timeout_s=session_timeout,
+                        lag_s=lag,
+                        link=faults.LinkSettings(settings.link_rate, settings.link_loss),
+                    )
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
             duration_ms = (time.time() - injected_at) * 1000
             events.append(rundata.Event(injected_at, settings.failure, target, duration_ms, done))
