@@ -95,15 +95,23 @@ def test_each_member_has_its_own_namespace_and_address_reached_from_the_host(nam
     ],
 )
 def test_a_network_fault_loses_nothing_acknowledged_and_leaves_no_rule(
-    namespaced, failure, message_format
+    namespaced, failure, message_format, tmp_path
 ):
     settings = ScenarioSettings(
         failure, "leader", message_format, rate=100, settle_seconds=1.0, link_loss=0.1
     )
-    topic, report = asyncio.run(run_scenario(namespaced, settings, progress=lambda _: None))
+    topic, report = asyncio.run(
+        run_scenario(namespaced, settings, progress=lambda _: None, run_dir=tmp_path)
+    )
 
     assert report.ok, f"{topic}:\n{report.table()}"
     assert report.acked > 100, report.table()
+    # the producer is served again after the fault, and the run data says when
+    verdict = json.loads((tmp_path / "metadata.json").read_text())["verdict"]
+    (after_fault,) = verdict["availability"]["overall"]["served_again_after_fault_s"]
+    assert after_fault is not None
+    assert set(verdict["availability"]["partitions"]) == {"0", "1", "2"}
+    assert len(verdict["availability"]["full_isr_after_s"]) == 1
     network = namespaced.network
     for member in network.members:
         assert netfaults.rules(network, member) == []

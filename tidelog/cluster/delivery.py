@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.cluster.availability import Availability
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.dump import dump_index_file
 from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
@@ -145,6 +146,8 @@ class DeliveryReport:
     received: dict[int, list[tuple[int, bytes | None]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # how long the producer went without an acknowledgement (set by the scenario that ran it)
+    availability: Availability | None = field(default=None, compare=False)
 
     CHECKS = (
         "lost",
@@ -167,12 +170,17 @@ class DeliveryReport:
             found = getattr(self, name)
             detail = "; ".join(found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
             rows.append(f"{name.replace('_', ' '):24} {'FAIL' if found else 'ok':8} {detail}")
+        if self.availability is not None:
+            rows += self.availability.rows()
         return "\n".join(rows)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "acked": self.acked, "consumed": self.consumed} | {
+        document = {"ok": self.ok, "acked": self.acked, "consumed": self.consumed} | {
             name: getattr(self, name) for name in self.CHECKS
         }
+        if self.availability is not None:
+            document["availability"] = self.availability.as_dict()
+        return document
 
 
 async def consume_partition(client: Client, topic: str, partition: int, leader: int) -> list:

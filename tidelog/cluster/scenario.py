@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tidelog import rundata
 from tidelog.cluster import faults, netfaults
+from tidelog.cluster.availability import availability
 from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
@@ -147,10 +148,12 @@ async def run_scenario(
     """Runs the scenario; with ``run_dir``, also leaves its run directory there."""
     started_at = rundata.now()
     events: list[rundata.Event] = []
+    full_isr_after: list[float] = []  # per fault: from its end to a full ISR again
     topic = await asyncio.to_thread(create_topic, cluster, settings)
     progress(f"topic {topic}: {settings.partitions} partitions, format {settings.message_format}")
     producer = DeliveryProducer(cluster.bootstrap_servers, topic, settings.acks, settings.rate)
     stop = asyncio.Event()
+    producing_from = time.time()
     producing = asyncio.create_task(producer.run(stop))
     session_timeout = int(SCENARIO_OVERRIDES["zookeeper.session.timeout.ms"]) / 1000
     lag = int(SCENARIO_OVERRIDES["replica.lag.time.max.ms"]) / 1000
@@ -198,7 +201,9 @@ async def run_scenario(
                         lag_s=lag,
                         link=faults.LinkSettings(settings.link_rate, settings.link_loss),
                     )
+            healed_at = time.time()
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
+            full_isr_after.append(time.time() - healed_at)
             duration_ms = (time.time() - injected_at) * 1000
             events.append(rundata.Event(injected_at, settings.failure, target, duration_ms, done))
             progress(
@@ -209,6 +214,7 @@ async def run_scenario(
     finally:
         stop.set()
         await producing
+        producing_until = time.time()
         # an interrupted network fault is undone here, whatever its thread is still doing
         if isinstance(cluster, LocalCluster) and cluster.network is not None:
             await asyncio.to_thread(netfaults.heal, cluster.network)
@@ -216,6 +222,14 @@ async def run_scenario(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
     report = await verify(cluster, topic, producer.acked)
+    report.availability = availability(
+        [(a.partition, a.acked_at) for a in producer.acked],
+        range(settings.partitions),
+        [event.at for event in events],
+        producing_from,
+        producing_until,
+        full_isr_after,
+    )
     if run_dir is not None:
         profile = {
             "brokers": len(cluster.state.brokers),  # type: ignore[union-attr]
