@@ -12,7 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidelog.cluster import netfaults, power
+from tidelog.cluster import disks, netfaults, power
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import ZOOKEEPER, ClusterNetwork, member_name
@@ -36,6 +36,7 @@ FAILURES = (
     "partition_halves",
     "degraded",
     "power_loss",
+    "disk_full",
 )
 # Failures between the members of a cluster in network namespaces (cluster up --netns).
 NETWORK_FAILURES = (
@@ -227,6 +228,8 @@ def inject(
             f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
             "from its leaders (with tiered storage: the local part only)"
         )
+    if failure == "disk_full":
+        return disk_full(cluster, broker_id)
     if failure == "power_loss":
         return power_loss(
             cluster, [broker_id], session_timeout_s=session_timeout_s, rng=random.Random()
@@ -271,6 +274,47 @@ def power_loss(
     return (
         f"power loss of brokers {broker_ids}: killed, {len(cuts)} files cut back to what was on "
         f"the disk ({dropped} bytes dropped), restarted"
+    )
+
+
+HALTED = "Halting due to unrecoverable I/O error"
+
+
+def disk_full(
+    cluster: Cluster, broker_id: int, *, headroom: int = 64 << 10, timeout: float = 120
+) -> str:
+    """The broker's log dir moved onto a small filesystem with ``headroom`` bytes free (a clean
+    restart), produced to until a write fails with ENOSPC and the broker halts, then its log
+    dir (what it wrote) back on the big disk and the broker started again, to recover."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("disk_full needs a local cluster (its log dirs on this disk)")
+    log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+    if len(log_dirs) != 1:
+        raise ClusterError(f"disk_full needs a broker with one log dir; {broker_id} has {log_dirs}")
+    log_path = cluster.broker(broker_id).log_path
+    halts_before = log_path.read_text(errors="replace").count(HALTED)
+    cluster.stop_broker(broker_id)
+    disk = None
+    try:
+        disk = disks.make_small(cluster.directory, Path(log_dirs[0]), headroom)
+        cluster.start_broker(broker_id)
+        wait_until(
+            lambda: not cluster.broker(broker_id).alive,
+            timeout,
+            f"broker {broker_id} to fill its {headroom} bytes and halt",
+            interval=0.2,
+        )
+    finally:
+        if cluster.broker(broker_id).alive:
+            cluster.signal_broker(broker_id, signal.SIGKILL)
+        if disk is not None:
+            disks.restore(cluster.directory, disk)
+    halted = log_path.read_text(errors="replace").count(HALTED) > halts_before
+    cluster.start_broker(broker_id)
+    how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
+    return (
+        f"broker {broker_id} restarted on a filesystem with {headroom} bytes free, filled it and "
+        f"{how}; started again on the big disk with what it wrote"
     )
 
 

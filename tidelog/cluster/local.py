@@ -27,6 +27,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tidelog.cluster import disks
 from tidelog.cluster.netns import (
     ZOOKEEPER,
     ClusterNetwork,
@@ -356,6 +357,7 @@ class LocalCluster:
                 progress("ZooKeeper: not running (stale record)")
             self.state.zookeeper_process = None
         self._save()
+        disks.release_all(self.directory, progress)
         try:
             self._remove_network(progress)
         except NetworkError as error:
