@@ -74,6 +74,20 @@ def _add_replication(kinds) -> None:
         help="a setting of the scenario's topic (flush.messages=1: fsync every message)",
     )
     replication.add_argument(
+        "--disk-error-ops",
+        default="write,fsync",
+        metavar="OPS",
+        help="disk_errors: which of the target's disk operations fail, of write, read, fsync "
+        "(default write,fsync)",
+    )
+    replication.add_argument(
+        "--disk-error-probability",
+        type=float,
+        default=0.02,
+        metavar="P",
+        help="disk_errors: the probability each such call fails with EIO (default 0.02)",
+    )
+    replication.add_argument(
         "--seed", type=int, help="power_loss: the seed of where each file is cut (default: random)"
     )
     replication.add_argument(
@@ -142,6 +156,7 @@ def _add_replication(kinds) -> None:
 
 def run_replication(args: argparse.Namespace) -> int:
     from tidelog import runtime
+    from tidelog.cluster.faults import DISK_ERROR_POINTS, DiskErrorSettings
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.cluster.netns import NetworkError
     from tidelog.cluster.scenario import (
@@ -164,6 +179,17 @@ def run_replication(args: argparse.Namespace) -> int:
         topic_config = key_values(args.topic_config, "--topic-config")
     except ConfigError as error:
         return fail("scenario replication", error)
+    disk_error_ops = tuple(op.strip() for op in args.disk_error_ops.split(",") if op.strip())
+    if not disk_error_ops or any(op not in DISK_ERROR_POINTS for op in disk_error_ops):
+        return fail(
+            "scenario replication",
+            f"--disk-error-ops {args.disk_error_ops!r}: allowed: {', '.join(DISK_ERROR_POINTS)}",
+        )
+    if not 0 < args.disk_error_probability <= 1:
+        return fail(
+            "scenario replication",
+            f"--disk-error-probability {args.disk_error_probability}: allowed: 0 < P <= 1",
+        )
     settings = ScenarioSettings(
         failure=args.failure,
         target=args.target,
@@ -175,6 +201,7 @@ def run_replication(args: argparse.Namespace) -> int:
         link_loss=args.link_loss,
         topic_config=topic_config,
         seed=args.seed,
+        disk_errors=DiskErrorSettings(disk_error_ops, args.disk_error_probability),
     )
     if not 0 <= args.link_loss < 1:
         return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")

@@ -7,6 +7,7 @@ import json
 import random
 import shutil
 import signal
+import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ FAILURES = (
     "degraded",
     "power_loss",
     "disk_full",
+    "disk_errors",
 )
 # Failures between the members of a cluster in network namespaces (cluster up --netns).
 NETWORK_FAILURES = (
@@ -315,6 +317,90 @@ def disk_full(
     return (
         f"broker {broker_id} restarted on a filesystem with {headroom} bytes free, filled it and "
         f"{how}; started again on the big disk with what it wrote"
+    )
+
+
+# libfiu's failure points (Debian's fiu-utils) for a broker's disk operations: a broker reads and
+# writes its segments and indexes with pread and pwrite, which no socket uses, so failing them
+# fails the log dir's I/O and nothing else; fsync is the disk's alone too.
+DISK_ERROR_POINTS = {
+    "write": "posix/io/rw/pwrite",
+    "read": "posix/io/rw/pread",
+    "fsync": "posix/io/sync/fsync",
+}
+EIO = 5
+
+
+@dataclass(frozen=True)
+class DiskErrorSettings:
+    """Which operations fail (of DISK_ERROR_POINTS), and the probability each call fails."""
+
+    operations: tuple[str, ...] = ("write", "fsync")
+    probability: float = 0.02
+
+
+def _fiu_control(prefix: Path, pid: int, command: str) -> None:
+    done = subprocess.run(
+        ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ClusterError(f"fiu-ctrl {command}: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def disk_errors(
+    cluster: Cluster,
+    broker_id: int,
+    topic: str,
+    settings: DiskErrorSettings,
+    *,
+    hold_s: float,
+) -> str:
+    """The broker restarted (cleanly) under libfiu's POSIX preload and, once every replica is
+    in sync again, its disk operations failed with EIO at ``settings.probability`` for up to
+    ``hold_s``: a failed write halts it (Kafka 0.10's answer). Then it starts again without
+    the preload (stopped cleanly first if it did not halt), to recover."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("disk_errors needs a local cluster (brokers started by this host)")
+    if shutil.which("fiu-run") is None:
+        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
+    unknown = [op for op in settings.operations if op not in DISK_ERROR_POINTS]
+    if unknown or not 0 < settings.probability <= 1:
+        raise ClusterError(
+            f"disk errors {settings}: allowed operations {', '.join(DISK_ERROR_POINTS)}, "
+            "a probability above 0 up to 1"
+        )
+    prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"
+    log_path = cluster.broker(broker_id).log_path
+    halts_before = log_path.read_text(errors="replace").count(HALTED)
+    cluster.stop_broker(broker_id)
+    cluster.start_broker(broker_id, launcher=["fiu-run", "-x", "-f", str(prefix)])
+    wait_for_full_isr(cluster, topic)
+    pid = cluster.broker(broker_id).pid
+    assert pid is not None
+    for operation in settings.operations:
+        _fiu_control(
+            prefix,
+            pid,
+            f"enable_random name={DISK_ERROR_POINTS[operation]},"
+            f"probability={settings.probability},failinfo={EIO}",
+        )
+    deadline = time.monotonic() + hold_s
+    while cluster.broker(broker_id).alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    halted = log_path.read_text(errors="replace").count(HALTED) > halts_before
+    if cluster.broker(broker_id).alive:
+        for operation in settings.operations:
+            _fiu_control(prefix, pid, f"disable name={DISK_ERROR_POINTS[operation]}")
+        cluster.stop_broker(broker_id)
+    cluster.start_broker(broker_id)
+    operations = "/".join(settings.operations)
+    outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
+    return (
+        f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
+        f"it {outcome}; restarted without the errors"
     )
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -365,12 +366,20 @@ class LocalCluster:
 
     # -- single brokers ------------------------------------------------------------------------
 
-    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> None:
+    def start_broker(
+        self,
+        broker_id: int,
+        wait: bool = True,
+        timeout: float = 60.0,
+        launcher: Sequence[str] = (),
+    ) -> None:
+        """Starts the broker, its command line after ``launcher`` (a command that execs it,
+        as fiu-run does) if one is given."""
         broker = self.broker(broker_id)
         if broker.alive:
             raise ClusterError(f"broker {broker_id} is already running (pid {broker.pid})")
         directory = Path(broker.config).parent
-        argv = [sys.executable, "-m", "tidelog.cli", "broker", "--config", broker.config]
+        argv = [*launcher, sys.executable, "-m", "tidelog.cli", "broker", "--config", broker.config]
         if self.network is not None:
             argv = self.network.command(member_name(broker_id), argv)
         with open(directory / "broker.log", "ab") as log_file:

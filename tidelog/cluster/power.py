@@ -2,8 +2,9 @@
 written to the disk is dropped from its log files.
 
 The kernel knows which pages of a file are not yet on the disk: ``cachestat`` (Linux 6.5)
-counts a range's dirty pages and pages under writeback. After the broker is killed (SIGKILL:
-its mapped index pages are marked dirty as it exits), each segment and index file is cut at a
+counts a range's dirty pages and pages under writeback. After the broker is killed (SIGKILL;
+it writes its segments and indexes with pwrite, so nothing of theirs is left in its own memory),
+each segment and index file is cut at a
 page boundary chosen at random between its first page not on the disk and its end, the last such
 page always lost: the pages before it survive (the broker flushed them, or the kernel wrote them
 back on its own), and of the rest the page cache may have written some, in order, before the

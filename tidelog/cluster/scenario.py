@@ -43,6 +43,7 @@ class ScenarioSettings:
     link_loss: float = 0.05  # degraded: the probability a packet is dropped, each way
     topic_config: dict[str, str] = field(default_factory=dict)  # the topic's own settings
     seed: int | None = None  # power_loss: where in each file's unwritten part it is cut
+    disk_errors: faults.DiskErrorSettings = field(default_factory=faults.DiskErrorSettings)
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -190,6 +191,15 @@ async def run_scenario(
                         brokers,
                         session_timeout_s=session_timeout,
                         rng=random.Random(None if settings.seed is None else settings.seed + cycle),
+                    )
+                elif settings.failure == "disk_errors":
+                    done = await asyncio.to_thread(
+                        faults.disk_errors,
+                        cluster,
+                        brokers[0],
+                        topic,
+                        settings.disk_errors,
+                        hold_s=session_timeout * 3,
                     )
                 else:
                     done = await asyncio.to_thread(

@@ -1,13 +1,15 @@
-"""disk_full: a broker's log dir on a small ext4 image that fills up under load.
+"""Disk faults: a broker's log dir on a small ext4 image that fills up under load (disk_full),
+and its disk reads, writes or fsyncs failing with EIO through libfiu (disk_errors).
 
 The broker halts on the write that fails (as Kafka 0.10 does on an unrecoverable I/O error),
 its restart's recovery cuts the part of a message set the failed write left, and with the other
-two replicas healthy nothing acknowledged with acks=all is lost.
+two replicas healthy nothing acknowledged with acks=all is lost. One cluster serves the module.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,30 @@ def test_a_small_disk_left_by_a_killed_command_is_released_with_its_contents(tmp
     assert not (tmp_path / disks.DISKS_FILE).exists()
     assert not (tmp_path / "broker-1" / "small-disk.img").exists()
     assert disk.set_aside and not (tmp_path / "broker-1" / "logs.set-aside").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "message_format", "operations"),
+    [("leader", "0.9.0", ("write",)), ("follower", "0.10.0", ("write", "fsync"))],
+)
+def test_a_broker_whose_disk_writes_fail_halts_recovers_and_loses_nothing_acknowledged(
+    cluster_on_disk, target, message_format, operations
+):
+    halts_before = halts(cluster_on_disk)
+    settings = ScenarioSettings(
+        "disk_errors",
+        target,
+        message_format,
+        rate=200,
+        settle_seconds=1.0,
+        disk_errors=faults.DiskErrorSettings(operations, probability=0.05),
+    )
+    topic, report = asyncio.run(run_scenario(cluster_on_disk, settings, progress=lambda _: None))
+
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 200, report.table()
+    assert halts(cluster_on_disk) == halts_before + 1
+    # it runs again without the preload
+    for broker_id in cluster_on_disk.broker_ids:
+        environment = Path(f"/proc/{cluster_on_disk.broker(broker_id).pid}/environ").read_bytes()
+        assert b"LD_PRELOAD" not in environment
