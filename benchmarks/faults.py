@@ -17,6 +17,7 @@ import os
 import statistics
 import tempfile
 
+from tidelog.cluster.faults import DiskErrorSettings
 from tidelog.cluster.local import LocalCluster
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
 
@@ -28,6 +29,11 @@ CASES: dict[str, dict] = {
     "degraded (1mbit, 5% loss)": {"failure": "degraded"},
     "power_loss leader": {"failure": "power_loss"},
     "power_loss replicas": {"failure": "power_loss", "target": "replicas"},
+    "disk_full leader": {"failure": "disk_full", "rate": 300},
+    "disk_errors leader (write, p=0.05)": {
+        "failure": "disk_errors",
+        "disk_errors": DiskErrorSettings(("write",), 0.05),
+    },
     "power_loss replicas, flush.messages=1": {
         "failure": "power_loss",
         "target": "replicas",
@@ -59,7 +65,7 @@ def main() -> None:
         for case in wanted:
             gaps, served, isr, lost = [], [], [], 0
             for _ in range(args.runs):
-                settings = ScenarioSettings(rate=100, settle_seconds=1.0, **CASES[case])
+                settings = ScenarioSettings(**{"rate": 100, "settle_seconds": 1.0, **CASES[case]})
                 _, report = asyncio.run(run_scenario(cluster, settings, progress=lambda _: None))
                 found = report.availability
                 assert found is not None

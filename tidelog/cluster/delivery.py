@@ -4,8 +4,13 @@ The producer sends each message once (never again after an error, so a message i
 is a real duplicate) and records the offset of every acknowledged one. The check consumes every
 partition to its high watermark and reports:
 
-- lost: acknowledged but not consumed; a look into the replicas' segment files tells "not in any
-  log" from "in a log but not served";
+- lost: acknowledged, and not in the final read although it read past the message's offset, or
+  a consumer saw it before; unseen: acknowledged and never seen by any consumer, the final read
+  ending before its offset (Jepsen's queue checker's words); for both, a look into the
+  replicas' segment files tells "not in any log" from "in a log but not served";
+- with a consumer polling during the run (``DeliveryConsumer``): polls whose offsets went
+  backwards (nonmonotonic) or jumped over offsets (skipped), and offsets at which two reads
+  found different messages (inconsistent offsets);
 - duplicates, and messages out of order within a partition;
 - diverged: in-sync replicas whose logs differ below the high watermark, message by message;
 - time index entries that do not agree with their log; LogAppendTime that went backwards.
@@ -133,10 +138,118 @@ class DeliveryProducer:
 
 
 @dataclass
+class DeliveryConsumer:
+    """Reads every partition from offset 0 while the scenario runs, one fetch after another,
+    as an in-sync consumer does; ``seen`` holds the first message read at each offset.
+
+    Within a partition a poll's first offset must be the position asked for and each next one
+    the one after: an offset at or below the one before is nonmonotonic, one further on is a
+    skip (the scenario's topics are not compacted, so offsets have no gaps). A message read
+    again at an offset where another was read is an inconsistent offset. When the leader's
+    log ends below the position (a truncation), the position moves back to its end, and that
+    is nonmonotonic too."""
+
+    bootstrap_servers: str
+    topic: str
+    seen: dict[int, dict[int, bytes | None]] = field(default_factory=dict)
+    nonmonotonic: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    inconsistent: list[str] = field(default_factory=list)
+    polls: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        client = Client(self.bootstrap_servers)
+        positions: dict[int, int] = defaultdict(int)
+        partitions = None
+        try:
+            while not stop.is_set():
+                try:
+                    if partitions is None:
+                        partitions = await client.partitions(self.topic, wait=5)
+                    for partition in partitions:
+                        positions[partition.partition] = await self._poll(
+                            client, partition.partition, partition.leader, positions
+                        )
+                except (OSError, ConnectionError, TimeoutError, KafkaError, KeyError):
+                    partitions = None  # a leader moved or went away: ask again
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)
+        finally:
+            await client.close()
+
+    async def _poll(
+        self, client: Client, partition: int, leader: int, positions: dict[int, int]
+    ) -> int:
+        position = positions[partition]
+        connection = await client.connection(leader)
+        body = {
+            "replica_id": -1,
+            "max_wait_time": 100,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": self.topic,
+                    "partitions": [
+                        {"partition": partition, "fetch_offset": position, "max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
+        async with asyncio.timeout(10):
+            response = await connection.request(ApiKey.FETCH, 2, body)
+        answer = response["responses"][0]["partition_responses"][0]
+        if answer["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log_end = await _log_end(connection, self.topic, partition)
+            if log_end < position:  # read before, gone now: the next poll goes backwards
+                self.nonmonotonic.append(
+                    f"{self.topic}-{partition}: the log ends at {log_end}, below offset "
+                    f"{position} read before"
+                )
+            return min(position, log_end)
+        if answer["error_code"]:
+            raise KafkaError(ErrorCode(answer["error_code"]), "poll")
+        self.polls += 1
+        name = f"{self.topic}-{partition}"
+        expected = position
+        seen = self.seen.setdefault(partition, {})
+        for message in iter_deep(answer["record_set"] or b""):
+            if message.offset < position:
+                continue  # the start of a compressed wrapper holding the position
+            if message.offset < expected:
+                self.nonmonotonic.append(f"{name}: offset {message.offset} after {expected - 1}")
+            elif message.offset > expected:
+                self.skipped.append(f"{name}: offsets {expected}-{message.offset - 1} skipped")
+            earlier = seen.setdefault(message.offset, message.value)
+            if earlier != message.value:
+                self.inconsistent.append(
+                    f"{name} offset {message.offset}: {_text(earlier)} then {_text(message.value)}"
+                )
+            expected = message.offset + 1
+        return max(expected, position)
+
+
+def _text(value: bytes | None) -> str:
+    return "null" if value is None else value.decode("utf-8", "replace")
+
+
+async def _log_end(connection, topic: str, partition: int) -> int:
+    wanted = {"partition": partition, "timestamp": -1, "max_num_offsets": 1}
+    topics = [{"topic": topic, "partitions": [wanted]}]
+    listed = await connection.request(ApiKey.LIST_OFFSETS, 0, {"replica_id": -1, "topics": topics})
+    (offset,) = listed["responses"][0]["partition_responses"][0]["offsets"]
+    return offset
+
+
+@dataclass
 class DeliveryReport:
     acked: int = 0
     consumed: int = 0
     lost: list[str] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)
+    nonmonotonic: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    inconsistent_offsets: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
     diverged: list[str] = field(default_factory=list)
@@ -151,6 +264,10 @@ class DeliveryReport:
 
     CHECKS = (
         "lost",
+        "unseen",
+        "nonmonotonic",
+        "skipped",
+        "inconsistent_offsets",
         "duplicates",
         "out_of_order",
         "diverged",
@@ -221,6 +338,14 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
         offset = batch[-1].offset + 1
 
 
+def missing_kind(read_past_it: bool, seen_while_running: bool) -> str:
+    """What an acknowledged message the final read did not find is: ``lost`` when the read
+    went past its offset (another message is there now) or a consumer saw it while the
+    scenario ran (it was there, and went); ``unseen`` when no one ever saw it and the read
+    ended before its offset (the high watermark never reached it)."""
+    return "lost" if read_past_it or seen_while_running else "unseen"
+
+
 def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes | None, int]]:
     """(offset, value, timestamp) of every message a replica holds below ``below``; a segment
     that retention deletes between the listing and the read is no longer held."""
@@ -236,8 +361,11 @@ def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes |
     return found
 
 
-async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
-    """Checks a topic of a LocalCluster against what was acknowledged."""
+async def verify(
+    cluster, topic: str, acked: list[Acked], consumer: DeliveryConsumer | None = None
+) -> DeliveryReport:
+    """Checks a topic of a LocalCluster against what was acknowledged (and what ``consumer``,
+    if given, read while the scenario ran)."""
     report = DeliveryReport(acked=len(acked))
     client = Client(cluster.bootstrap_servers)
     try:
@@ -269,6 +397,26 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
             if after < before:
                 report.timestamps_backwards.append(f"{topic}-{number}: {after} after {before}")
     directories = sorted(Path(cluster.directory).glob(f"broker-*/logs/{topic}-*"))
+    seen_live = (
+        {v for offsets in consumer.seen.values() for v in offsets.values()} if consumer else set()
+    )
+    read_until = {
+        number: (messages[-1].offset + 1 if messages else 0)
+        for number, messages in consumed.items()
+    }
+    if consumer is not None:
+        report.nonmonotonic = list(consumer.nonmonotonic)
+        report.skipped = list(consumer.skipped)
+        report.inconsistent_offsets = list(consumer.inconsistent)
+        for number, messages in consumed.items():
+            earlier = consumer.seen.get(number, {})
+            for message in messages:
+                if message.offset in earlier and earlier[message.offset] != message.value:
+                    report.inconsistent_offsets.append(
+                        f"{topic}-{number} offset {message.offset}: "
+                        f"{_text(earlier[message.offset])} while running, "
+                        f"{_text(message.value)} at the end"
+                    )
     for acked_message in acked:
         if values[acked_message.value] == 0:
             holders = [
@@ -283,9 +431,14 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
                 else "in no replica's log"
             )
             name = f"{topic}-{acked_message.partition}"
-            report.lost.append(
+            finding = (
                 f"{acked_message.value.decode()} ({name} offset {acked_message.offset}): {where}"
             )
+            read_past = read_until.get(acked_message.partition, 0) > acked_message.offset
+            if missing_kind(read_past, acked_message.value in seen_live) == "lost":
+                report.lost.append(finding)
+            else:
+                report.unseen.append(finding)
     for number, messages in consumed.items():
         high_watermark = messages[-1].offset + 1 if messages else 0
         replicas = [d for d in directories if d.name == f"{topic}-{number}"]

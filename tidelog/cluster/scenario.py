@@ -22,7 +22,13 @@ from pathlib import Path
 from tidelog import rundata
 from tidelog.cluster import faults, netfaults
 from tidelog.cluster.availability import availability
-from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
+from tidelog.cluster.delivery import (
+    Acked,
+    DeliveryConsumer,
+    DeliveryProducer,
+    DeliveryReport,
+    verify,
+)
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 
@@ -156,6 +162,8 @@ async def run_scenario(
     stop = asyncio.Event()
     producing_from = time.time()
     producing = asyncio.create_task(producer.run(stop))
+    consumer = DeliveryConsumer(cluster.bootstrap_servers, topic)
+    consuming = asyncio.create_task(consumer.run(stop))
     session_timeout = int(SCENARIO_OVERRIDES["zookeeper.session.timeout.ms"]) / 1000
     lag = int(SCENARIO_OVERRIDES["replica.lag.time.max.ms"]) / 1000
     try:
@@ -225,13 +233,14 @@ async def run_scenario(
         stop.set()
         await producing
         producing_until = time.time()
+        await consuming
         # an interrupted network fault is undone here, whatever its thread is still doing
         if isinstance(cluster, LocalCluster) and cluster.network is not None:
             await asyncio.to_thread(netfaults.heal, cluster.network)
     progress(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
-    report = await verify(cluster, topic, producer.acked)
+    report = await verify(cluster, topic, producer.acked, consumer)
     report.availability = availability(
         [(a.partition, a.acked_at) for a in producer.acked],
         range(settings.partitions),
