@@ -124,6 +124,15 @@ def _add_replication(kinds) -> None:
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
     replication.add_argument(
+        "--compacted",
+        action="store_true",
+        help=(
+            "a compacted topic whose cleaner runs during the faults, keyed messages, and the "
+            "per-key audit: every key ends on its last acknowledged value (or a later one), in "
+            "publication order, and no value read was never produced"
+        ),
+    )
+    replication.add_argument(
         "--netns",
         action="store_true",
         help=(
@@ -160,6 +169,7 @@ def run_replication(args: argparse.Namespace) -> int:
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.cluster.netns import NetworkError
     from tidelog.cluster.scenario import (
+        COMPACTED_BROKER_OVERRIDES,
         FAILURE_BROKER_OVERRIDES,
         SCENARIO_OVERRIDES,
         ScenarioSettings,
@@ -202,6 +212,7 @@ def run_replication(args: argparse.Namespace) -> int:
         topic_config=topic_config,
         seed=args.seed,
         disk_errors=DiskErrorSettings(disk_error_ops, args.disk_error_probability),
+        compacted=args.compacted,
     )
     if not 0 <= args.link_loss < 1:
         return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
@@ -211,6 +222,7 @@ def run_replication(args: argparse.Namespace) -> int:
     overrides = {
         **SCENARIO_OVERRIDES,
         **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
+        **(COMPACTED_BROKER_OVERRIDES if args.compacted else {}),
         "replica.truncation.mode": args.truncation_mode,
     }
     try:

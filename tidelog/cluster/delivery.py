@@ -44,11 +44,15 @@ class Acked:
     value: bytes
     acked_at: float = 0.0
     latency_ms: float = -1.0
+    key: bytes | None = None  # the value itself, unless the producer sends keys
 
 
 @dataclass
 class DeliveryProducer:
-    """Messages ``{partition}-{sequence}`` at ``rate`` per second over the topic's partitions."""
+    """Messages ``{partition}-{sequence}`` at ``rate`` per second over the topic's partitions,
+    keyed by themselves, or with ``keys`` by ``key-{partition}-{sequence % keys}`` (a compacted
+    topic's workload: each key written again and again). ``sent`` counts each partition's
+    messages sent, so a value ``{partition}-{n}`` with n at or above it was never produced."""
 
     bootstrap_servers: str
     topic: str
@@ -56,7 +60,9 @@ class DeliveryProducer:
     rate: float
     produce_version: int = 2  # below 2: format v0 messages, as a 0.9 producer sends them
     codec: Codec = Codec.NONE
+    keys: int = 0
     acked: list[Acked] = field(default_factory=list)
+    sent_per_partition: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     failed: int = 0
     sent: int = 0
     _gate: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -71,7 +77,7 @@ class DeliveryProducer:
 
     async def run(self, stop: asyncio.Event) -> None:
         client = Client(self.bootstrap_servers)
-        sequence: dict[int, int] = defaultdict(int)
+        sequence = self.sent_per_partition
         started = time.monotonic()
         partitions = None
         try:
@@ -89,18 +95,26 @@ class DeliveryProducer:
                             await asyncio.sleep(0.2)
                             continue
                     target = partitions[self.sent % len(partitions)]
-                    value = b"%d-%08d" % (target.partition, sequence[target.partition])
+                    number = sequence[target.partition]
+                    value = b"%d-%08d" % (target.partition, number)
+                    key = (
+                        b"key-%d-%03d" % (target.partition, number % self.keys)
+                        if self.keys
+                        else value
+                    )
                     sequence[target.partition] += 1
                     self.sent += 1
-                    if not await self._send(client, target.partition, target.leader, value):
+                    if not await self._send(client, target.partition, target.leader, value, key):
                         partitions = None  # ask for the leaders again
         finally:
             await client.close()
 
-    async def _send(self, client: Client, partition: int, leader: int, value: bytes) -> bool:
+    async def _send(
+        self, client: Client, partition: int, leader: int, value: bytes, key: bytes
+    ) -> bool:
         version = await self.version_for(client, leader)
         records = build_message_set(
-            [Record(value, value, int(time.time() * 1000))],
+            [Record(key, value, int(time.time() * 1000))],
             magic=1 if version >= 2 else 0,
             codec=self.codec,
         )
@@ -126,7 +140,7 @@ class DeliveryProducer:
         answer = response["responses"][0]["partition_responses"][0]
         if answer["error_code"] == ErrorCode.NONE:
             self.acked.append(
-                Acked(partition, answer["base_offset"], value, time.time(), latency_ms)
+                Acked(partition, answer["base_offset"], value, time.time(), latency_ms, key)
             )
             return True
         self.failed += 1
@@ -151,6 +165,7 @@ class DeliveryConsumer:
 
     bootstrap_servers: str
     topic: str
+    compacted: bool = False  # the cleaner removes offsets: a jump over them is no skip
     seen: dict[int, dict[int, bytes | None]] = field(default_factory=dict)
     nonmonotonic: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -218,7 +233,7 @@ class DeliveryConsumer:
                 continue  # the start of a compressed wrapper holding the position
             if message.offset < expected:
                 self.nonmonotonic.append(f"{name}: offset {message.offset} after {expected - 1}")
-            elif message.offset > expected:
+            elif message.offset > expected and not self.compacted:
                 self.skipped.append(f"{name}: offsets {expected}-{message.offset - 1} skipped")
             earlier = seen.setdefault(message.offset, message.value)
             if earlier != message.value:
@@ -250,6 +265,7 @@ class DeliveryReport:
     nonmonotonic: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     inconsistent_offsets: list[str] = field(default_factory=list)
+    never_produced: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
     diverged: list[str] = field(default_factory=list)
@@ -268,6 +284,7 @@ class DeliveryReport:
         "nonmonotonic",
         "skipped",
         "inconsistent_offsets",
+        "never_produced",
         "duplicates",
         "out_of_order",
         "diverged",
@@ -338,6 +355,14 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
         offset = batch[-1].offset + 1
 
 
+def _produced(value: bytes | None, partition: int, sent: int) -> bool:
+    """Whether ``value`` is ``{partition}-{n}`` with n below what was sent there."""
+    if value is None:
+        return False
+    number, _, sequence = value.partition(b"-")
+    return number == b"%d" % partition and sequence.isdigit() and int(sequence) < sent
+
+
 def missing_kind(read_past_it: bool, seen_while_running: bool) -> str:
     """What an acknowledged message the final read did not find is: ``lost`` when the read
     went past its offset (another message is there now) or a consumer saw it while the
@@ -362,10 +387,19 @@ def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes |
 
 
 async def verify(
-    cluster, topic: str, acked: list[Acked], consumer: DeliveryConsumer | None = None
+    cluster,
+    topic: str,
+    acked: list[Acked],
+    consumer: DeliveryConsumer | None = None,
+    producer: DeliveryProducer | None = None,
+    compacted: bool = False,
 ) -> DeliveryReport:
     """Checks a topic of a LocalCluster against what was acknowledged (and what ``consumer``,
-    if given, read while the scenario ran)."""
+    if given, read while the scenario ran; with ``producer``, that every message read was
+    produced). ``compacted``: the audit of a compacted topic, per key: an acknowledged
+    message may be missing only when a later message of its key is there (the cleaner
+    dropped it as obsolete), so every key ends on its last acknowledged value or a later one
+    sent, in publication order per partition."""
     report = DeliveryReport(acked=len(acked))
     client = Client(cluster.bootstrap_servers)
     try:
@@ -417,8 +451,25 @@ async def verify(
                         f"{_text(earlier[message.offset])} while running, "
                         f"{_text(message.value)} at the end"
                     )
+    if producer is not None:
+        for number, messages in consumed.items():
+            sent = producer.sent_per_partition.get(number, 0)
+            for message in messages:
+                if not _produced(message.value, number, sent):
+                    report.never_produced.append(
+                        f"{topic}-{number} offset {message.offset}: {_text(message.value)}"
+                    )
+    last_offset_of_key: dict[tuple[int, bytes | None], int] = {}
+    if compacted:
+        for number, messages in consumed.items():
+            for message in messages:
+                last_offset_of_key[(number, message.key)] = message.offset
     for acked_message in acked:
-        if values[acked_message.value] == 0:
+        superseded = (
+            last_offset_of_key.get((acked_message.partition, acked_message.key), -1)
+            > acked_message.offset
+        )
+        if values[acked_message.value] == 0 and not superseded:
             holders = [
                 d.parent.parent.name
                 for d in directories

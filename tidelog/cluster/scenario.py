@@ -50,6 +50,7 @@ class ScenarioSettings:
     topic_config: dict[str, str] = field(default_factory=dict)  # the topic's own settings
     seed: int | None = None  # power_loss: where in each file's unwritten part it is cut
     disk_errors: faults.DiskErrorSettings = field(default_factory=faults.DiskErrorSettings)
+    compacted: bool = False  # a compacted topic, keyed messages, the per-key audit
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -70,6 +71,18 @@ FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
         "log.retention.check.interval.ms": "500",
     },
 }
+# A compacted topic whose cleaner runs during the faults: small segments roll often, and a log
+# a fifth dirty is cleaned (the brokers' log.cleaner.backoff.ms: COMPACTED_BROKER_OVERRIDES).
+COMPACTED_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "4096",
+    "min.cleanable.dirty.ratio": "0.2",
+}
+COMPACTED_BROKER_OVERRIDES = {
+    "log.cleaner.backoff.ms": "200",
+    "log.cleaner.dedupe.buffer.size": "1048576",
+}
+COMPACTED_KEYS = 20  # per partition: each key written again every 20 messages
 FAILURE_TOPIC_CONFIG: dict[str, dict[str, str]] = {
     "wipe_and_rebuild": {
         "remote.storage.enable": "true",
@@ -89,6 +102,8 @@ def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     if settings.failure == "clock_skew" and settings.message_format != "0.9.0":
         config["message.timestamp.type"] = "LogAppendTime"
     config.update(FAILURE_TOPIC_CONFIG.get(settings.failure, {}))
+    if settings.compacted:
+        config.update(COMPACTED_TOPIC_CONFIG)
     config.update(settings.topic_config)
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, settings.partitions, replication_factor, config)
@@ -158,11 +173,17 @@ async def run_scenario(
     full_isr_after: list[float] = []  # per fault: from its end to a full ISR again
     topic = await asyncio.to_thread(create_topic, cluster, settings)
     progress(f"topic {topic}: {settings.partitions} partitions, format {settings.message_format}")
-    producer = DeliveryProducer(cluster.bootstrap_servers, topic, settings.acks, settings.rate)
+    producer = DeliveryProducer(
+        cluster.bootstrap_servers,
+        topic,
+        settings.acks,
+        settings.rate,
+        keys=COMPACTED_KEYS if settings.compacted else 0,
+    )
     stop = asyncio.Event()
     producing_from = time.time()
     producing = asyncio.create_task(producer.run(stop))
-    consumer = DeliveryConsumer(cluster.bootstrap_servers, topic)
+    consumer = DeliveryConsumer(cluster.bootstrap_servers, topic, compacted=settings.compacted)
     consuming = asyncio.create_task(consumer.run(stop))
     session_timeout = int(SCENARIO_OVERRIDES["zookeeper.session.timeout.ms"]) / 1000
     lag = int(SCENARIO_OVERRIDES["replica.lag.time.max.ms"]) / 1000
@@ -240,7 +261,9 @@ async def run_scenario(
     progress(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
-    report = await verify(cluster, topic, producer.acked, consumer)
+    report = await verify(
+        cluster, topic, producer.acked, consumer, producer, compacted=settings.compacted
+    )
     report.availability = availability(
         [(a.partition, a.acked_at) for a in producer.acked],
         range(settings.partitions),
