@@ -135,6 +135,39 @@ def test_a_degraded_link_carries_no_more_than_its_rate(namespaced):
     assert fast < 1.5, fast
 
 
+def test_a_lossy_link_drops_about_that_share_of_the_packets_it_receives(namespaced):
+    """iptables statistic at 20%: of the packets reaching the broker's end during a transfer,
+    the INPUT rule's counter holds about a fifth (TCP sends the dropped ones again)."""
+    network = namespaced.network
+    member = member_name(3)
+    received_before = _received_packets(network, member)
+    netfaults.degrade(network, member, "1gbit", 0.2)
+    try:
+        _transfer_seconds(network, member, 1 << 20, timeout=120)
+        dropped = _input_drops(network, member)
+    finally:
+        netfaults.heal(network)
+    received = _received_packets(network, member) - received_before
+
+    assert 0.12 < dropped / received < 0.28, (dropped, received)
+
+
+def _received_packets(network: ClusterNetwork, member: str) -> int:
+    shown = run_ip("-n", network.namespace(member), "-j", "-s", "link", "show", "eth0").stdout
+    return json.loads(shown)[0]["stats64"]["rx"]["packets"]
+
+
+def _input_drops(network: ClusterNetwork, member: str) -> int:
+    listed = subprocess.run(
+        network.command(member, ["iptables", "-w", "-L", "INPUT", "-v", "-n", "-x"]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (rule,) = [line for line in listed.splitlines() if "statistic" in line]
+    return int(rule.split()[0])
+
+
 def _transfer_seconds(network: ClusterNetwork, member: str, size: int, timeout: float) -> float:
     """Seconds to send ``size`` bytes over TCP from the host to a listener in the member's
     namespace (a Python one-liner run there with ip netns exec)."""
