@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -261,7 +262,7 @@ def run_replication(args: argparse.Namespace) -> int:
     if args.out:
         print(f"run data written to {args.out}")
     if args.report:
-        document = {"settings": vars(settings), "topic": topic, "report": report.as_dict()}
+        document = {"settings": asdict(settings), "topic": topic, "report": report.as_dict()}
         with open(args.report, "w") as file:
             json.dump(document, file, indent=2)
         print(f"report written to {args.report}")
