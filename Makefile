@@ -7,8 +7,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # ZooKeeper for clusters, kcat as an independent client in the tests; a Docker engine and
 # debootstrap (its base images where no registry is reachable) for scripts/docker-engine.sh;
-# gcc for the log cleaner's C loops (setup.py).
-APT_PACKAGES := zookeeper kcat docker.io debootstrap gcc
+# gcc for the log cleaner's C loops (setup.py); iproute2 (ip, tc) and iptables for a cluster in
+# network namespaces and its network faults (cluster up --netns); fiu-utils (libfiu's preload)
+# for the disk_errors scenario.
+APT_PACKAGES := zookeeper kcat docker.io debootstrap gcc iproute2 iptables fiu-utils
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint format bench demo clean

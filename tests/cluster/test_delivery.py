@@ -53,3 +53,11 @@ def test_a_segment_deleted_after_the_listing_is_no_longer_held(tmp_path, monkeyp
     monkeypatch.setattr(delivery, "segment_files", lambda directory: [kept, deleted])
 
     assert delivery.replica_messages(tmp_path, 2**62) == [(0, b"0-1", 1000)]
+
+
+@pytest.mark.parametrize(
+    ("read_past_it", "seen_while_running", "kind"),
+    [(True, False, "lost"), (False, True, "lost"), (True, True, "lost"), (False, False, "unseen")],
+)
+def test_a_missing_acknowledged_message_is_lost_or_unseen(read_past_it, seen_while_running, kind):
+    assert delivery.missing_kind(read_past_it, seen_while_running) == kind

@@ -109,6 +109,13 @@ def test_scenario_and_perf_argument_errors_are_refused_before_anything_starts(tm
         says="--target must be leader",
     )
     fails("scenario", "replication", "--failure", "meteor", says="invalid choice: 'meteor'")
+    replication = ("scenario", "replication", "--failure")
+    fails(*replication, "partition", "--target", "replicas", says="only with --failure power_loss")
+    fails(*replication, "disk_errors", "--disk-error-ops", "scribble", says="allowed: write, read")
+    fails(*replication, "disk_errors", "--disk-error-probability", "0", says="allowed: 0 < P <= 1")
+    fails(*replication, "degraded", "--link-loss", "1.5", says="--link-loss 1.5: allowed")
+    fails(*replication, "power_loss", "--topic-config", "flush.messages", says="expected key=value")
+    fails(*replication, "partition", "--netns", "--compose", says="choose one")
     fails(
         "perf",
         "produce",

@@ -17,6 +17,13 @@ NOT_HERE = ("make ", "docker ", "locust ", "spark-submit ")
 # Minutes of load: tests/integration/test_perf_cases.py runs the command with shorter settings.
 NOT_HERE += ("tidelog perf tiered-storage", "tidelog report runs/ts")
 NOT_HERE += ("tidelog perf max-rate",)  # minutes of steps: test_perf_cases.py runs short ones
+# Faults held past a session timeout, a minute and a half together: test_netns.py runs the
+# network failures (the command itself, killed and stopped, too) and test_disk_faults.py the disk
+# ones, on clusters of their own.
+NOT_HERE += (
+    "tidelog scenario replication --netns",
+    "tidelog scenario replication --failure disk_",
+)
 # The compose cluster's section needs a Docker engine and the images: tests/containers runs
 # what its examples do.
 NOT_HERE_SECTIONS = ("## Containers",)

@@ -15,7 +15,10 @@ def add(commands) -> None:
     cluster = commands.add_parser(
         "cluster",
         help="start, inspect and stop a local cluster",
-        description="A local cluster: an embedded ZooKeeper and N brokers on 127.0.0.1.",
+        description=(
+            "A local cluster: an embedded ZooKeeper and N brokers on 127.0.0.1, or each in a "
+            "network namespace of its own (--netns)."
+        ),
     )
     actions = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = action_parser(actions, "up", "start ZooKeeper (unless given) and N brokers")
@@ -29,10 +32,18 @@ def add(commands) -> None:
         help="fixed ports: broker i listens at N+i-1, its admin API at N+BROKERS+i-1, an "
         "embedded ZooKeeper at N+2*BROKERS (default: free ports)",
     )
+    up.add_argument(
+        "--netns",
+        action="store_true",
+        help="each broker and ZooKeeper in a network namespace of its own, on a bridge the "
+        "cluster owns (needs root; network faults need it)",
+    )
     up.set_defaults(act=up_cluster)
     status = action_parser(actions, "status", "show each broker: process, registration, ports")
     status.set_defaults(act=show_status)
-    down = action_parser(actions, "down", "stop every broker, then ZooKeeper")
+    down = action_parser(
+        actions, "down", "stop every broker, then ZooKeeper; remove its namespaces and links"
+    )
     down.set_defaults(act=down_cluster)
     start = action_parser(actions, "start", "start a stopped broker")
     start.add_argument("broker_id", type=int, metavar="BROKER_ID")
@@ -64,13 +75,14 @@ def run(args: argparse.Namespace) -> int:
     """The action on the cluster in --dir; a cluster's, ZooKeeper's or a setting's error is
     one line."""
     from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.netns import NetworkError
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.config import ConfigError
 
     cluster = LocalCluster(args.dir)
     try:
         args.act(cluster, args)
-    except (ClusterError, ZooKeeperError, ConfigError) as error:
+    except (ClusterError, ZooKeeperError, ConfigError, NetworkError) as error:
         return fail(f"cluster {args.action}", error)
     return 0
 
@@ -81,6 +93,7 @@ def up_cluster(cluster: LocalCluster, args: argparse.Namespace) -> None:
         zookeeper=args.zookeeper,
         overrides=key_values(args.override, "--override"),
         base_port=args.base_port,
+        netns=args.netns,
     )
     print(f"bootstrap servers: {cluster.bootstrap_servers}")
     print(f"zookeeper: {cluster.zookeeper}")
@@ -93,6 +106,13 @@ def show_status(cluster: LocalCluster, args: argparse.Namespace) -> None:
     if cluster.state and cluster.state.zookeeper_process is None:
         zookeeper_state = "external"
     print(f"zookeeper: {cluster.zookeeper} ({zookeeper_state})")
+    if cluster.network is not None:
+        network = cluster.network
+        print(
+            f"network: {network.subnet} on bridge {network.bridge} (namespaces tl{network.token}-*)"
+        )
+        for fault in network.faults:
+            print(f"network fault in place: {fault['summary']}")
     header = ("broker", "pid", "state", "registered", "port", "admin")
     print("{:>6}  {:>8}  {:28} {:10} {:>6} {:>6}".format(*header))
     for row in rows:
@@ -113,7 +133,8 @@ def start_broker(cluster: LocalCluster, args: argparse.Namespace) -> None:
     cluster.start_broker(args.broker_id)
     print(
         f"broker {args.broker_id} started (pid {cluster.broker(args.broker_id).pid}) "
-        f"and registered; listening on 127.0.0.1:{cluster.broker(args.broker_id).port}"
+        f"and registered; listening on {cluster.broker(args.broker_id).host}:"
+        f"{cluster.broker(args.broker_id).port}"
     )
 
 

@@ -7,11 +7,13 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidelog.cli.common import fail
+from tidelog.cli.common import fail, key_values
 from tidelog.reach import Unreachable
 
 if TYPE_CHECKING:
@@ -61,7 +63,33 @@ def _add_replication(kinds) -> None:
         "--target",
         default="leader",
         choices=TARGETS,
-        help="the broker hit: partition 0's leader, one of its followers, or the controller",
+        help=(
+            "the broker hit: partition 0's leader, one of its followers, or the controller; "
+            "replicas (power_loss only): every replica of partition 0 at once"
+        ),
+    )
+    replication.add_argument(
+        "--topic-config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting of the scenario's topic (flush.messages=1: fsync every message)",
+    )
+    replication.add_argument(
+        "--disk-error-ops",
+        default="write,fsync",
+        metavar="OPS",
+        help="disk_errors: which of the target's disk operations fail, of write, read, fsync "
+        "(default write,fsync)",
+    )
+    replication.add_argument(
+        "--disk-error-probability",
+        type=float,
+        default=0.02,
+        metavar="P",
+        help="disk_errors: the probability each such call fails with EIO (default 0.02)",
+    )
+    replication.add_argument(
+        "--seed", type=int, help="power_loss: the seed of where each file is cut (default: random)"
     )
     replication.add_argument(
         "--truncation-mode",
@@ -96,6 +124,37 @@ def _add_replication(kinds) -> None:
     replication.add_argument(
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
+    replication.add_argument(
+        "--compacted",
+        action="store_true",
+        help=(
+            "a compacted topic whose cleaner runs during the faults, keyed messages, and the "
+            "per-key audit: every key ends on its last acknowledged value (or a later one), in "
+            "publication order, and no value read was never produced"
+        ),
+    )
+    replication.add_argument(
+        "--netns",
+        action="store_true",
+        help=(
+            "start the cluster with each broker and ZooKeeper in a network namespace of its own "
+            "(needs root), where partition, partition_zookeeper, partition_one_way, "
+            "partition_halves and degraded cut or slow its links"
+        ),
+    )
+    replication.add_argument(
+        "--link-rate",
+        default="1mbit",
+        metavar="RATE",
+        help="degraded: the target's link rate each way, in tc's units (default 1mbit)",
+    )
+    replication.add_argument(
+        "--link-loss",
+        type=float,
+        default=0.05,
+        metavar="P",
+        help="degraded: the probability each packet to or from the target is dropped (0.05)",
+    )
     replication.add_argument("--report", metavar="FILE", help="write the report as JSON")
     replication.add_argument(
         "--out",
@@ -107,17 +166,41 @@ def _add_replication(kinds) -> None:
 
 def run_replication(args: argparse.Namespace) -> int:
     from tidelog import runtime
+    from tidelog.cluster.faults import DISK_ERROR_POINTS, DiskErrorSettings
     from tidelog.cluster.local import ClusterError, LocalCluster
+    from tidelog.cluster.netns import NetworkError
     from tidelog.cluster.scenario import (
+        COMPACTED_BROKER_OVERRIDES,
         FAILURE_BROKER_OVERRIDES,
         SCENARIO_OVERRIDES,
         ScenarioSettings,
         run_scenario,
     )
     from tidelog.cluster.zookeeper import ZooKeeperError
+    from tidelog.config import ConfigError
 
+    # SIGTERM unwinds as SIGINT does: the faults in place are undone, a cluster started here
+    # is stopped and its namespaces removed
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.failure == "truncation_failover" and args.target != "leader":
         return fail("scenario replication", "truncation_failover: --target must be leader")
+    if args.target == "replicas" and args.failure != "power_loss":
+        return fail("scenario replication", "--target replicas: only with --failure power_loss")
+    try:
+        topic_config = key_values(args.topic_config, "--topic-config")
+    except ConfigError as error:
+        return fail("scenario replication", error)
+    disk_error_ops = tuple(op.strip() for op in args.disk_error_ops.split(",") if op.strip())
+    if not disk_error_ops or any(op not in DISK_ERROR_POINTS for op in disk_error_ops):
+        return fail(
+            "scenario replication",
+            f"--disk-error-ops {args.disk_error_ops!r}: allowed: {', '.join(DISK_ERROR_POINTS)}",
+        )
+    if not 0 < args.disk_error_probability <= 1:
+        return fail(
+            "scenario replication",
+            f"--disk-error-probability {args.disk_error_probability}: allowed: 0 < P <= 1",
+        )
     settings = ScenarioSettings(
         failure=args.failure,
         target=args.target,
@@ -125,11 +208,22 @@ def run_replication(args: argparse.Namespace) -> int:
         acks=-1 if args.acks == "all" else int(args.acks),
         cycles=args.cycles,
         rate=args.rate,
+        link_rate=args.link_rate,
+        link_loss=args.link_loss,
+        topic_config=topic_config,
+        seed=args.seed,
+        disk_errors=DiskErrorSettings(disk_error_ops, args.disk_error_probability),
+        compacted=args.compacted,
     )
+    if not 0 <= args.link_loss < 1:
+        return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
+    if args.netns and args.compose:
+        return fail("scenario replication", "--netns and --compose: choose one")
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
     overrides = {
         **SCENARIO_OVERRIDES,
         **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
+        **(COMPACTED_BROKER_OVERRIDES if args.compacted else {}),
         "replica.truncation.mode": args.truncation_mode,
     }
     try:
@@ -144,13 +238,20 @@ def run_replication(args: argparse.Namespace) -> int:
     try:
         if started_here:
             print(f"starting {args.brokers} brokers in {directory}")
-            cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
+            if isinstance(cluster, LocalCluster):
+                cluster.up(
+                    args.brokers, overrides=overrides, progress=lambda _: None, netns=args.netns
+                )
+            else:
+                cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
         topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
-    except (ClusterError, ZooKeeperError) as error:
+    except (ClusterError, ZooKeeperError, NetworkError, ConfigError) as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
-        if started_here and cluster.state is not None:
+        if started_here and (
+            cluster.state is not None or (isinstance(cluster, LocalCluster) and cluster.network)
+        ):
             cluster.down(progress=lambda _: None)
     print()
     print(
@@ -161,7 +262,7 @@ def run_replication(args: argparse.Namespace) -> int:
     if args.out:
         print(f"run data written to {args.out}")
     if args.report:
-        document = {"settings": vars(settings), "topic": topic, "report": report.as_dict()}
+        document = {"settings": asdict(settings), "topic": topic, "report": report.as_dict()}
         with open(args.report, "w") as file:
             json.dump(document, file, indent=2)
         print(f"report written to {args.report}")

@@ -72,6 +72,11 @@ class ComposeBroker:
         return f"broker-{self.broker_id}"
 
     @property
+    def host(self) -> str:
+        """Where the host reaches its published ports."""
+        return "127.0.0.1"
+
+    @property
     def alive(self) -> bool:
         """Its container runs (a paused one too, as a stopped process is alive)."""
         return self.health() not in ("created", "exited", "dead")

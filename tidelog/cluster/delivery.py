@@ -4,8 +4,13 @@ The producer sends each message once (never again after an error, so a message i
 is a real duplicate) and records the offset of every acknowledged one. The check consumes every
 partition to its high watermark and reports:
 
-- lost: acknowledged but not consumed; a look into the replicas' segment files tells "not in any
-  log" from "in a log but not served";
+- lost: acknowledged, and not in the final read although it read past the message's offset, or
+  a consumer saw it before; unseen: acknowledged and never seen by any consumer, the final read
+  ending before its offset (Jepsen's queue checker's words); for both, a look into the
+  replicas' segment files tells "not in any log" from "in a log but not served";
+- with a consumer polling during the run (``DeliveryConsumer``): polls whose offsets went
+  backwards (nonmonotonic) or jumped over offsets (skipped), and offsets at which two reads
+  found different messages (inconsistent offsets);
 - duplicates, and messages out of order within a partition;
 - diverged: in-sync replicas whose logs differ below the high watermark, message by message;
 - time index entries that do not agree with their log; LogAppendTime that went backwards.
@@ -20,6 +25,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.cluster.availability import Availability
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.dump import dump_index_file
 from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
@@ -38,11 +44,15 @@ class Acked:
     value: bytes
     acked_at: float = 0.0
     latency_ms: float = -1.0
+    key: bytes | None = None  # the value itself, unless the producer sends keys
 
 
 @dataclass
 class DeliveryProducer:
-    """Messages ``{partition}-{sequence}`` at ``rate`` per second over the topic's partitions."""
+    """Messages ``{partition}-{sequence}`` at ``rate`` per second over the topic's partitions,
+    keyed by themselves, or with ``keys`` by ``key-{partition}-{sequence % keys}`` (a compacted
+    topic's workload: each key written again and again). ``sent`` counts each partition's
+    messages sent, so a value ``{partition}-{n}`` with n at or above it was never produced."""
 
     bootstrap_servers: str
     topic: str
@@ -50,7 +60,9 @@ class DeliveryProducer:
     rate: float
     produce_version: int = 2  # below 2: format v0 messages, as a 0.9 producer sends them
     codec: Codec = Codec.NONE
+    keys: int = 0
     acked: list[Acked] = field(default_factory=list)
+    sent_per_partition: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     failed: int = 0
     sent: int = 0
     _gate: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -65,7 +77,7 @@ class DeliveryProducer:
 
     async def run(self, stop: asyncio.Event) -> None:
         client = Client(self.bootstrap_servers)
-        sequence: dict[int, int] = defaultdict(int)
+        sequence = self.sent_per_partition
         started = time.monotonic()
         partitions = None
         try:
@@ -83,18 +95,26 @@ class DeliveryProducer:
                             await asyncio.sleep(0.2)
                             continue
                     target = partitions[self.sent % len(partitions)]
-                    value = b"%d-%08d" % (target.partition, sequence[target.partition])
+                    number = sequence[target.partition]
+                    value = b"%d-%08d" % (target.partition, number)
+                    key = (
+                        b"key-%d-%03d" % (target.partition, number % self.keys)
+                        if self.keys
+                        else value
+                    )
                     sequence[target.partition] += 1
                     self.sent += 1
-                    if not await self._send(client, target.partition, target.leader, value):
+                    if not await self._send(client, target.partition, target.leader, value, key):
                         partitions = None  # ask for the leaders again
         finally:
             await client.close()
 
-    async def _send(self, client: Client, partition: int, leader: int, value: bytes) -> bool:
+    async def _send(
+        self, client: Client, partition: int, leader: int, value: bytes, key: bytes
+    ) -> bool:
         version = await self.version_for(client, leader)
         records = build_message_set(
-            [Record(value, value, int(time.time() * 1000))],
+            [Record(key, value, int(time.time() * 1000))],
             magic=1 if version >= 2 else 0,
             codec=self.codec,
         )
@@ -120,7 +140,7 @@ class DeliveryProducer:
         answer = response["responses"][0]["partition_responses"][0]
         if answer["error_code"] == ErrorCode.NONE:
             self.acked.append(
-                Acked(partition, answer["base_offset"], value, time.time(), latency_ms)
+                Acked(partition, answer["base_offset"], value, time.time(), latency_ms, key)
             )
             return True
         self.failed += 1
@@ -132,10 +152,120 @@ class DeliveryProducer:
 
 
 @dataclass
+class DeliveryConsumer:
+    """Reads every partition from offset 0 while the scenario runs, one fetch after another,
+    as an in-sync consumer does; ``seen`` holds the first message read at each offset.
+
+    Within a partition a poll's first offset must be the position asked for and each next one
+    the one after: an offset at or below the one before is nonmonotonic, one further on is a
+    skip (the scenario's topics are not compacted, so offsets have no gaps). A message read
+    again at an offset where another was read is an inconsistent offset. When the leader's
+    log ends below the position (a truncation), the position moves back to its end, and that
+    is nonmonotonic too."""
+
+    bootstrap_servers: str
+    topic: str
+    compacted: bool = False  # the cleaner removes offsets: a jump over them is no skip
+    seen: dict[int, dict[int, bytes | None]] = field(default_factory=dict)
+    nonmonotonic: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    inconsistent: list[str] = field(default_factory=list)
+    polls: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        client = Client(self.bootstrap_servers)
+        positions: dict[int, int] = defaultdict(int)
+        partitions = None
+        try:
+            while not stop.is_set():
+                try:
+                    if partitions is None:
+                        partitions = await client.partitions(self.topic, wait=5)
+                    for partition in partitions:
+                        positions[partition.partition] = await self._poll(
+                            client, partition.partition, partition.leader, positions
+                        )
+                except (OSError, ConnectionError, TimeoutError, KafkaError, KeyError):
+                    partitions = None  # a leader moved or went away: ask again
+                    await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)
+        finally:
+            await client.close()
+
+    async def _poll(
+        self, client: Client, partition: int, leader: int, positions: dict[int, int]
+    ) -> int:
+        position = positions[partition]
+        connection = await client.connection(leader)
+        body = {
+            "replica_id": -1,
+            "max_wait_time": 100,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "topics": [
+                {
+                    "topic": self.topic,
+                    "partitions": [
+                        {"partition": partition, "fetch_offset": position, "max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        }
+        async with asyncio.timeout(10):
+            response = await connection.request(ApiKey.FETCH, 2, body)
+        answer = response["responses"][0]["partition_responses"][0]
+        if answer["error_code"] == ErrorCode.OFFSET_OUT_OF_RANGE:
+            log_end = await _log_end(connection, self.topic, partition)
+            if log_end < position:  # read before, gone now: the next poll goes backwards
+                self.nonmonotonic.append(
+                    f"{self.topic}-{partition}: the log ends at {log_end}, below offset "
+                    f"{position} read before"
+                )
+            return min(position, log_end)
+        if answer["error_code"]:
+            raise KafkaError(ErrorCode(answer["error_code"]), "poll")
+        self.polls += 1
+        name = f"{self.topic}-{partition}"
+        expected = position
+        seen = self.seen.setdefault(partition, {})
+        for message in iter_deep(answer["record_set"] or b""):
+            if message.offset < position:
+                continue  # the start of a compressed wrapper holding the position
+            if message.offset < expected:
+                self.nonmonotonic.append(f"{name}: offset {message.offset} after {expected - 1}")
+            elif message.offset > expected and not self.compacted:
+                self.skipped.append(f"{name}: offsets {expected}-{message.offset - 1} skipped")
+            earlier = seen.setdefault(message.offset, message.value)
+            if earlier != message.value:
+                self.inconsistent.append(
+                    f"{name} offset {message.offset}: {_text(earlier)} then {_text(message.value)}"
+                )
+            expected = message.offset + 1
+        return max(expected, position)
+
+
+def _text(value: bytes | None) -> str:
+    return "null" if value is None else value.decode("utf-8", "replace")
+
+
+async def _log_end(connection, topic: str, partition: int) -> int:
+    wanted = {"partition": partition, "timestamp": -1, "max_num_offsets": 1}
+    topics = [{"topic": topic, "partitions": [wanted]}]
+    listed = await connection.request(ApiKey.LIST_OFFSETS, 0, {"replica_id": -1, "topics": topics})
+    (offset,) = listed["responses"][0]["partition_responses"][0]["offsets"]
+    return offset
+
+
+@dataclass
 class DeliveryReport:
     acked: int = 0
     consumed: int = 0
     lost: list[str] = field(default_factory=list)
+    unseen: list[str] = field(default_factory=list)
+    nonmonotonic: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    inconsistent_offsets: list[str] = field(default_factory=list)
+    never_produced: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
     diverged: list[str] = field(default_factory=list)
@@ -145,9 +275,16 @@ class DeliveryReport:
     received: dict[int, list[tuple[int, bytes | None]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    # how long the producer went without an acknowledgement (set by the scenario that ran it)
+    availability: Availability | None = field(default=None, compare=False)
 
     CHECKS = (
         "lost",
+        "unseen",
+        "nonmonotonic",
+        "skipped",
+        "inconsistent_offsets",
+        "never_produced",
         "duplicates",
         "out_of_order",
         "diverged",
@@ -167,12 +304,17 @@ class DeliveryReport:
             found = getattr(self, name)
             detail = "; ".join(found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
             rows.append(f"{name.replace('_', ' '):24} {'FAIL' if found else 'ok':8} {detail}")
+        if self.availability is not None:
+            rows += self.availability.rows()
         return "\n".join(rows)
 
     def as_dict(self) -> dict:
-        return {"ok": self.ok, "acked": self.acked, "consumed": self.consumed} | {
+        document = {"ok": self.ok, "acked": self.acked, "consumed": self.consumed} | {
             name: getattr(self, name) for name in self.CHECKS
         }
+        if self.availability is not None:
+            document["availability"] = self.availability.as_dict()
+        return document
 
 
 async def consume_partition(client: Client, topic: str, partition: int, leader: int) -> list:
@@ -213,6 +355,22 @@ async def consume_partition(client: Client, topic: str, partition: int, leader: 
         offset = batch[-1].offset + 1
 
 
+def _produced(value: bytes | None, partition: int, sent: int) -> bool:
+    """Whether ``value`` is ``{partition}-{n}`` with n below what was sent there."""
+    if value is None:
+        return False
+    number, _, sequence = value.partition(b"-")
+    return number == b"%d" % partition and sequence.isdigit() and int(sequence) < sent
+
+
+def missing_kind(read_past_it: bool, seen_while_running: bool) -> str:
+    """What an acknowledged message the final read did not find is: ``lost`` when the read
+    went past its offset (another message is there now) or a consumer saw it while the
+    scenario ran (it was there, and went); ``unseen`` when no one ever saw it and the read
+    ended before its offset (the high watermark never reached it)."""
+    return "lost" if read_past_it or seen_while_running else "unseen"
+
+
 def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes | None, int]]:
     """(offset, value, timestamp) of every message a replica holds below ``below``; a segment
     that retention deletes between the listing and the read is no longer held."""
@@ -228,8 +386,20 @@ def replica_messages(log_directory: Path, below: int) -> list[tuple[int, bytes |
     return found
 
 
-async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
-    """Checks a topic of a LocalCluster against what was acknowledged."""
+async def verify(
+    cluster,
+    topic: str,
+    acked: list[Acked],
+    consumer: DeliveryConsumer | None = None,
+    producer: DeliveryProducer | None = None,
+    compacted: bool = False,
+) -> DeliveryReport:
+    """Checks a topic of a LocalCluster against what was acknowledged (and what ``consumer``,
+    if given, read while the scenario ran; with ``producer``, that every message read was
+    produced). ``compacted``: the audit of a compacted topic, per key: an acknowledged
+    message may be missing only when a later message of its key is there (the cleaner
+    dropped it as obsolete), so every key ends on its last acknowledged value or a later one
+    sent, in publication order per partition."""
     report = DeliveryReport(acked=len(acked))
     client = Client(cluster.bootstrap_servers)
     try:
@@ -261,8 +431,45 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
             if after < before:
                 report.timestamps_backwards.append(f"{topic}-{number}: {after} after {before}")
     directories = sorted(Path(cluster.directory).glob(f"broker-*/logs/{topic}-*"))
+    seen_live = (
+        {v for offsets in consumer.seen.values() for v in offsets.values()} if consumer else set()
+    )
+    read_until = {
+        number: (messages[-1].offset + 1 if messages else 0)
+        for number, messages in consumed.items()
+    }
+    if consumer is not None:
+        report.nonmonotonic = list(consumer.nonmonotonic)
+        report.skipped = list(consumer.skipped)
+        report.inconsistent_offsets = list(consumer.inconsistent)
+        for number, messages in consumed.items():
+            earlier = consumer.seen.get(number, {})
+            for message in messages:
+                if message.offset in earlier and earlier[message.offset] != message.value:
+                    report.inconsistent_offsets.append(
+                        f"{topic}-{number} offset {message.offset}: "
+                        f"{_text(earlier[message.offset])} while running, "
+                        f"{_text(message.value)} at the end"
+                    )
+    if producer is not None:
+        for number, messages in consumed.items():
+            sent = producer.sent_per_partition.get(number, 0)
+            for message in messages:
+                if not _produced(message.value, number, sent):
+                    report.never_produced.append(
+                        f"{topic}-{number} offset {message.offset}: {_text(message.value)}"
+                    )
+    last_offset_of_key: dict[tuple[int, bytes | None], int] = {}
+    if compacted:
+        for number, messages in consumed.items():
+            for message in messages:
+                last_offset_of_key[(number, message.key)] = message.offset
     for acked_message in acked:
-        if values[acked_message.value] == 0:
+        superseded = (
+            last_offset_of_key.get((acked_message.partition, acked_message.key), -1)
+            > acked_message.offset
+        )
+        if values[acked_message.value] == 0 and not superseded:
             holders = [
                 d.parent.parent.name
                 for d in directories
@@ -275,9 +482,14 @@ async def verify(cluster, topic: str, acked: list[Acked]) -> DeliveryReport:
                 else "in no replica's log"
             )
             name = f"{topic}-{acked_message.partition}"
-            report.lost.append(
+            finding = (
                 f"{acked_message.value.decode()} ({name} offset {acked_message.offset}): {where}"
             )
+            read_past = read_until.get(acked_message.partition, 0) > acked_message.offset
+            if missing_kind(read_past, acked_message.value in seen_live) == "lost":
+                report.lost.append(finding)
+            else:
+                report.unseen.append(finding)
     for number, messages in consumed.items():
         high_watermark = messages[-1].offset + 1 if messages else 0
         replicas = [d for d in directories if d.name == f"{topic}-{number}"]

@@ -4,14 +4,19 @@ recovery."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
+import subprocess
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
+from tidelog.cluster import disks, netfaults, power
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.cluster.netns import ZOOKEEPER, ClusterNetwork, member_name
 from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
@@ -26,8 +31,24 @@ FAILURES = (
     "truncation_failover",
     "network_partition",
     "wipe_and_rebuild",
+    "partition",
+    "partition_zookeeper",
+    "partition_one_way",
+    "partition_halves",
+    "degraded",
+    "power_loss",
+    "disk_full",
+    "disk_errors",
 )
-TARGETS = ("leader", "follower", "controller")
+# Failures between the members of a cluster in network namespaces (cluster up --netns).
+NETWORK_FAILURES = (
+    "partition",
+    "partition_zookeeper",
+    "partition_one_way",
+    "partition_halves",
+    "degraded",
+)
+TARGETS = ("leader", "follower", "controller", "replicas")  # replicas: power_loss only
 CLOCK_SKEW_MS = -120_000
 
 # What the faults act on: processes on this host, or containers of a compose project.
@@ -55,6 +76,15 @@ def pick_target(cluster: Cluster, topic: str, target: str) -> int:
     return broker
 
 
+def pick_targets(cluster: Cluster, topic: str, target: str) -> list[int]:
+    """The brokers to hit: ``replicas`` is every replica of partition 0, any other target one
+    broker (``pick_target``)."""
+    if target != "replicas":
+        return [pick_target(cluster, topic, target)]
+    metadata = _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic))
+    return sorted(metadata.assignment[0])
+
+
 def _holds_anything(zk, broker_id: int) -> bool:
     """Whether ``broker_id`` is registered or leads any partition."""
     if broker_id in zookeeper.read_brokers(zk):
@@ -67,9 +97,9 @@ def _holds_anything(zk, broker_id: int) -> bool:
 
 
 def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
-    port = cluster.broker(broker_id).admin_port
+    broker = cluster.broker(broker_id)
     request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/clock",
+        f"http://{broker.host}:{broker.admin_port}/clock",
         data=json.dumps({"skew_ms": skew_ms}).encode(),
         method="PUT",
     )
@@ -77,10 +107,74 @@ def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class LinkSettings:
+    """What ``degraded`` does to a link: tc's rate (1mbit, 500kbit) and a drop probability."""
+
+    rate: str = "1mbit"
+    loss: float = 0.05
+
+
+def network_of(cluster: Cluster, failure: str) -> ClusterNetwork:
+    network = cluster.network if isinstance(cluster, LocalCluster) else None
+    if network is None:
+        raise ClusterError(
+            f"{failure} needs a local cluster in network namespaces ('cluster up --netns', or "
+            "the scenario's --netns)"
+        )
+    return network
+
+
+def inject_network(
+    cluster: Cluster, failure: str, broker_id: int, *, hold_s: float, link: LinkSettings
+) -> str:
+    """A network fault around ``broker_id``, held for ``hold_s``, then healed (also when the
+    hold is interrupted); returns what was done, in words."""
+    if isinstance(cluster, ComposeCluster) and failure == "partition":
+        cluster.partition_broker(broker_id)
+        try:
+            time.sleep(hold_s)
+        finally:
+            cluster.heal_broker(broker_id)
+        return f"cut broker {broker_id} off the compose network for {hold_s:.0f} s, then healed it"
+    network = network_of(cluster, failure)
+    member = member_name(broker_id)
+    others = [member_name(b) for b in cluster.broker_ids if b != broker_id]
+    try:
+        if failure == "partition":
+            done = netfaults.cut(network, member)
+        elif failure == "partition_zookeeper":
+            done = netfaults.cut(network, member, [ZOOKEEPER])
+        elif failure == "partition_one_way":
+            done = netfaults.cut_one_way(network, member, others)
+        elif failure == "partition_halves":
+            # the target with ZooKeeper and as many brokers as make up half, the rest apart
+            side = [member, *others[: len(cluster.broker_ids) // 2 - 1]]
+            done = netfaults.split(network, [*side, ZOOKEEPER], others[len(side) - 1 :])
+        elif failure == "degraded":
+            done = netfaults.degrade(network, member, link.rate, link.loss)
+        else:
+            raise ClusterError(f"{failure} is not a network failure")
+        time.sleep(hold_s)
+    finally:
+        netfaults.heal(network)
+    return f"{done} for {hold_s:.0f} s, then healed"
+
+
 def inject(
-    cluster: Cluster, failure: str, broker_id: int, *, session_timeout_s: float, lag_s: float
+    cluster: Cluster,
+    failure: str,
+    broker_id: int,
+    *,
+    session_timeout_s: float,
+    lag_s: float,
+    link: LinkSettings | None = None,
 ) -> str:
     """Injects ``failure`` on ``broker_id`` and brings it back; returns what was done, in words."""
+    if failure in NETWORK_FAILURES:
+        return inject_network(
+            cluster, failure, broker_id, hold_s=session_timeout_s + 2, link=link or LinkSettings()
+        )
     if failure == "clean_shutdown":
         cluster.stop_broker(broker_id)
         time.sleep(session_timeout_s)
@@ -136,9 +230,178 @@ def inject(
             f"killed broker {broker_id}, wiped its log dirs {log_dirs}, started it to rebuild "
             "from its leaders (with tiered storage: the local part only)"
         )
+    if failure == "disk_full":
+        return disk_full(cluster, broker_id)
+    if failure == "power_loss":
+        return power_loss(
+            cluster, [broker_id], session_timeout_s=session_timeout_s, rng=random.Random()
+        )
     if failure == "truncation_failover":
         raise ClusterError("truncation_failover picks its own brokers: call truncation_failover")
     raise ClusterError(f"unknown failure {failure!r}; known: {', '.join(FAILURES)}")
+
+
+def power_loss(
+    cluster: Cluster, broker_ids: list[int], *, session_timeout_s: float, rng: random.Random
+) -> str:
+    """The machines of ``broker_ids`` lose power at once: each broker is killed (SIGKILL), and
+    once the cluster has seen them gone (their sessions expired, and, while other brokers
+    live, their leadership moved) every segment and index file is cut back to what the kernel
+    had written to the disk plus a random part of the rest (power.py); then they start again."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("power_loss needs a local cluster (its log dirs on this disk)")
+    for broker_id in broker_ids:
+        cluster.signal_broker(broker_id, signal.SIGKILL)
+    survivors = [b for b in cluster.broker_ids if b not in broker_ids and cluster.broker(b).alive]
+
+    def gone(zk) -> bool:
+        if survivors:
+            return not any(_holds_anything(zk, b) for b in broker_ids)
+        return not set(broker_ids) & set(zookeeper.read_brokers(zk))
+
+    wait_until(
+        lambda: _zookeeper_read(cluster, gone),
+        session_timeout_s * 3 + 10,
+        f"the cluster to see brokers {broker_ids} gone",
+        interval=0.2,
+    )
+    cuts: list[power.Cut] = []
+    for broker_id in broker_ids:
+        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+        cuts += power.lose_unwritten([Path(d) for d in log_dirs], rng)
+    for broker_id in broker_ids:
+        cluster.start_broker(broker_id, wait=False)
+    cluster.wait_registered(broker_ids)
+    dropped = sum(cut.size - cut.kept for cut in cuts)
+    return (
+        f"power loss of brokers {broker_ids}: killed, {len(cuts)} files cut back to what was on "
+        f"the disk ({dropped} bytes dropped), restarted"
+    )
+
+
+HALTED = "Halting due to unrecoverable I/O error"
+
+
+def disk_full(
+    cluster: Cluster, broker_id: int, *, headroom: int = 64 << 10, timeout: float = 120
+) -> str:
+    """The broker's log dir moved onto a small filesystem with ``headroom`` bytes free (a clean
+    restart), produced to until a write fails with ENOSPC and the broker halts, then its log
+    dir (what it wrote) back on the big disk and the broker started again, to recover."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("disk_full needs a local cluster (its log dirs on this disk)")
+    log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+    if len(log_dirs) != 1:
+        raise ClusterError(f"disk_full needs a broker with one log dir; {broker_id} has {log_dirs}")
+    log_path = cluster.broker(broker_id).log_path
+    halts_before = log_path.read_text(errors="replace").count(HALTED)
+    cluster.stop_broker(broker_id)
+    disk = None
+    try:
+        disk = disks.make_small(cluster.directory, Path(log_dirs[0]), headroom)
+        cluster.start_broker(broker_id)
+        wait_until(
+            lambda: not cluster.broker(broker_id).alive,
+            timeout,
+            f"broker {broker_id} to fill its {headroom} bytes and halt",
+            interval=0.2,
+        )
+    finally:
+        if cluster.broker(broker_id).alive:
+            cluster.signal_broker(broker_id, signal.SIGKILL)
+        if disk is not None:
+            disks.restore(cluster.directory, disk)
+    halted = log_path.read_text(errors="replace").count(HALTED) > halts_before
+    cluster.start_broker(broker_id)
+    how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
+    return (
+        f"broker {broker_id} restarted on a filesystem with {headroom} bytes free, filled it and "
+        f"{how}; started again on the big disk with what it wrote"
+    )
+
+
+# libfiu's failure points (Debian's fiu-utils) for a broker's disk operations: a broker reads and
+# writes its segments and indexes with pread and pwrite, which no socket uses, so failing them
+# fails the log dir's I/O and nothing else; fsync is the disk's alone too.
+DISK_ERROR_POINTS = {
+    "write": "posix/io/rw/pwrite",
+    "read": "posix/io/rw/pread",
+    "fsync": "posix/io/sync/fsync",
+}
+EIO = 5
+
+
+@dataclass(frozen=True)
+class DiskErrorSettings:
+    """Which operations fail (of DISK_ERROR_POINTS), and the probability each call fails."""
+
+    operations: tuple[str, ...] = ("write", "fsync")
+    probability: float = 0.02
+
+
+def _fiu_control(prefix: Path, pid: int, command: str) -> None:
+    done = subprocess.run(
+        ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ClusterError(f"fiu-ctrl {command}: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def disk_errors(
+    cluster: Cluster,
+    broker_id: int,
+    topic: str,
+    settings: DiskErrorSettings,
+    *,
+    hold_s: float,
+) -> str:
+    """The broker restarted (cleanly) under libfiu's POSIX preload and, once every replica is
+    in sync again, its disk operations failed with EIO at ``settings.probability`` for up to
+    ``hold_s``: a failed write halts it (Kafka 0.10's answer). Then it starts again without
+    the preload (stopped cleanly first if it did not halt), to recover."""
+    if not isinstance(cluster, LocalCluster):
+        raise ClusterError("disk_errors needs a local cluster (brokers started by this host)")
+    if shutil.which("fiu-run") is None:
+        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
+    unknown = [op for op in settings.operations if op not in DISK_ERROR_POINTS]
+    if unknown or not 0 < settings.probability <= 1:
+        raise ClusterError(
+            f"disk errors {settings}: allowed operations {', '.join(DISK_ERROR_POINTS)}, "
+            "a probability above 0 up to 1"
+        )
+    prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"
+    log_path = cluster.broker(broker_id).log_path
+    halts_before = log_path.read_text(errors="replace").count(HALTED)
+    cluster.stop_broker(broker_id)
+    cluster.start_broker(broker_id, launcher=["fiu-run", "-x", "-f", str(prefix)])
+    wait_for_full_isr(cluster, topic)
+    pid = cluster.broker(broker_id).pid
+    assert pid is not None
+    for operation in settings.operations:
+        _fiu_control(
+            prefix,
+            pid,
+            f"enable_random name={DISK_ERROR_POINTS[operation]},"
+            f"probability={settings.probability},failinfo={EIO}",
+        )
+    deadline = time.monotonic() + hold_s
+    while cluster.broker(broker_id).alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+    halted = log_path.read_text(errors="replace").count(HALTED) > halts_before
+    if cluster.broker(broker_id).alive:
+        for operation in settings.operations:
+            _fiu_control(prefix, pid, f"disable name={DISK_ERROR_POINTS[operation]}")
+        cluster.stop_broker(broker_id)
+    cluster.start_broker(broker_id)
+    operations = "/".join(settings.operations)
+    outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
+    return (
+        f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
+        f"it {outcome}; restarted without the errors"
+    )
 
 
 def kill_and_wipe(cluster: Cluster, broker_id: int, *, session_timeout_s: float) -> list[str]:
@@ -229,15 +492,20 @@ def truncation_roles(cluster: Cluster, topic: str) -> TruncationRoles:
     return _zookeeper_read(cluster, roles)
 
 
-def topic_view(admin_port: int, topic: str) -> dict | None:
+def topic_view(admin_port: int, topic: str, host: str = "127.0.0.1") -> dict | None:
     """A broker's own view of ``topic`` (its admin API's GET /topics/{topic}); None when the
     broker does not answer or does not know the topic (404)."""
     try:
-        url = f"http://127.0.0.1:{admin_port}/topics/{topic}"
+        url = f"http://{host}:{admin_port}/topics/{topic}"
         with urllib.request.urlopen(url, timeout=10) as reply:
             return json.loads(reply.read())
     except (OSError, ValueError):
         return None
+
+
+def _broker_topic_view(cluster: Cluster, broker_id: int, topic: str) -> dict | None:
+    broker = cluster.broker(broker_id)
+    return topic_view(broker.admin_port, topic, broker.host)
 
 
 def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) -> None:
@@ -248,7 +516,7 @@ def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) ->
     def offloaded() -> bool:
         led: dict[int, dict] = {}
         for broker_id in cluster.broker_ids:
-            described = topic_view(cluster.broker(broker_id).admin_port, topic)
+            described = _broker_topic_view(cluster, broker_id, topic)
             if described is None:
                 continue  # not up, or does not know the topic yet
             for entry in described["partitions"]:
@@ -302,7 +570,7 @@ def every_replica_has_its_log(cluster: Cluster, topic: str, brokers: set[int]) -
     """Each of ``brokers`` has opened the log of every partition of ``topic`` assigned to it
     (its admin API says so; a broker serves clients once its logs are open)."""
     for broker_id in brokers:
-        described = topic_view(cluster.broker(broker_id).admin_port, topic)
+        described = _broker_topic_view(cluster, broker_id, topic)
         if described is None:  # not up yet, or not serving this topic yet (404)
             return False
         if any(

@@ -5,6 +5,11 @@ All of a cluster's state lives in one directory:
     DIR/cluster.json               what runs: ZooKeeper, and each broker's ports and process
     DIR/zookeeper/                 zoo.cfg, data, zookeeper.log (embedded ZooKeeper only)
     DIR/broker-{id}/server.properties, logs/ (log.dirs), broker.log
+    DIR/network.json               with --netns: the namespaces and links (netns.py)
+
+With ``netns`` each member runs in a network namespace of its own, at its own address on a
+bridge the cluster owns (netns.py), listening on fixed ports (NETNS_PORTS); without, every
+process listens on 127.0.0.1.
 
 A process is recorded with its start time and its configuration file's path (see
 ``processes.ProcessRecord``), and is signalled only while it is still that process: a record
@@ -19,9 +24,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tidelog.cluster import disks
+from tidelog.cluster.netns import (
+    ZOOKEEPER,
+    ClusterNetwork,
+    NetworkError,
+    check_can_build,
+    member_name,
+)
 from tidelog.cluster.processes import ProcessRecord
 from tidelog.cluster.zookeeper import (
     EmbeddedZooKeeper,
@@ -33,6 +47,10 @@ from tidelog.files import replace_text
 from tidelog.reach import Unreachable
 
 STATE_FILE = "cluster.json"
+# With --netns every member has an address of its own, so the ports are the usual ones.
+NETNS_KAFKA_PORT = 9092
+NETNS_ADMIN_PORT = 9093
+NETNS_ZOOKEEPER_PORT = 2181
 
 
 class ClusterError(RuntimeError):
@@ -46,6 +64,7 @@ class BrokerProcess:
     admin_port: int
     config: str
     process: ProcessRecord | None = None
+    host: str = "127.0.0.1"  # its listeners' address: its namespace's with --netns
 
     @property
     def alive(self) -> bool:
@@ -94,6 +113,7 @@ class LocalCluster:
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory).resolve()
         self.state: ClusterState | None = self._load()
+        self.network: ClusterNetwork | None = ClusterNetwork.load(self.directory)
         # brokers started by this object: their exit is known exactly (and with its status)
         self._children: dict[int, subprocess.Popen] = {}
 
@@ -138,7 +158,7 @@ class LocalCluster:
     @property
     def bootstrap_servers(self) -> str:
         assert self.state is not None
-        return ",".join(f"127.0.0.1:{b.port}" for b in self.state.brokers.values())
+        return ",".join(f"{b.host}:{b.port}" for b in self.state.brokers.values())
 
     @property
     def zookeeper(self) -> str:
@@ -169,23 +189,41 @@ class LocalCluster:
         base_port: int | None = None,
         timeout: float = 60.0,
         progress=print,
+        netns: bool = False,
     ) -> None:
         """Starts ZooKeeper (unless ``zookeeper`` is given) and ``brokers`` brokers, and waits
         until every broker knows every other. With ``base_port`` N, broker i listens at
         N+i-1, its admin API at N+brokers+i-1, and an embedded ZooKeeper at N+2*brokers, so
-        the bootstrap servers stay the same across restarts. If anything fails, whatever was
-        started is stopped again and the logs are kept."""
-        if self.running:
+        the bootstrap servers stay the same across restarts. With ``netns`` every member runs
+        in a namespace of its own (needs root). If anything fails, whatever was started (and
+        made) is stopped (and removed) again and the logs are kept."""
+        if self.running or self.network is not None:
             raise ClusterError(
                 f"a cluster is already running in {self.directory}; "
                 f"'tidelog cluster down --dir {self.directory}' stops it"
             )
-        ports = _port_plan(brokers, base_port)
+        if netns and (zookeeper is not None or base_port is not None):
+            given = "--zookeeper" if zookeeper is not None else "--base-port"
+            raise ClusterError(
+                f"{given} does not go with --netns: in namespaces ZooKeeper is the cluster's own "
+                f"and every member has its own address (ports {NETNS_KAFKA_PORT}, "
+                f"{NETNS_ADMIN_PORT} and {NETNS_ZOOKEEPER_PORT})"
+            )
+        if netns:
+            try:
+                check_can_build()  # before anything is made or written
+            except NetworkError as error:
+                raise ClusterError(str(error)) from error
+        ports = _port_plan(brokers, base_port) if not netns else PortPlan(None, brokers)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.state = ClusterState(zookeeper or "", None)
         try:
+            if netns:
+                members = [ZOOKEEPER, *(member_name(b) for b in range(1, brokers + 1))]
+                progress(f"making network namespaces for {', '.join(members)}")
+                self.network = ClusterNetwork.create(self.directory, members)
             if zookeeper is None:
-                embedded = EmbeddedZooKeeper(self.directory / "zookeeper", ports.zookeeper)
+                embedded = self._embedded_zookeeper(ports)
                 progress(f"starting ZooKeeper on {embedded.connect_string}")
                 self.state.zookeeper_process = embedded.start()
                 self.state.zookeeper = embedded.connect_string
@@ -193,7 +231,7 @@ class LocalCluster:
             self._prepare_zookeeper(self.state.zookeeper)
             for broker_id in range(1, brokers + 1):
                 self.state.brokers[broker_id] = self._configure_broker(
-                    broker_id, overrides or {}, *ports.broker(broker_id)
+                    broker_id, overrides or {}, *self._listener(ports, broker_id)
                 )
             self._save()
             for broker_id in self.state.brokers:
@@ -203,11 +241,31 @@ class LocalCluster:
         except BaseException as error:
             logs = self._log_paths()  # before the undo forgets the embedded ZooKeeper
             self._undo_up(progress)
+            if isinstance(error, NetworkError) and not logs:
+                raise ClusterError(str(error)) from error
             if not isinstance(error, Exception) or (isinstance(error, Unreachable) and not logs):
                 raise  # nothing was started (ZooKeeper given did not answer): said as it is
             kept = f"; the logs are kept: {', '.join(str(path) for path in logs)}" if logs else ""
             raise ClusterError(f"{error}\nstopped what was started{kept}") from error
         progress(f"{brokers} brokers registered; bootstrap servers: {self.bootstrap_servers}")
+
+    def _embedded_zookeeper(self, ports: PortPlan) -> EmbeddedZooKeeper:
+        directory = self.directory / "zookeeper"
+        if self.network is None:
+            return EmbeddedZooKeeper(directory, ports.zookeeper)
+        network = self.network
+        return EmbeddedZooKeeper(
+            directory,
+            NETNS_ZOOKEEPER_PORT,
+            host=network.address(ZOOKEEPER),
+            launch=lambda argv: network.command(ZOOKEEPER, argv),
+        )
+
+    def _listener(self, ports: PortPlan, broker_id: int) -> tuple[int, int, str]:
+        """(Kafka port, admin port, address) of a broker."""
+        if self.network is None:
+            return (*ports.broker(broker_id), "127.0.0.1")
+        return NETNS_KAFKA_PORT, NETNS_ADMIN_PORT, self.network.address(member_name(broker_id))
 
     def _log_paths(self) -> list[Path]:
         assert self.state is not None
@@ -229,6 +287,15 @@ class LocalCluster:
             self.state.zookeeper_process.stop(5.0)
             self.state.zookeeper_process = None
         self._save()
+        self._remove_network(progress)
+
+    def _remove_network(self, progress) -> None:
+        """Removes the namespaces and links recorded in network.json, if there are any."""
+        network = self.network or ClusterNetwork.load(self.directory)
+        if network is not None:
+            progress("removing the cluster's network namespaces and links")
+            network.destroy(progress=progress)
+        self.network = None
 
     def _wait_serving(self, brokers: int, timeout: float) -> None:
         assert self.state is not None
@@ -248,15 +315,15 @@ class LocalCluster:
             zookeeper.ensure_layout(client)
 
     def _configure_broker(
-        self, broker_id: int, overrides: dict[str, str], port: int, admin_port: int
+        self, broker_id: int, overrides: dict[str, str], port: int, admin_port: int, host: str
     ) -> BrokerProcess:
         directory = self.directory / f"broker-{broker_id}"
         directory.mkdir(parents=True, exist_ok=True)
         assert self.state is not None
         properties = {
             "broker.id": str(broker_id),
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "admin.listener": f"127.0.0.1:{admin_port}",
+            "listeners": f"PLAINTEXT://{host}:{port}",
+            "admin.listener": f"{host}:{admin_port}",
             "log.dirs": str(directory / "logs"),
             "zookeeper.connect": self.state.zookeeper,
             # the tier every broker of the cluster shares, used once remote storage is enabled
@@ -265,13 +332,16 @@ class LocalCluster:
         }
         config = directory / "server.properties"
         config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        return BrokerProcess(broker_id, port, admin_port, str(config))
+        return BrokerProcess(broker_id, port, admin_port, str(config), host=host)
 
     def down(self, timeout: float = 30.0, progress=print) -> None:
         # another object or command may have restarted brokers since this one read the state
         self.state = self._load() or self.state
         if self.state is None:
-            raise ClusterError(f"no cluster in {self.directory}")
+            if ClusterNetwork.load(self.directory) is None:
+                raise ClusterError(f"no cluster in {self.directory}")
+            self._remove_network(progress)  # made by an up killed before it started anything
+            return
         for broker in self.state.brokers.values():
             if broker.process is not None and broker.process.running():
                 progress(f"stopping broker {broker.broker_id}")
@@ -288,17 +358,33 @@ class LocalCluster:
                 progress("ZooKeeper: not running (stale record)")
             self.state.zookeeper_process = None
         self._save()
+        disks.release_all(self.directory, progress)
+        try:
+            self._remove_network(progress)
+        except NetworkError as error:
+            raise ClusterError(str(error)) from error
 
     # -- single brokers ------------------------------------------------------------------------
 
-    def start_broker(self, broker_id: int, wait: bool = True, timeout: float = 60.0) -> None:
+    def start_broker(
+        self,
+        broker_id: int,
+        wait: bool = True,
+        timeout: float = 60.0,
+        launcher: Sequence[str] = (),
+    ) -> None:
+        """Starts the broker, its command line after ``launcher`` (a command that execs it,
+        as fiu-run does) if one is given."""
         broker = self.broker(broker_id)
         if broker.alive:
             raise ClusterError(f"broker {broker_id} is already running (pid {broker.pid})")
         directory = Path(broker.config).parent
+        argv = [*launcher, sys.executable, "-m", "tidelog.cli", "broker", "--config", broker.config]
+        if self.network is not None:
+            argv = self.network.command(member_name(broker_id), argv)
         with open(directory / "broker.log", "ab") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "tidelog.cli", "broker", "--config", broker.config],
+                argv,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -383,9 +469,10 @@ class LocalCluster:
 
     def health(self, broker_id: int) -> dict:
         """The broker's own /health answer ({} if it does not answer)."""
-        port = self.broker(broker_id).admin_port
+        broker = self.broker(broker_id)
+        url = f"http://{broker.host}:{broker.admin_port}/health"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+            with urllib.request.urlopen(url, timeout=2) as reply:
                 return json.loads(reply.read())
         except (OSError, ValueError):
             return {}

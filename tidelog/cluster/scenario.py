@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tidelog import rundata
-from tidelog.cluster import faults
-from tidelog.cluster.delivery import Acked, DeliveryProducer, DeliveryReport, verify
+from tidelog.cluster import faults, netfaults
+from tidelog.cluster.availability import availability
+from tidelog.cluster.delivery import (
+    Acked,
+    DeliveryConsumer,
+    DeliveryProducer,
+    DeliveryReport,
+    verify,
+)
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 
@@ -37,6 +45,12 @@ class ScenarioSettings:
     rate: float = 200.0
     partitions: int = 3
     settle_seconds: float = 2.0
+    link_rate: str = "1mbit"  # degraded: tc's rate
+    link_loss: float = 0.05  # degraded: the probability a packet is dropped, each way
+    topic_config: dict[str, str] = field(default_factory=dict)  # the topic's own settings
+    seed: int | None = None  # power_loss: where in each file's unwritten part it is cut
+    disk_errors: faults.DiskErrorSettings = field(default_factory=faults.DiskErrorSettings)
+    compacted: bool = False  # a compacted topic, keyed messages, the per-key audit
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -57,6 +71,18 @@ FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
         "log.retention.check.interval.ms": "500",
     },
 }
+# A compacted topic whose cleaner runs during the faults: small segments roll often, and a log
+# a fifth dirty is cleaned (the brokers' log.cleaner.backoff.ms: COMPACTED_BROKER_OVERRIDES).
+COMPACTED_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "4096",
+    "min.cleanable.dirty.ratio": "0.2",
+}
+COMPACTED_BROKER_OVERRIDES = {
+    "log.cleaner.backoff.ms": "200",
+    "log.cleaner.dedupe.buffer.size": "1048576",
+}
+COMPACTED_KEYS = 20  # per partition: each key written again every 20 messages
 FAILURE_TOPIC_CONFIG: dict[str, dict[str, str]] = {
     "wipe_and_rebuild": {
         "remote.storage.enable": "true",
@@ -76,6 +102,9 @@ def create_topic(cluster: faults.Cluster, settings: ScenarioSettings) -> str:
     if settings.failure == "clock_skew" and settings.message_format != "0.9.0":
         config["message.timestamp.type"] = "LogAppendTime"
     config.update(FAILURE_TOPIC_CONFIG.get(settings.failure, {}))
+    if settings.compacted:
+        config.update(COMPACTED_TOPIC_CONFIG)
+    config.update(settings.topic_config)
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, name, settings.partitions, replication_factor, config)
     faults.wait_for_full_isr(cluster, name)
@@ -141,11 +170,21 @@ async def run_scenario(
     """Runs the scenario; with ``run_dir``, also leaves its run directory there."""
     started_at = rundata.now()
     events: list[rundata.Event] = []
+    full_isr_after: list[float] = []  # per fault: from its end to a full ISR again
     topic = await asyncio.to_thread(create_topic, cluster, settings)
     progress(f"topic {topic}: {settings.partitions} partitions, format {settings.message_format}")
-    producer = DeliveryProducer(cluster.bootstrap_servers, topic, settings.acks, settings.rate)
+    producer = DeliveryProducer(
+        cluster.bootstrap_servers,
+        topic,
+        settings.acks,
+        settings.rate,
+        keys=COMPACTED_KEYS if settings.compacted else 0,
+    )
     stop = asyncio.Event()
+    producing_from = time.time()
     producing = asyncio.create_task(producer.run(stop))
+    consumer = DeliveryConsumer(cluster.bootstrap_servers, topic, compacted=settings.compacted)
+    consuming = asyncio.create_task(consumer.run(stop))
     session_timeout = int(SCENARIO_OVERRIDES["zookeeper.session.timeout.ms"]) / 1000
     lag = int(SCENARIO_OVERRIDES["replica.lag.time.max.ms"]) / 1000
     try:
@@ -170,19 +209,40 @@ async def run_scenario(
                 if settings.failure == "wipe_and_rebuild" and isinstance(cluster, LocalCluster):
                     # the rebuild is to skip the remote part: there is one before the wipe
                     await asyncio.to_thread(faults.wait_for_offload, cluster, topic)
-                broker = await asyncio.to_thread(
-                    faults.pick_target, cluster, topic, settings.target
+                brokers = await asyncio.to_thread(
+                    faults.pick_targets, cluster, topic, settings.target
                 )
-                target = f"broker {broker}"
-                done = await asyncio.to_thread(
-                    faults.inject,
-                    cluster,
-                    settings.failure,
-                    broker,
-                    session_timeout_s=session_timeout,
-                    lag_s=lag,
-                )
+                target = f"broker {brokers[0]}" if len(brokers) == 1 else f"brokers {brokers}"
+                if settings.failure == "power_loss":
+                    done = await asyncio.to_thread(
+                        faults.power_loss,
+                        cluster,
+                        brokers,
+                        session_timeout_s=session_timeout,
+                        rng=random.Random(None if settings.seed is None else settings.seed + cycle),
+                    )
+                elif settings.failure == "disk_errors":
+                    done = await asyncio.to_thread(
+                        faults.disk_errors,
+                        cluster,
+                        brokers[0],
+                        topic,
+                        settings.disk_errors,
+                        hold_s=session_timeout * 3,
+                    )
+                else:
+                    done = await asyncio.to_thread(
+                        faults.inject,
+                        cluster,
+                        settings.failure,
+                        brokers[0],
+                        session_timeout_s=session_timeout,
+                        lag_s=lag,
+                        link=faults.LinkSettings(settings.link_rate, settings.link_loss),
+                    )
+            healed_at = time.time()
             await asyncio.to_thread(faults.wait_for_full_isr, cluster, topic)
+            full_isr_after.append(time.time() - healed_at)
             duration_ms = (time.time() - injected_at) * 1000
             events.append(rundata.Event(injected_at, settings.failure, target, duration_ms, done))
             progress(
@@ -193,10 +253,25 @@ async def run_scenario(
     finally:
         stop.set()
         await producing
+        producing_until = time.time()
+        await consuming
+        # an interrupted network fault is undone here, whatever its thread is still doing
+        if isinstance(cluster, LocalCluster) and cluster.network is not None:
+            await asyncio.to_thread(netfaults.heal, cluster.network)
     progress(
         f"produced {producer.sent}: {len(producer.acked)} acknowledged, {producer.failed} failed"
     )
-    report = await verify(cluster, topic, producer.acked)
+    report = await verify(
+        cluster, topic, producer.acked, consumer, producer, compacted=settings.compacted
+    )
+    report.availability = availability(
+        [(a.partition, a.acked_at) for a in producer.acked],
+        range(settings.partitions),
+        [event.at for event in events],
+        producing_from,
+        producing_until,
+        full_isr_after,
+    )
     if run_dir is not None:
         profile = {
             "brokers": len(cluster.state.brokers),  # type: ignore[union-attr]

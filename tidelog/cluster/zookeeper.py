@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tidelog.cluster.processes import ProcessRecord, stop_process
@@ -116,12 +117,21 @@ def classpath() -> str:
 
 
 class EmbeddedZooKeeper:
-    """A standalone ZooKeeper under ``directory`` (zoo.cfg, data, zookeeper.log), on 127.0.0.1."""
+    """A standalone ZooKeeper under ``directory`` (zoo.cfg, data, zookeeper.log), on ``host``
+    (127.0.0.1 unless given). ``launch`` wraps its command line (``ip netns exec NAME``: a
+    command that execs the server, so that the process started is the server)."""
 
-    def __init__(self, directory: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        launch: Callable[[list[str]], list[str]] = lambda argv: argv,
+    ) -> None:
         self.directory = Path(directory)
         self.host = host
         self.port = port or free_port(host)
+        self.launch = launch
         self.process: subprocess.Popen | None = None
 
     @property
@@ -153,7 +163,7 @@ class EmbeddedZooKeeper:
         config = self.write_config()
         log_file = open(self.directory / "zookeeper.log", "ab")  # noqa: SIM115
         self.process = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", classpath(), MAIN_CLASS, str(config)],
+            self.launch(["java", "-Xmx256m", "-cp", classpath(), MAIN_CLASS, str(config)]),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

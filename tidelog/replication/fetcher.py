@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.halt import halting_on_io_error
 from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET
 from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
@@ -515,7 +516,10 @@ class ReplicaFetcher:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
         records = answer["record_set"]
         if records:
-            info = partition.log.append_as_follower(records, leader_epoch=partition.leader_epoch)
+            with halting_on_io_error(f"appending to {partition.topic}-{partition.partition}"):
+                info = partition.log.append_as_follower(
+                    records, leader_epoch=partition.leader_epoch
+                )
             if info is not None:
                 key = (partition.topic, partition.partition)
                 self.bytes_appended[key] = self.bytes_appended.get(key, 0) + info.size

@@ -1,0 +1,102 @@
+"""Disk faults: a broker's log dir on a small ext4 image that fills up under load (disk_full),
+and its disk reads, writes or fsyncs failing with EIO through libfiu (disk_errors).
+
+The broker halts on the write that fails (as Kafka 0.10 does on an unrecoverable I/O error),
+its restart's recovery cuts the part of a message set the failed write left, and with the other
+two replicas healthy nothing acknowledged with acks=all is lost. One cluster serves the module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tidelog.cluster import disks, faults
+from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
+
+
+@pytest.fixture(scope="module")
+def cluster_on_disk(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("disk-full"))
+    cluster.up(3, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None)
+    yield cluster
+    cluster.down(progress=lambda _: None)
+
+
+def halts(cluster: LocalCluster) -> int:
+    """How many times the cluster's brokers have halted on an I/O error, by their logs."""
+    return sum(
+        cluster.broker(b).log_path.read_text(errors="replace").count(faults.HALTED)
+        for b in cluster.broker_ids
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "message_format"), [("leader", "0.10.0"), ("follower", "0.9.0")]
+)
+def test_a_broker_whose_disk_fills_halts_recovers_and_loses_nothing_acknowledged(
+    cluster_on_disk, target, message_format
+):
+    halts_before = halts(cluster_on_disk)
+    settings = ScenarioSettings("disk_full", target, message_format, rate=300, settle_seconds=1.0)
+    topic, report = asyncio.run(run_scenario(cluster_on_disk, settings, progress=lambda _: None))
+
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 300, report.table()
+    assert halts(cluster_on_disk) == halts_before + 1
+    assert not (cluster_on_disk.directory / disks.DISKS_FILE).exists()
+    assert not any(
+        disks.mounted(cluster_on_disk.directory / f"broker-{b}" / "logs")
+        for b in cluster_on_disk.broker_ids
+    )
+
+
+def test_a_small_disk_left_by_a_killed_command_is_released_with_its_contents(tmp_path):
+    log_dir = tmp_path / "broker-1" / "logs"
+    (log_dir / "t-0").mkdir(parents=True)
+    (log_dir / "t-0" / "00000000000000000000.log").write_bytes(b"m" * 1000)
+    disk = disks.make_small(tmp_path, log_dir, headroom=4096)
+    assert disks.mounted(log_dir)
+    (log_dir / "t-0" / "00000000000000001000.log").write_bytes(b"n" * 100)  # written there
+
+    disks.release_all(tmp_path)  # what cluster down does
+
+    assert not disks.mounted(log_dir)
+    assert sorted(p.name for p in (log_dir / "t-0").iterdir()) == [
+        "00000000000000000000.log",
+        "00000000000000001000.log",
+    ]
+    assert not (log_dir / disks.BALLAST).exists()
+    assert not (tmp_path / disks.DISKS_FILE).exists()
+    assert not (tmp_path / "broker-1" / "small-disk.img").exists()
+    assert disk.set_aside and not (tmp_path / "broker-1" / "logs.set-aside").exists()
+
+
+@pytest.mark.parametrize(
+    ("target", "message_format", "operations"),
+    [("leader", "0.9.0", ("write",)), ("follower", "0.10.0", ("write", "fsync"))],
+)
+def test_a_broker_whose_disk_writes_fail_halts_recovers_and_loses_nothing_acknowledged(
+    cluster_on_disk, target, message_format, operations
+):
+    halts_before = halts(cluster_on_disk)
+    settings = ScenarioSettings(
+        "disk_errors",
+        target,
+        message_format,
+        rate=200,
+        settle_seconds=1.0,
+        disk_errors=faults.DiskErrorSettings(operations, probability=0.05),
+    )
+    topic, report = asyncio.run(run_scenario(cluster_on_disk, settings, progress=lambda _: None))
+
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 200, report.table()
+    assert halts(cluster_on_disk) == halts_before + 1
+    # it runs again without the preload
+    for broker_id in cluster_on_disk.broker_ids:
+        environment = Path(f"/proc/{cluster_on_disk.broker(broker_id).pid}/environ").read_bytes()
+        assert b"LD_PRELOAD" not in environment
