@@ -397,3 +397,22 @@ def fetch_bytes(cluster: LocalCluster, broker_id: int) -> dict[tuple[str, str], 
             parts = dict(part.split("=") for part in labels.split(","))
             found[parts["version"].strip('"'), parts["path"].strip('"')] = int(value)
     return found
+
+
+def test_zstd_batches_go_as_stored_from_fetch_v4_and_are_refused_below_it(brokers, v2_topic):
+    """Fetch v0-v3 would need the batch converted to a format without zstd: Kafka's
+    UNSUPPORTED_COMPRESSION_TYPE; Fetch v4-v10 get it as stored (Kafka 2.1 refuses v4-v9 only
+    for a topic whose compression.type is zstd, a setting tidelog does not have)."""
+    with connect(brokers, leader_of(brokers, v2_topic)) as connection:
+        body = {
+            "transactional_id": None,
+            **produce_body(v2_topic, batch_of([b"z" * 100], codec=4), acks=-1),
+        }
+        answer = request(connection, ApiKey.PRODUCE, 7, body)
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        codes = {}
+        for version in (1, 3, 4, 9, 10):
+            answer = request(connection, ApiKey.FETCH, version, fetch_body(version, v2_topic))
+            (partition,) = answer["responses"][0]["partition_responses"]
+            codes[version] = (partition["error_code"], len(bytes(partition["record_set"])) > 0)
+    assert codes == {1: (76, False), 3: (76, False), 4: (0, True), 9: (0, True), 10: (0, True)}
