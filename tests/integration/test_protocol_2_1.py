@@ -324,3 +324,95 @@ def requests_of(cluster: LocalCluster, broker_id: int, api: str) -> int:
         text = response.read().decode()
     prefix = f'tidelog_requests_total{{api="{api}"}} '
     return sum(int(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
+
+
+# -- record batches (message format v2) through every Produce and Fetch version ---------------
+
+
+@pytest.fixture
+def v2_topic(brokers):
+    name = f"t21-v2-{next(_count)}"
+    with zookeeper.session(brokers.zookeeper) as client:
+        topics.create_topic(client, name, 1, 3, {"message.format.version": "2.1"})
+    wait_for_leaders(brokers, name, 1)
+    return name
+
+
+def batch_of(values: list[bytes], codec: int = 0) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, codec, False, -1, -1, -1, 1 << 20)
+    for n, value in enumerate(values):
+        builder.append(n, 1_700_000_000_000 + n, b"k", value, [("h", b"x")])
+    return bytes(builder.build())
+
+
+def test_produce_v3_to_v7_append_record_batches_and_answer_the_log_start_offset(brokers, v2_topic):
+    with connect(brokers, leader_of(brokers, v2_topic)) as connection:
+        for version in range(3, 8):
+            codec = 4 if version == 7 else 1  # zstd from v7, gzip before
+            body = {
+                "transactional_id": None,
+                **produce_body(v2_topic, batch_of([b"a", b"b"], codec), acks=-1),
+            }
+            answer = request(connection, ApiKey.PRODUCE, version, body)
+            (partition,) = answer["responses"][0]["partition_responses"]
+            assert (partition["error_code"], partition["base_offset"]) == (0, 2 * (version - 3))
+            if version >= 5:
+                assert partition["log_start_offset"] == 0
+        # an old producer's message set goes to the same log (up-converted)
+        old = build_message_set([Record(b"k", b"old", 0)], magic=1)
+        answer = request(connection, ApiKey.PRODUCE, 2, produce_body(v2_topic, old))
+        assert answer["responses"][0]["partition_responses"][0]["base_offset"] == 10
+
+
+@pytest.mark.parametrize(
+    ("version", "magic", "path"),
+    [(1, 0, "converted"), (3, 1, "converted"), (4, 2, "zero_copy"), (10, 2, "zero_copy")],
+)
+def test_each_fetch_version_reads_v2_data_in_the_newest_format_it_knows(
+    brokers, v2_topic, version, magic, path
+):
+    leader = leader_of(brokers, v2_topic)
+    with connect(brokers, leader) as connection:
+        batch = batch_of([b"a", b"b"])
+        body = {"transactional_id": None, **produce_body(v2_topic, batch, acks=-1)}
+        answer = request(connection, ApiKey.PRODUCE, 3, body)
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        before = fetch_bytes(brokers, leader)
+        answer = request(connection, ApiKey.FETCH, version, fetch_body(version, v2_topic))
+    records = bytes(answer["responses"][0]["partition_responses"][0]["record_set"])
+    assert records[16] == magic  # the first entry's magic byte
+    after = fetch_bytes(brokers, leader)
+    assert after.get((str(version), path), 0) > before.get((str(version), path), 0)
+
+
+def fetch_bytes(cluster: LocalCluster, broker_id: int) -> dict[tuple[str, str], int]:
+    """tidelog_fetch_bytes_total by (version, path) on a broker's /metrics."""
+    port = cluster.broker(broker_id).admin_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("tidelog_fetch_bytes_total{"):
+            labels, value = line[len("tidelog_fetch_bytes_total{") :].split("} ")
+            parts = dict(part.split("=") for part in labels.split(","))
+            found[parts["version"].strip('"'), parts["path"].strip('"')] = int(value)
+    return found
+
+
+def test_zstd_batches_go_as_stored_from_fetch_v4_and_are_refused_below_it(brokers, v2_topic):
+    """Fetch v0-v3 would need the batch converted to a format without zstd: Kafka's
+    UNSUPPORTED_COMPRESSION_TYPE; Fetch v4-v10 get it as stored (Kafka 2.1 refuses v4-v9 only
+    for a topic whose compression.type is zstd, a setting tidelog does not have)."""
+    with connect(brokers, leader_of(brokers, v2_topic)) as connection:
+        body = {
+            "transactional_id": None,
+            **produce_body(v2_topic, batch_of([b"z" * 100], codec=4), acks=-1),
+        }
+        answer = request(connection, ApiKey.PRODUCE, 7, body)
+        assert answer["responses"][0]["partition_responses"][0]["error_code"] == 0
+        codes = {}
+        for version in (1, 3, 4, 9, 10):
+            answer = request(connection, ApiKey.FETCH, version, fetch_body(version, v2_topic))
+            (partition,) = answer["responses"][0]["partition_responses"]
+            codes[version] = (partition["error_code"], len(bytes(partition["record_set"])) > 0)
+    assert codes == {1: (76, False), 3: (76, False), 4: (0, True), 9: (0, True), 10: (0, True)}

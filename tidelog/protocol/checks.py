@@ -9,8 +9,8 @@ failure into an InvalidRequestException, and the socket server closes the channe
 - Fetch v4 and later and ListOffsets v2 and later name an isolation level, 0 (read_uncommitted)
   or 1 (read_committed); any other value does not parse (IsolationLevel.forId).
 
-Only the first bytes of a batch are read here (its length, magic and attributes); the log's
-validation reads the rest.
+Only the first bytes of a batch are read here (its length, magic and attributes, where
+records.record_batch places them); the log's validation reads the rest.
 """
 
 from __future__ import annotations
@@ -20,26 +20,29 @@ from collections.abc import Callable
 
 from tidelog.protocol.schemas import ApiKey
 from tidelog.protocol.types import ProtocolError
+from tidelog.records.format import Codec
+from tidelog.records.record_batch import (
+    ATTRIBUTES_AT,
+    CODEC_MASK,
+    MAGIC,
+    MAGIC_AT,
+    TRANSACTIONAL_BIT,
+)
 
-# A record batch starts: base offset int64, length int32 (of what follows it), partition
-# leader epoch int32, magic int8, CRC uint32, attributes int16.
-_BATCH_START = struct.Struct(">qiibIh")
 _LENGTH = struct.Struct(">i")
-_LOG_OVERHEAD = 12  # base offset and length: a batch is this many bytes plus its length
+_INT16 = struct.Struct(">h")
+_LOG_OVERHEAD = 12  # base offset and length: an entry is this many bytes plus its length
 _SMALLEST_ENTRY = 14  # the length of the smallest v0 message; a smaller length is corrupt
-ZSTD = 4
-_CODEC_MASK = 0x07
-_TRANSACTIONAL = 0x10
 ISOLATION_LEVELS = (0, 1)  # read_uncommitted, read_committed
 
 
 def first_batch_attributes(records: bytes | memoryview) -> int:
     """The attributes of the one v2 batch a checked Produce v3+ record set holds."""
-    return _BATCH_START.unpack_from(records, 0)[5]
+    return _INT16.unpack_from(records, ATTRIBUTES_AT)[0]
 
 
 def is_transactional(records: bytes | memoryview) -> bool:
-    return bool(first_batch_attributes(records) & _TRANSACTIONAL)
+    return bool(first_batch_attributes(records) & TRANSACTIONAL_BIT)
 
 
 def _batch_size_at(records: bytes | memoryview, position: int) -> int | None:
@@ -63,10 +66,10 @@ def _check_produce(version: int, body: dict) -> None:
             size = None if records is None else _batch_size_at(records, 0)
             if records is None or size is None:
                 raise _refused(version, topic, data, "must carry one record batch")
-            _, _, _, magic, _, attributes = _BATCH_START.unpack_from(records, 0)
-            if magic != 2:
+            magic = records[MAGIC_AT]
+            if magic != MAGIC:
                 raise _refused(version, topic, data, f"carries magic {magic}; only 2 is allowed")
-            if attributes & _CODEC_MASK == ZSTD and version < 7:
+            if first_batch_attributes(records) & CODEC_MASK == Codec.ZSTD and version < 7:
                 raise _refused(version, topic, data, "may not use zstd (Produce v7 and later may)")
             if len(records) > size and _batch_size_at(records, size) is not None:
                 raise _refused(version, topic, data, "must carry exactly one record batch")
