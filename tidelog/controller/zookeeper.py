@@ -164,6 +164,16 @@ def register_broker(
             zk.create(path, _dump(document), ephemeral=True, makepath=True)
             return
         except NodeExistsError:
+            # This session's own node (a second registration racing the first, say one a
+            # reconnection started while the first was still on its way): registered already,
+            # as Kafka's checked ephemeral create concludes.
+            try:
+                _, stat = zk.get(path)
+            except NoNodeError:
+                continue  # expired between the two calls: create it now
+            if stat.ephemeralOwner == zk.client_id[0]:
+                zk.set(path, _dump(document))
+                return
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"broker.id {broker_id} is registered in ZooKeeper by another live broker"
