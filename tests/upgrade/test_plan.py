@@ -48,3 +48,17 @@ def test_from_0_10_0_to_0_10_1_only_the_code_changes_pinned_to_what_runs():
 def test_an_unknown_target_is_refused_with_the_allowed_ones():
     with pytest.raises(ValueError, match="allowed: 0.10.0, 0.10.1"):
         plan(brokers("0.9.0", "0.9.0", "0.9.0"), "0.11.0")
+
+
+def test_a_cluster_mixing_formats_is_pinned_to_the_oldest():
+    mixed = brokers("0.10.1", "0.10.0", "0.10.0")
+    mixed[1] = BrokerSettings(2, "0.10.0", "0.10.0-IV0", "0.9.0")
+
+    steps = plan(mixed, "0.10.1")
+
+    assert steps[0].settings["log.message.format.version"] == "0.9.0"
+    assert [s.broker_id for s in steps if s.phase.startswith("phase 2")] == [2]
+
+
+def test_brokers_of_a_newer_release_than_the_target_plan_nothing():
+    assert plan(brokers("2.1", "2.1", "0.10.0"), "0.10.1") == []

@@ -13,13 +13,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from tidelog.cluster.rolling import RollableCluster
-from tidelog.config import BROKER_RELEASES, broker_config
+from tidelog.config import (
+    BROKER_RELEASES,
+    INTER_BROKER_PROTOCOL_VERSIONS,
+    MESSAGE_FORMAT_VERSIONS,
+    broker_config,
+)
 
 TARGETS = ("0.10.0", "0.10.1")
 RELEASE_KEY = "broker.protocol.max.version"
 PROTOCOL_KEY = "inter.broker.protocol.version"
 FORMAT_KEY = "log.message.format.version"
-PROTOCOL_ORDER = ("0.9.0", "0.10.0-IV0", "0.10.0")
+PROTOCOL_ORDER = INTER_BROKER_PROTOCOL_VERSIONS  # oldest first, as Kafka's ApiVersion
+FORMAT_ORDER = tuple(MESSAGE_FORMAT_VERSIONS)  # oldest first
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ def plan(brokers: list[BrokerSettings], target: str) -> list[Step]:
     steps: list[Step] = []
     # the pins: what the oldest broker runs now, so new code speaks as the old code does
     pinned_protocol = min((b.protocol for b in brokers), key=PROTOCOL_ORDER.index)
-    pinned_format = min(b.message_format for b in brokers)
-    formats_now = 1 if pinned_format == "0.10.0" else 0
+    pinned_format = min((b.message_format for b in brokers), key=FORMAT_ORDER.index)
+    formats_now = MESSAGE_FORMAT_VERSIONS[pinned_format]
     for broker in brokers:
         if BROKER_RELEASES.index(broker.release) < BROKER_RELEASES.index(target):
             settings = {
@@ -91,7 +97,7 @@ def plan(brokers: list[BrokerSettings], target: str) -> list[Step]:
                 Step("phase 1: protocol 0.10.0-IV0", broker.broker_id, settings, formats_now)
             )
     for broker in brokers:
-        if broker.message_format != "0.10.0":
+        if FORMAT_ORDER.index(broker.message_format) < FORMAT_ORDER.index("0.10.0"):
             settings = {FORMAT_KEY: "0.10.0"}
             steps.append(Step("phase 2: format 0.10.0", broker.broker_id, settings, 1))
     return steps
