@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/format_v2.py [--records 16] [--record-bytes 1024] [--mb 64]
 
+Also: a leader recompressing an uncompressed producer set into each compression.type codec.
+
 - append: a producer's set of ``--records`` 1 KiB records (random payloads, a key each) checked
   and given offsets by ``validate_and_assign_offsets`` for a topic of its own format, plain and
   snappy (v1: a wrapper with relative inner offsets; v2: one batch: both are Kafka's in-place
@@ -100,6 +102,39 @@ def main() -> None:
         row = "fetch of v2 data: copy, convert"
         print(f"{row:<34}{codec.name.lower():<8}{copied:>10.2f}{converted:>10.2f}"
               f"{converted / copied:>8.0f}  (first column: a copy; second: to v1)")  # fmt: skip
+
+    print()
+    print("compression.type: a leader recompressing an uncompressed producer set (issue 28)")
+    print(
+        f"{'stored codec':<14}{'v1 ms/MB':>10}{'v2 ms/MB':>10}  (against the same set kept as sent)"
+    )
+    plain = {m: producer_set(m, Codec.NONE, args.records, args.record_bytes, 2) for m in (1, 2)}
+    kept = {
+        m: cpu_per_mb(
+            lambda m=m: validate_and_assign_offsets(
+                plain[m], next_offset=0, policy=RecordsPolicy(magic=m), now=NOW
+            ),
+            payload,
+            args.mb / 4,
+        )
+        for m in (1, 2)
+    }
+    print(f"{'(producer)':<14}{kept[1]:>10.2f}{kept[2]:>10.2f}")
+    for codec in (Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD):
+        costs = [
+            cpu_per_mb(
+                lambda m=m, codec=codec: validate_and_assign_offsets(
+                    plain[m], next_offset=0, policy=RecordsPolicy(magic=m, compression=codec),
+                    now=NOW,
+                ),
+                payload,
+                args.mb / 4,
+            )
+            if m == 2 or codec != Codec.ZSTD
+            else float("nan")
+            for m in (1, 2)
+        ]  # fmt: skip
+        print(f"{codec.name.lower():<14}{costs[0]:>10.2f}{costs[1]:>10.2f}")
 
 
 if __name__ == "__main__":
