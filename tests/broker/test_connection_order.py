@@ -7,6 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+import uvloop
+
 from tests.conftest import message_set
 from tidelog.broker.handlers import RequestHandler
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
@@ -19,6 +22,7 @@ from tidelog.log.manager import LogManager
 from tidelog.protocol.frames import SIZE, decode_response, encode_request
 from tidelog.protocol.schemas import ApiKey
 
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 FETCH = {
     "replica_id": -1,
     "max_wait_time": 0,
@@ -84,3 +88,37 @@ def test_a_fetch_sees_a_produce_sent_before_it_on_its_connection(tmp_path):
         answers_to(tmp_path, (ApiKey.PRODUCE, produce(3)), (ApiKey.FETCH, FETCH))
     )
     assert fetched["responses"][0]["partition_responses"][0]["high_watermark"] == 3
+
+
+async def served_after_start(tmp_path: Path) -> dict:
+    """A client that connects and sends ApiVersions between the broker's bind (its port taken
+    and registered) and its start gets its answer once the broker starts."""
+    clock = ManualClock()
+    metadata, metrics = MetadataCache(), Metrics()
+    logs = LogManager(
+        [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=clock
+    )
+    replicas = ReplicaManager(1, logs, metadata, clock)
+    handler = RequestHandler(1, replicas, metadata, metrics, clock, auto_create_topics=False)
+    server = KafkaServer(handler, metrics, host="127.0.0.1", port=0, max_request_bytes=1 << 20)
+    await server.bind()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(encode_request(ApiKey.API_VERSIONS, 0, 1, "early", {}))
+        await writer.drain()
+        await asyncio.sleep(0.2)  # the broker still starting: nothing is served yet
+        await server.start()
+        (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), 10))
+        answer = decode_response(ApiKey.API_VERSIONS, 0, await reader.readexactly(size))[1]
+        writer.close()
+        return answer
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_connection_made_while_the_broker_starts_waits_and_is_served(tmp_path, loop):
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        answer = runner.run(served_after_start(tmp_path))
+
+    assert answer["error_code"] == 0

@@ -26,6 +26,8 @@ from tidelog.protocol.types import ProtocolError
 
 log = logging.getLogger(__name__)
 
+LISTEN_BACKLOG = 128  # connections waiting to be served, in the kernel's queue
+
 # What goes through the transport (copied) when a sendfile finds the socket full.
 FULL_SOCKET_CHUNK = 64 * 1024
 # Answers that are ready one after another go out in one write of at most this many.
@@ -273,10 +275,17 @@ class KafkaServer:
         self._connections: set[asyncio.Task] = set()
 
     async def bind(self) -> None:
-        """Takes the port (so that it can be registered) without accepting connections yet."""
+        """Takes the port (so that it can be registered) and listens on it, but serves no
+        connection yet: one made before ``start`` waits in the kernel's backlog (as Kafka's
+        acceptors take connections before its request processors start), where a socket
+        bound but not listening would refuse it, and a client that read the broker's
+        registration a moment early would fail."""
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self.port), family=family, backlog=LISTEN_BACKLOG)
         self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, start_serving=False, limit=STREAM_BUFFER_BYTES
-        )
+            self._serve, sock=sock, start_serving=False, limit=STREAM_BUFFER_BYTES,
+            backlog=LISTEN_BACKLOG,
+        )  # fmt: skip
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:

@@ -64,6 +64,15 @@ def run_ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
+def run_iptables(*args: str, check: bool = True) -> bool:
+    """The host's ``iptables ARGS``; whether it succeeded (a failure with ``check`` raises
+    NetworkError with iptables' own words)."""
+    done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=False)
+    if check and done.returncode != 0:
+        raise NetworkError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
+    return done.returncode == 0
+
+
 def check_can_build() -> None:
     """Raises NetworkError saying what is missing: root, or one of the tools."""
     if os.geteuid() != 0:
@@ -202,12 +211,24 @@ class ClusterNetwork:
     def _make_bridge(self) -> None:
         self._record("link", self.bridge)
         # nf_call_iptables 0: frames between two members are not handed to the host's
-        # iptables (br_netfilter), where a FORWARD policy of DROP (Docker sets one) would
-        # drop them; faults are rules inside the namespaces instead
+        # iptables (br_netfilter) on this bridge's account; faults are rules inside the
+        # namespaces instead
         run_ip("link", "add", self.bridge, "type", "bridge", "nf_call_iptables", "0")
         prefix = ipaddress.ip_network(self.subnet).prefixlen
         run_ip("addr", "add", f"{self.host_address}/{prefix}", "dev", self.bridge)
         run_ip("link", "set", self.bridge, "up")
+        # ... but where br_netfilter is loaded with net.bridge.bridge-nf-call-iptables=1 (a
+        # running Docker engine does both), every bridge's frames go through the host's FORWARD
+        # chain, whose policy Docker sets to DROP: one rule lets frames between this bridge's
+        # members through, removed on down with the rest
+        self._record("forward_rule", self.bridge)
+        run_iptables("-I", "FORWARD", *self._forward_rule())
+
+    def _forward_rule(self) -> list[str]:
+        return [
+            "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT",
+            "-m", "comment", "--comment", f"tidelog cluster {self.token}",
+        ]  # fmt: skip
 
     def _make_member(self, member: str) -> None:
         namespace, link = self.namespace(member), self.host_link(member)
@@ -224,12 +245,21 @@ class ClusterNetwork:
     def existing(self) -> list[dict[str, str]]:
         """What of the recorded namespaces and links exists now."""
         in_use = _names_in_use()
-        return [entry for entry in self.created if entry["name"] in in_use]
+        return [
+            entry
+            for entry in self.created
+            if entry["kind"] in ("namespace", "link") and entry["name"] in in_use
+        ]
 
     def destroy(self, timeout: float = 10.0, progress=lambda _: None) -> None:
         """Removes every recorded namespace and link that exists, in reverse order, after
         killing what still runs inside its namespaces (only this cluster's processes can be
         there), and waits until the kernel has let them all go."""
+        for entry in self.created:
+            if entry["kind"] == "forward_rule":
+                progress(f"removing the FORWARD rule of bridge {entry['name']}")
+                while run_iptables("-D", "FORWARD", *self._forward_rule(), check=False):
+                    pass
         for entry in reversed(self.existing()):
             if entry["kind"] == "namespace":
                 pids = run_ip("netns", "pids", entry["name"], check=False).stdout.split()
