@@ -103,8 +103,9 @@ def _add_replication(kinds) -> None:
     replication.add_argument(
         "--format",
         default="0.10.0",
-        choices=["0.9.0", "0.10.0"],
-        help="the topic's message.format.version (0.9.0: v0 messages, 0.10.0: v1)",
+        choices=["0.9.0", "0.10.0", "2.1"],
+        help="the topic's message.format.version (0.9.0: v0 messages, 0.10.0: v1, 2.1: v2 "
+        "record batches, on brokers of release 2.1 produced to with Produce v3)",
     )
     replication.add_argument("--acks", default="all", choices=["1", "all"])
     replication.add_argument(
@@ -172,6 +173,7 @@ def run_replication(args: argparse.Namespace) -> int:
     from tidelog.cluster.scenario import (
         COMPACTED_BROKER_OVERRIDES,
         FAILURE_BROKER_OVERRIDES,
+        RELEASE_2_1,
         SCENARIO_OVERRIDES,
         ScenarioSettings,
         run_scenario,
@@ -224,6 +226,7 @@ def run_replication(args: argparse.Namespace) -> int:
         **SCENARIO_OVERRIDES,
         **FAILURE_BROKER_OVERRIDES.get(args.failure, {}),
         **(COMPACTED_BROKER_OVERRIDES if args.compacted else {}),
+        **(RELEASE_2_1 if args.format == "2.1" else {}),
         "replica.truncation.mode": args.truncation_mode,
     }
     try:

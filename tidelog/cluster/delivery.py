@@ -32,6 +32,7 @@ from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
 from tidelog.protocol.client import Client
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Codec, Record, TimestampType, build_message_set, iter_deep
+from tidelog.records.record_batch import BatchRecordInput, encode_batch
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class DeliveryProducer:
     topic: str
     acks: int
     rate: float
-    produce_version: int = 2  # below 2: format v0 messages, as a 0.9 producer sends them
+    # below 2: format v0 messages, as a 0.9 producer sends them; 3: v2 record batches
+    produce_version: int = 2
     codec: Codec = Codec.NONE
     keys: int = 0
     acked: list[Acked] = field(default_factory=list)
@@ -113,12 +115,15 @@ class DeliveryProducer:
         self, client: Client, partition: int, leader: int, value: bytes, key: bytes
     ) -> bool:
         version = await self.version_for(client, leader)
-        records = build_message_set(
-            [Record(key, value, int(time.time() * 1000))],
-            magic=1 if version >= 2 else 0,
-            codec=self.codec,
-        )
+        now_ms = int(time.time() * 1000)
+        if version >= 3:  # a v2 record batch, as every producer of 0.11 on sends
+            records = encode_batch([BatchRecordInput(key, value, now_ms)], codec=self.codec)
+        else:
+            records = build_message_set(
+                [Record(key, value, now_ms)], magic=1 if version >= 2 else 0, codec=self.codec
+            )
         body = {
+            "transactional_id": None,  # Produce v3+
             "acks": self.acks,
             "timeout": 10000,
             "topic_data": [

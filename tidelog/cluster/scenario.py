@@ -62,6 +62,8 @@ SCENARIO_OVERRIDES = {
     # in step with the short session and lag times above
     "replica.fetch.backoff.ms": "500",
 }
+# --format 2.1: brokers of Kafka 2.1's protocol, followers replicating by it
+RELEASE_2_1 = {"broker.protocol.max.version": "2.1", "inter.broker.protocol.version": "2.1"}
 # Failures that need more of the cluster and the topic: wipe_and_rebuild runs with tiered
 # storage, so that the rebuilt broker replicates only the local part.
 FAILURE_BROKER_OVERRIDES: dict[str, dict[str, str]] = {
@@ -179,6 +181,7 @@ async def run_scenario(
         settings.acks,
         settings.rate,
         keys=COMPACTED_KEYS if settings.compacted else 0,
+        produce_version=3 if settings.message_format == "2.1" else 2,
     )
     stop = asyncio.Event()
     producing_from = time.time()
