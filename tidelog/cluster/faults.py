@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -329,6 +330,7 @@ DISK_ERROR_POINTS = {
     "fsync": "posix/io/sync/fsync",
 }
 EIO = 5
+FIU_CONTROL_TIMEOUT_S = 10
 
 
 @dataclass(frozen=True)
@@ -339,14 +341,28 @@ class DiskErrorSettings:
     probability: float = 0.02
 
 
-def _fiu_control(prefix: Path, pid: int, command: str) -> None:
-    done = subprocess.run(
-        ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
+def _fiu_control(prefix: Path, pid: int, command: str, alive: Callable[[], bool]) -> None:
+    """``command`` to the broker's libfiu. A broker that halted (a failure the previous
+    command enabled may stop it at once) no longer reads its control FIFO, and fiu-ctrl would
+    wait on it for ever: so not sent to a broker that is gone, and given up on after
+    FIU_CONTROL_TIMEOUT_S if the broker went while it waited."""
+    if not alive():
+        return
+    try:
+        done = subprocess.run(
+            ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=FIU_CONTROL_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        if not alive():
+            return
+        raise ClusterError(
+            f"fiu-ctrl {command}: no answer in {FIU_CONTROL_TIMEOUT_S} s from broker pid {pid}"
+        ) from None
+    if done.returncode != 0 and alive():
         raise ClusterError(f"fiu-ctrl {command}: {done.stderr.strip() or done.stdout.strip()}")
 
 
@@ -380,12 +396,17 @@ def disk_errors(
     wait_for_full_isr(cluster, topic)
     pid = cluster.broker(broker_id).pid
     assert pid is not None
+
+    def alive() -> bool:
+        return cluster.broker(broker_id).alive
+
     for operation in settings.operations:
         _fiu_control(
             prefix,
             pid,
             f"enable_random name={DISK_ERROR_POINTS[operation]},"
             f"probability={settings.probability},failinfo={EIO}",
+            alive,
         )
     deadline = time.monotonic() + hold_s
     while cluster.broker(broker_id).alive and time.monotonic() < deadline:
@@ -393,7 +414,7 @@ def disk_errors(
     halted = log_path.read_text(errors="replace").count(HALTED) > halts_before
     if cluster.broker(broker_id).alive:
         for operation in settings.operations:
-            _fiu_control(prefix, pid, f"disable name={DISK_ERROR_POINTS[operation]}")
+            _fiu_control(prefix, pid, f"disable name={DISK_ERROR_POINTS[operation]}", alive)
         cluster.stop_broker(broker_id)
     cluster.start_broker(broker_id)
     operations = "/".join(settings.operations)
