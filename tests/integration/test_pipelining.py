@@ -18,8 +18,10 @@ RATE = 1000  # requests a second on the one connection, each one single-record p
 SECONDS = 5
 # Every answer comes within this of its request. Answered one request at a time, each acks=all
 # request waits for its replication before the next is read, so at this rate the answers fall
-# further behind with every request (seconds behind by the end).
-BOUND = 2.0  # s
+# further behind with every request (about ten seconds behind by the end: 5,000 requests
+# against a few hundred answered a second). 3 s leaves room for a loaded 2-core machine (2.1 s
+# was seen at load 6 with two other clusters beside it) and still tells the two apart.
+BOUND = 3.0  # s
 
 
 async def produce_paced(port: int, topic: str, partitions: list[int]) -> list[tuple[int, float]]:
