@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.conftest import admin, wait_for_leaders
+from tests.integration.test_kcat import kcat
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
 
@@ -85,19 +85,6 @@ KCAT_CLIENTS = {
         "broker.version.fallback=0.10.0.0",
     ],
 }
-
-
-def kcat(cluster: LocalCluster, *args: str, input: str | None = None) -> str:
-    result = subprocess.run(
-        ["kcat", "-b", cluster.bootstrap_servers, *args],
-        input=input,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.mark.parametrize("client", KCAT_CLIENTS)

@@ -4,13 +4,11 @@ delivery and the partitions it led have a new leader before it exits."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from tests.integration.acked_producer import AckedProducer
 from tests.integration.conftest import wait_for_leaders
+from tests.integration.test_reassignment import read_back
 from tidelog.cluster.faults import wait_for_full_isr
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
@@ -41,24 +39,6 @@ def leaders(cluster: LocalCluster) -> dict[int, int]:
     return {p: state.leader for p, state in found.states.items()}
 
 
-def read_back(cluster: LocalCluster) -> set[tuple[int, int, bytes]]:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap_servers, enable_auto_commit=False)
-    try:
-        wanted = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
-        consumer.assign(wanted)
-        consumer.seek_to_beginning()
-        ends = consumer.end_offsets(wanted)
-        found: set[tuple[int, int, bytes]] = set()
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in wanted):
-            assert time.monotonic() < deadline, "reading the topic back took over 60 s"
-            for records in consumer.poll(timeout_ms=500).values():
-                found |= {(r.partition, r.offset, r.value) for r in records}
-        return found
-    finally:
-        consumer.close()
-
-
 def test_a_stopped_broker_hands_its_leaderships_over_before_it_exits(cluster):
     wait_for_full_isr(cluster, TOPIC)
     stopping = max(set(leaders(cluster).values()), key=list(leaders(cluster).values()).count)
@@ -83,7 +63,7 @@ def test_a_stopped_broker_hands_its_leaderships_over_before_it_exits(cluster):
     )
     for partition in led:
         assert f"{TOPIC}-{partition}: leader {stopping} -> " in controller_logs
-    assert set(producer.acked) <= read_back(cluster)
+    assert set(producer.acked) <= read_back(cluster, TOPIC, PARTITIONS)
 
     cluster.start_broker(stopping)
     wait_for_full_isr(cluster, TOPIC)
