@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/shape.py [--partitions 6,60,600] [--acks all,1]
                                          [--rates 2,8,20] [--seconds 10] [--drain 20]
                                          [--cost-rate 0.5] [--profile DIR]
+                                         [--release 0.10.1|2.1]
 
 3 local brokers, replication factor 3, min.insync.replicas 2; 480-byte keyed records (an 8-byte
 key, a 472-byte value), snappy, from confluent-kafka (librdkafka) with its defaults (linger.ms 5),
@@ -21,7 +22,11 @@ batch holds one record.
 Baseline, measured in the same run: the brokers' CPU while idle with the same topic; the
 latency of one single-record request answered at a time with acks=1 and with acks=all (their
 difference is one replication round trip); and each delivered rate as a ratio of its offered
-rate. ``--profile DIR`` writes py-spy speedscope
+rate. ``--release 2.1`` runs the brokers at Kafka 2.1's protocol
+(broker.protocol.max.version and inter.broker.protocol.version) with the topics in message
+format v2, so librdkafka sends record batches (Produce v7) and the followers fetch in Fetch v10
+sessions; the default, 0.10.1, is tidelog's historic protocol with format v1 (librdkafka then
+sends Produce v2 message sets). ``--profile DIR`` writes py-spy speedscope
 profiles of every broker during the first point of each topic. The load average is printed with
 each point (the machine may be shared). Nothing is asserted.
 """
@@ -47,6 +52,9 @@ from tidelog.cluster.local import LocalCluster
 KEY_BYTES = 8
 RECORD_BYTES = 480
 CONFIG = {"min.insync.replicas": "2"}
+# --release: the brokers' broker.protocol.max.version, their inter.broker.protocol.version, and
+# the topics' message.format.version
+RELEASES = {"0.10.1": ("0.10.1", "0.10.0", "0.10.0"), "2.1": ("2.1", "2.1", "2.1")}
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -265,6 +273,12 @@ def main() -> None:
         "--cost-rate", type=float, default=0.5, help="MB/s of the CPU cost (0: none)"
     )
     parser.add_argument("--profile", type=Path, help="py-spy profiles of the brokers here")
+    parser.add_argument(
+        "--release",
+        default="0.10.1",
+        choices=RELEASES,
+        help="the brokers' protocol release and the topics' message format",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
     acks_list = args.acks.split(",")
@@ -273,11 +287,17 @@ def main() -> None:
     os.sync()  # the previous benchmark's writeback is not this one's
     with tempfile.TemporaryDirectory(prefix="tidelog-shape-") as directory:
         cluster = LocalCluster(Path(directory) / "cluster")
-        cluster.up(3, progress=quiet, overrides={"log.segment.bytes": str(256 * 1024 * 1024)})
+        overrides = {
+            "log.segment.bytes": str(256 * 1024 * 1024),
+            "broker.protocol.max.version": RELEASES[args.release][0],
+            "inter.broker.protocol.version": RELEASES[args.release][1],
+        }
+        cluster.up(3, progress=quiet, overrides=overrides)
         try:
             print(
                 f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "
-                f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point"
+                f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point, brokers at "
+                f"{args.release}, message format {RELEASES[args.release][2]}"
             )
             print(
                 "topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
@@ -286,7 +306,8 @@ def main() -> None:
             costs = []
             for count in counts:
                 topic = f"shape-{count}"
-                create_topic(cluster, topic, count, 3, CONFIG)
+                config = {**CONFIG, "message.format.version": RELEASES[args.release][2]}
+                create_topic(cluster, topic, count, 3, config)
                 idle = idle_cores(cluster, 3.0)
                 trips = runtime.run(round_trips(cluster, topic, 500))
                 print(

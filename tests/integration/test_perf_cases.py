@@ -1,8 +1,9 @@
 """`tidelog perf tiered-storage`: the design's three cases on real clusters, briefly.
 
-One run of the command (the small profile, a few seconds of traffic per case, a little history)
-serves every test here; a thread beside it reads each cluster's ISRs from ZooKeeper the whole
-time, so that the rebuild's end can be checked against what the cluster itself said.
+One run of the command (the small profile, a few seconds of traffic per case, a little history,
+the rebuild under KIP-73's throttle) serves every test here; a thread beside it reads each
+cluster's ISRs and throttle settings from ZooKeeper the whole time, so that the rebuild's end and
+its throttle can be checked against what the cluster itself said.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from tidelog.perf.cases.runner import KIND, Result, run_dir_name
 from tidelog.perf.cases.table import table_rows
 
 CLUSTERS = ("without-tiered", "tiered")
+# a rate the rebuild reaches (the acks=1 traffic adds 0.8 MB/s to what the broker must fetch)
+REBUILD_THROTTLE_MB_S = 2.0
 STATE = "cluster.json"
 RUNS = [
     (case, workload, tiered) for case in CASES for workload in WORKLOADS for tiered in (False, True)
@@ -39,10 +42,13 @@ RUNS = [
 @dataclass
 class IsrWatcher:
     """Samples, every 50 ms, which brokers are missing from some ISR of the cases' topic, in
-    whichever of the command's clusters is up: (time the read started, cluster, brokers)."""
+    whichever of the command's clusters is up: (time the read started, cluster, brokers);
+    and beside each sample, whether a replication throttle was set (on the topic's replicas
+    or a broker's rates)."""
 
     directory: Path
     samples: list[tuple[float, str, frozenset[int]]] = field(default_factory=list)
+    throttled: list[bool] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -86,12 +92,29 @@ class IsrWatcher:
                 for replica in replicas
                 if replica not in json.loads(state.get(timeout=2)[0])["isr"]
             )
+            brokers = {b for replicas in assignment.values() for b in replicas}
+            throttled = any(
+                _throttle_keys(client, path)
+                for path in [
+                    f"/config/topics/{TOPIC}",
+                    *(zookeeper.broker_config_path(b) for b in brokers),
+                ]
+            )
         except NoNodeError:  # no topic yet
             return
         except Exception:  # not up yet, or already down
             _drop(clients, name)
             return
         self.samples.append((started, name, missing))
+        self.throttled.append(throttled)
+
+
+def _throttle_keys(client: KazooClient, path: str) -> list[str]:
+    try:
+        data = client.get_async(path).get(timeout=2)[0]
+    except NoNodeError:
+        return []
+    return [key for key in zookeeper.parse_entity_config(data) if "throttled" in key]
 
 
 def _drop(clients: dict[str, KazooClient], name: str) -> None:
@@ -141,6 +164,8 @@ def command_run(tmp_path_factory) -> CommandRun:
                 "0.5",
                 "--seed",
                 "11",
+                "--rebuild-throttle",
+                str(REBUILD_THROTTLE_MB_S),
             ],
             capture_output=True,
             text=True,
@@ -184,6 +209,7 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
             "scale": 0.5,
             "duration_s": 4,
             "history_mb_per_broker": 4,
+            "rebuild_throttle_mb_s": REBUILD_THROTTLE_MB_S,
         }
         assert metadata.machine["cores"] >= 1 and metadata.machine["disk_total_bytes"] > 0
         assert metadata.settings["topic_config"].get("remote.storage.enable") == (
@@ -265,6 +291,42 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
             last_out, first_in = seen[first_back - 1][0], seen[first_back][0]
             assert last_out < back, (last_out, back)
             assert back < first_in + 5, (first_in, back)
+
+
+def test_the_rebuild_runs_under_the_throttle_and_the_throttle_goes_after_it(command_run):
+    assert (
+        f"rebuild_throttle_mb_s {REBUILD_THROTTLE_MB_S:g}"
+        in (command_run.out / "table.txt").read_text()
+    )
+    for tiered in (False, True):
+        cluster = "tiered" if tiered else "without-tiered"
+        rebuilds = []
+        for workload in WORKLOADS:
+            run_dir = command_run.run_dir("rebuild", workload, tiered)
+            kill, start, rebuild = rundata.read_table(run_dir, "events").to_pylist()
+            assert start["detail"] == f"empty, throttled to {REBUILD_THROTTLE_MB_S:g} MB/s"
+            started, seconds = rebuild["at"].timestamp(), rebuild["duration_ms"] / 1000
+            # every byte the rebuilt broker holds came through its follower quota, which
+            # starts with one second of credit
+            holds_mb = float(rebuild["detail"].split("holding ")[1].split(" MB")[0])
+            assert seconds >= (holds_mb - REBUILD_THROTTLE_MB_S) / REBUILD_THROTTLE_MB_S - 0.5, (
+                run_dir,
+                holds_mb,
+                seconds,
+            )
+            # the throttle goes on after the kill, once the traffic runs
+            rebuilds.append((kill["at"].timestamp(), started, started + seconds))
+        sampled = [
+            (moment, throttled)
+            for (moment, name, _), throttled in zip(
+                command_run.watcher.samples, command_run.watcher.throttled, strict=True
+            )
+            if name == cluster
+        ]
+        during = [t for moment, t in sampled if rebuilds[0][1] + 0.5 < moment < rebuilds[0][2]]
+        between = [t for moment, t in sampled if rebuilds[0][2] + 1 < moment < rebuilds[1][0]]
+        assert during and all(during), f"{cluster}: the throttle was not set during the rebuild"
+        assert between and not any(between), f"{cluster}: the throttle stayed after the rebuild"
 
 
 @dataclass

@@ -153,6 +153,9 @@ def test_overrides_change_only_what_they_name():
     assert (sized.segment_bytes, sized.local_retention_bytes) == (65536, 131072)
     assert clusters.topic_config(sized, tiered=True)["local.retention.bytes"] == "131072"
     assert profiles.with_overrides(small, rebuild_timeout_s=60).rebuild_timeout_s == 60
+    assert small.rebuild_throttle_mb_s is None  # the design's case 3 ran unthrottled
+    throttled = profiles.with_overrides(small, scale=0.5, rebuild_throttle_mb_s=4)
+    assert throttled.rebuild_throttle_mb_s == 4  # a rate of its own, not scaled
     # the history goes in before local retention starts (load_history sets it afterwards)
     assert "local.retention.bytes" not in clusters.topic_config(sized, tiered=True, loading=True)
 
@@ -189,6 +192,19 @@ def test_the_command_line_reaches_the_cases():
     assert (args.profile, args.out, args.cases, args.seed) == ("small", "runs/ts", ["rebuild"], 0)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["perf", "tiered-storage", "--profile", "huge", "--out", "x"])
+    throttled = build_parser().parse_args(
+        ["perf", "tiered-storage", "--out", "x", "--rebuild-throttle", "2.5"]
+    )
+    assert throttled.rebuild_throttle == 2.5
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "nan", "inf", "fast"])
+def test_a_rebuild_throttle_that_is_not_a_rate_is_refused_by_name(rate, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(
+            ["perf", "tiered-storage", "--out", "x", "--rebuild-throttle", rate]
+        )
+    assert f"--rebuild-throttle: {rate!r} is not a rate in MB/s above 0" in capsys.readouterr().err
 
 
 def records(data: bytes) -> list[tuple[bytes | None, bytes, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -214,6 +215,17 @@ def _add_tiered_storage(actions) -> None:
         help="seconds to wait for a rebuild, and for the history to settle (override)",
     )
     command.add_argument(
+        "--rebuild-throttle",
+        type=_positive_rate,
+        metavar="MB_PER_S",
+        help=(
+            "case 3 under KIP-73's replication throttle: this rate on every broker "
+            "(leader.replication.throttled.rate and follower.replication.throttled.rate) for "
+            "the rebuilding replicas, which are the only ones out of the ISR; default: "
+            "unthrottled, as the design ran"
+        ),
+    )
+    command.add_argument(
         "--cases", nargs="+", choices=list(CASES), default=list(CASES), help="default: all"
     )
     command.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
@@ -222,6 +234,16 @@ def _add_tiered_storage(actions) -> None:
         "--dir", help="keep the clusters' files here (default: a temporary directory, removed)"
     )
     command.set_defaults(run=run_tiered_storage)
+
+
+def _positive_rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = 0.0
+    if not (math.isfinite(rate) and rate > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate in MB/s above 0")
+    return rate
 
 
 def run_tiered_storage(args: argparse.Namespace) -> int:
@@ -238,6 +260,7 @@ def run_tiered_storage(args: argparse.Namespace) -> int:
         args.segment_bytes,
         args.local_retention_bytes,
         args.rebuild_timeout,
+        args.rebuild_throttle,
     )
     profile = profiles.with_overrides(profiles.PROFILES[args.profile], *overrides)
     settings = runner.Settings(

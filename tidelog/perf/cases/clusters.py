@@ -17,6 +17,7 @@ from tidelog.controller import topics, zookeeper
 from tidelog.perf.cases.profiles import MB, Profile
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.records.format import Codec
+from tidelog.replication import throttle
 
 TOPIC = "tiered-storage"
 REPLICATION_FACTOR = 3
@@ -116,6 +117,24 @@ def replicas_caught_up(cluster: LocalCluster) -> bool:
     return bool(ends) and all(
         len(offsets) == REPLICATION_FACTOR and len(set(offsets)) == 1 for offsets in ends.values()
     )
+
+
+def set_rebuild_throttle(cluster: LocalCluster, mb_per_s: float | None) -> None:
+    """KIP-73's throttle on the topic's replicas out of the ISR (the rebuilding ones: a replica
+    in sync is never throttled), ``mb_per_s`` on every broker, as kafka-configs.sh sets it;
+    None removes it."""
+    rate = None if mb_per_s is None else str(int(mb_per_s * MB))
+    replicas = None if mb_per_s is None else "*"
+    with zookeeper.session(cluster.zookeeper) as client:
+        for broker_id in cluster.broker_ids:
+            zookeeper.change_broker_config(
+                client, broker_id, {throttle.LEADER_RATE: rate, throttle.FOLLOWER_RATE: rate}
+            )
+        topics.alter_topic_config(
+            client,
+            TOPIC,
+            {throttle.LEADER_REPLICAS: replicas, throttle.FOLLOWER_REPLICAS: replicas},
+        )
 
 
 def set_local_retention(cluster: LocalCluster, profile: Profile) -> None:

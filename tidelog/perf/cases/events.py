@@ -14,7 +14,12 @@ from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.controller import zookeeper
-from tidelog.perf.cases.clusters import BROKER_OVERRIDES, TOPIC, local_bytes
+from tidelog.perf.cases.clusters import (
+    BROKER_OVERRIDES,
+    TOPIC,
+    local_bytes,
+    set_rebuild_throttle,
+)
 from tidelog.perf.cases.profiles import MB, Profile
 from tidelog.perf.readers import Reader, ReaderSettings
 
@@ -147,11 +152,27 @@ async def kill_and_wipe(context: RunContext) -> None:
 
 async def restart_and_rebuild(context: RunContext) -> None:
     """The wiped broker starts; the rebuild lasts until it is in the ISR of every partition it
-    holds (read from ZooKeeper), and only then is its event recorded."""
+    holds (read from ZooKeeper), and only then is its event recorded. With the profile's
+    rebuild throttle, KIP-73's throttle holds the rebuild to it, and is removed after."""
     cluster, broker_id = context.cluster, context.rebuilt_broker
     assert broker_id is not None, "kill_and_wipe runs before the traffic"
+    throttle_mb_s = context.profile.rebuild_throttle_mb_s
+    if throttle_mb_s is not None:
+        await asyncio.to_thread(set_rebuild_throttle, cluster, throttle_mb_s)
+    try:
+        await _rebuild(context, cluster, broker_id)
+    finally:
+        if throttle_mb_s is not None:
+            await asyncio.to_thread(set_rebuild_throttle, cluster, None)
+
+
+async def _rebuild(context: RunContext, cluster: LocalCluster, broker_id: int) -> None:
     started_at = time.time()
-    context.record(rundata.Event(started_at, "broker_start", f"broker {broker_id}", None, "empty"))
+    throttle_mb_s = context.profile.rebuild_throttle_mb_s
+    throttled = "" if throttle_mb_s is None else f", throttled to {throttle_mb_s:g} MB/s"
+    context.record(
+        rundata.Event(started_at, "broker_start", f"broker {broker_id}", None, "empty" + throttled)
+    )
     await asyncio.to_thread(cluster.start_broker, broker_id)
     deadline = time.monotonic() + context.profile.rebuild_timeout_s
     last_progress = time.monotonic()
@@ -181,7 +202,7 @@ async def restart_and_rebuild(context: RunContext) -> None:
             f"broker {broker_id}",
             (back_at - started_at) * 1000,
             f"broker {broker_id} back in every ISR of {TOPIC} after {back_at - started_at:.1f} s, "
-            f"holding {holds / MB:.1f} MB on its disk",
+            f"holding {holds / MB:.1f} MB on its disk{throttled}",
         )
     )
 

@@ -36,6 +36,9 @@ class Profile:
     segment_bytes: int
     local_retention_bytes: int
     rebuild_timeout_s: float
+    # KIP-73's replication throttle on the rebuild, in MB/s per broker (None: unthrottled, as
+    # the design's case 3 ran)
+    rebuild_throttle_mb_s: float | None = None
 
 
 PROFILES: dict[str, Profile] = {
@@ -129,10 +132,11 @@ def with_overrides(
     segment_bytes: int | None = None,
     local_retention_bytes: int | None = None,
     rebuild_timeout_s: float | None = None,
+    rebuild_throttle_mb_s: float | None = None,
 ) -> Profile:
     """The profile with the command line's --duration, --history-mb-per-broker, --partitions,
-    --segment-bytes, --local-retention-bytes, --rebuild-timeout and --scale (a factor on every
-    rate: the producers' and the catching-up consumers')."""
+    --segment-bytes, --local-retention-bytes, --rebuild-timeout, --rebuild-throttle and --scale
+    (a factor on every rate: the producers' and the catching-up consumers', not the throttle)."""
     changes: dict[str, Any] = scaling(  # profile fields (ints or floats) and "scale"
         duration_s,
         history_mb,
@@ -141,6 +145,7 @@ def with_overrides(
         segment_bytes,
         local_retention_bytes,
         rebuild_timeout_s,
+        rebuild_throttle_mb_s,
     )
     factor = changes.pop("scale", None)
     profile = replace(profile, **changes)
@@ -162,6 +167,7 @@ def scaling(
     segment_bytes: int | None = None,
     local_retention_bytes: int | None = None,
     rebuild_timeout_s: float | None = None,
+    rebuild_throttle_mb_s: float | None = None,
 ) -> dict[str, float]:
     """The overrides given, by the profile field they change (``scale`` by itself)."""
     given = {
@@ -172,5 +178,6 @@ def scaling(
         "segment_bytes": segment_bytes,
         "local_retention_bytes": local_retention_bytes,
         "rebuild_timeout_s": rebuild_timeout_s,
+        "rebuild_throttle_mb_s": rebuild_throttle_mb_s,
     }
     return {name: value for name, value in given.items() if value is not None}
