@@ -24,8 +24,9 @@ NOT_HERE += (
     "tidelog scenario replication --netns",
     "tidelog scenario replication --failure disk_",
 )
-# The compose cluster's section needs a Docker engine and the images: tests/containers runs
-# what its examples do.
+# The compose cluster's section, and a scenario on one elsewhere, need a Docker engine and the
+# images: tests/containers runs what their examples do.
+NOT_HERE += ("tidelog scenario replication --compose",)
 NOT_HERE_SECTIONS = ("## Containers",)
 
 

@@ -119,7 +119,9 @@ def _add_replication(kinds) -> None:
         help=(
             "run on a compose cluster of its own (three brokers from --compose-file, removed "
             "afterwards), faults injected through the engine: docker kill -s KILL, docker "
-            "pause, docker stop/start, and network_partition (docker network disconnect)"
+            "pause, docker stop/start, network_partition and partition (docker network "
+            "disconnect); partition_zookeeper, partition_one_way, partition_halves and degraded "
+            "by rules in the containers' network namespaces (needs root)"
         ),
     )
     replication.add_argument(

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from tidelog.cluster import disks, netfaults, power
 from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.container_network import ContainerNetwork
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
-from tidelog.cluster.netns import ZOOKEEPER, ClusterNetwork, member_name
+from tidelog.cluster.netns import member_name
 from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
@@ -41,7 +42,8 @@ FAILURES = (
     "disk_full",
     "disk_errors",
 )
-# Failures between the members of a cluster in network namespaces (cluster up --netns).
+# Failures between the members of a cluster in network namespaces (cluster up --netns), or of
+# a compose cluster's containers.
 NETWORK_FAILURES = (
     "partition",
     "partition_zookeeper",
@@ -116,12 +118,14 @@ class LinkSettings:
     loss: float = 0.05
 
 
-def network_of(cluster: Cluster, failure: str) -> ClusterNetwork:
-    network = cluster.network if isinstance(cluster, LocalCluster) else None
+def network_of(cluster: Cluster, failure: str) -> netfaults.FaultNetwork:
+    if isinstance(cluster, ComposeCluster):
+        return ContainerNetwork(cluster)
+    network = cluster.network
     if network is None:
         raise ClusterError(
             f"{failure} needs a local cluster in network namespaces ('cluster up --netns', or "
-            "the scenario's --netns)"
+            "the scenario's --netns), or a compose cluster (--compose)"
         )
     return network
 
@@ -145,13 +149,13 @@ def inject_network(
         if failure == "partition":
             done = netfaults.cut(network, member)
         elif failure == "partition_zookeeper":
-            done = netfaults.cut(network, member, [ZOOKEEPER])
+            done = netfaults.cut(network, member, network.zookeepers)
         elif failure == "partition_one_way":
             done = netfaults.cut_one_way(network, member, others)
         elif failure == "partition_halves":
             # the target with ZooKeeper and as many brokers as make up half, the rest apart
             side = [member, *others[: len(cluster.broker_ids) // 2 - 1]]
-            done = netfaults.split(network, [*side, ZOOKEEPER], others[len(side) - 1 :])
+            done = netfaults.split(network, [*side, *network.zookeepers], others[len(side) - 1 :])
         elif failure == "degraded":
             done = netfaults.degrade(network, member, link.rate, link.loss)
         else:

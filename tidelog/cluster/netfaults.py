@@ -1,8 +1,10 @@
-"""Network faults between the members of a cluster in namespaces (netns.py): iptables rules and
-tc qdiscs inside a member's namespace and on its veth, after Trogdor's NetworkPartitionFault and
-DegradedNetworkFault.
+"""Network faults between the members of a cluster: iptables rules and tc qdiscs inside a
+member's network namespace and on the host's end of its veth, after Trogdor's
+NetworkPartitionFault and DegradedNetworkFault. The members are a local cluster's namespaces
+(netns.py) or a compose project's containers (container_network.py).
 
-Every fault is written into network.json before its first rule goes in, and ``heal`` removes
+Every fault is written into the cluster's record (network.json, network-faults.json) before its
+first rule goes in, and ``heal`` removes
 every rule and qdisc of every member a recorded fault touched: all rules in a member's namespace
 are the cluster's own (it made the namespace), so healing flushes them. A killed command leaves
 its faults recorded; ``heal`` (or removing the namespaces, ``cluster down``) undoes them.
@@ -15,8 +17,30 @@ would add a Python process's own scheduling to every packet it holds.
 from __future__ import annotations
 
 import subprocess
+from typing import Protocol
 
-from tidelog.cluster.netns import ClusterNetwork, NetworkError
+from tidelog.cluster.netns import NetworkError
+
+
+class FaultNetwork(Protocol):
+    """What the faults need of a cluster's network: a local cluster's namespaces
+    (netns.ClusterNetwork) or a compose project's containers (container_network.py). Members
+    are named ``zookeeper`` and ``broker-N``; every member's namespace is the cluster's own, so
+    its rules are the faults' only."""
+
+    faults: list[dict]
+
+    @property
+    def zookeepers(self) -> list[str]: ...
+
+    def command(self, member: str, argv: list[str]) -> list[str]: ...
+
+    def address(self, member: str) -> str: ...
+
+    def host_link(self, member: str) -> str: ...
+
+    def save(self) -> None: ...
+
 
 # tbf's bucket: enough for a few full-size packets at any rate, so a low rate still passes
 # them, and a queue of at most this long before tbf drops (a slow link, not a dead one).
@@ -30,16 +54,16 @@ def _run(argv: list[str], check: bool = True) -> None:
         raise NetworkError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
 
 
-def _iptables(network: ClusterNetwork, member: str, *rule: str) -> None:
+def _iptables(network: FaultNetwork, member: str, *rule: str) -> None:
     _run(network.command(member, ["iptables", "-w", "-A", *rule]))
 
 
-def _record(network: ClusterNetwork, kind: str, members: list[str], summary: str) -> None:
+def _record(network: FaultNetwork, kind: str, members: list[str], summary: str) -> None:
     network.faults.append({"kind": kind, "members": sorted(set(members)), "summary": summary})
     network.save()
 
 
-def cut(network: ClusterNetwork, member: str, peers: list[str] | None = None) -> str:
+def cut(network: FaultNetwork, member: str, peers: list[str] | None = None) -> str:
     """Drops every packet between ``member`` and ``peers`` (members' names), both ways; with no
     peers, between ``member`` and anyone (the host's clients too)."""
     what = "everyone" if peers is None else ", ".join(peers)
@@ -54,7 +78,7 @@ def cut(network: ClusterNetwork, member: str, peers: list[str] | None = None) ->
     return summary
 
 
-def cut_one_way(network: ClusterNetwork, source: str, destinations: list[str]) -> str:
+def cut_one_way(network: FaultNetwork, source: str, destinations: list[str]) -> str:
     """Drops the packets ``source`` sends to each of ``destinations``; theirs still arrive."""
     summary = f"packets from {source} to {', '.join(destinations)} dropped (not back)"
     _record(network, "one_way", [source], summary)
@@ -63,7 +87,7 @@ def cut_one_way(network: ClusterNetwork, source: str, destinations: list[str]) -
     return summary
 
 
-def split(network: ClusterNetwork, side: list[str], other_side: list[str]) -> str:
+def split(network: FaultNetwork, side: list[str], other_side: list[str]) -> str:
     """Two groups that reach no one of the other group; both still reach the host."""
     summary = f"{', '.join(side)} | {', '.join(other_side)}"
     _record(network, "split", side, summary)
@@ -74,7 +98,7 @@ def split(network: ClusterNetwork, side: list[str], other_side: list[str]) -> st
     return summary
 
 
-def degrade(network: ClusterNetwork, member: str, rate: str, loss: float) -> str:
+def degrade(network: FaultNetwork, member: str, rate: str, loss: float) -> str:
     """The member's link, both ways, limited to ``rate`` (tc's units: 1mbit, 500kbit) with a
     token bucket, and each packet dropped with probability ``loss`` (iptables statistic)."""
     if not 0 <= loss < 1:
@@ -105,11 +129,15 @@ def degrade(network: ClusterNetwork, member: str, rate: str, loss: float) -> str
     return summary
 
 
-def heal(network: ClusterNetwork) -> list[str]:
+def heal(network: FaultNetwork) -> list[str]:
     """Removes every rule and qdisc of the members the recorded faults touched; returns the
     summaries of the faults undone."""
     members = sorted({member for fault in network.faults for member in fault["members"]})
     for member in members:
+        try:
+            network.command(member, [])
+        except NetworkError:
+            continue  # a container that stopped: its namespace, and all in it, went with it
         for chain in ("INPUT", "OUTPUT"):
             _run(network.command(member, ["iptables", "-w", "-F", chain]))
         # no qdisc of ours there: tc says so, and that is fine
@@ -121,7 +149,7 @@ def heal(network: ClusterNetwork) -> list[str]:
     return undone
 
 
-def rules(network: ClusterNetwork, member: str) -> list[str]:
+def rules(network: FaultNetwork, member: str) -> list[str]:
     """The iptables rules in the member's namespace (``iptables -S``, policies left out)."""
     done = subprocess.run(
         network.command(member, ["iptables", "-w", "-S"]), capture_output=True, text=True
@@ -129,7 +157,7 @@ def rules(network: ClusterNetwork, member: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if not line.startswith("-P ")]
 
 
-def qdiscs(network: ClusterNetwork, member: str) -> list[str]:
+def qdiscs(network: FaultNetwork, member: str) -> list[str]:
     """Non-default qdiscs on the member's two veth ends."""
     found = []
     for argv in (

@@ -142,6 +142,10 @@ class ClusterNetwork:
         return str(ipaddress.ip_network(self.subnet)[_host_number(member)])
 
     @property
+    def zookeepers(self) -> list[str]:
+        return [ZOOKEEPER]
+
+    @property
     def host_address(self) -> str:
         return str(ipaddress.ip_network(self.subnet)[1])
 

@@ -1,0 +1,86 @@
+"""The members of a compose project as the network faults (netfaults.py) act on them: each
+container's network namespace, entered from the host with ``nsenter`` through the container's
+process, its end of the veth pair (``eth0``) and the host's end on the engine's bridge.
+
+The rules and qdiscs go in with the host's own ``iptables`` and ``tc`` (only the network
+namespace is the container's), so the images need neither. All rules in a container's namespace
+are the fault's own: the engine writes its NAT and forwarding rules in the host's namespace, not
+in the container's. Every fault is recorded in ``network-faults.json`` in the cluster's directory
+before its first rule goes in; ``heal`` undoes what is recorded, and removing the containers
+(``cluster down``) removes their namespaces and veth pairs with everything in them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.netns import ZOOKEEPER, NetworkError
+from tidelog.files import replace_text
+
+FAULTS_FILE = "network-faults.json"
+ENSEMBLE_MEMBERS = (ZOOKEEPER, "zookeeper-2", "zookeeper-3")  # compose.yaml's ensemble profile
+PEER_INDEX = re.compile(r"^\d+: eth0@if(\d+):")
+
+
+class ContainerNetwork:
+    """The network of one compose project, its members named as its services (``zookeeper``,
+    ``broker-N``). ``faults`` is what network-faults.json holds: the faults injected and not
+    yet healed."""
+
+    def __init__(self, cluster: ComposeCluster) -> None:
+        self.cluster = cluster
+        self.path = cluster.directory / FAULTS_FILE
+        self.faults: list[dict] = (
+            json.loads(self.path.read_text())["faults"] if self.path.exists() else []
+        )
+
+    @property
+    def zookeepers(self) -> list[str]:
+        """The ZooKeeper members: the one server, or the ensemble's three."""
+        profiles = self.cluster.environment.get("COMPOSE_PROFILES", "").split(",")
+        return list(ENSEMBLE_MEMBERS) if "ensemble" in profiles else [ZOOKEEPER]
+
+    def _inspect(self, member: str) -> dict:
+        return self.cluster.inspect(member)
+
+    def command(self, member: str, argv: list[str]) -> list[str]:
+        """``argv`` run in the container's network namespace (and nothing else of it)."""
+        pid = self._inspect(member)["State"]["Pid"]
+        if not pid:
+            raise NetworkError(f"{member}: its container does not run, no namespace to enter")
+        return ["nsenter", f"--net=/proc/{pid}/ns/net", *argv]
+
+    def address(self, member: str) -> str:
+        """The container's address on the project's network."""
+        networks = self._inspect(member)["NetworkSettings"]["Networks"]
+        network = networks.get(self.cluster.network)
+        if not network or not network.get("IPAddress"):
+            raise NetworkError(f"{member} has no address on {self.cluster.network}")
+        return str(network["IPAddress"])
+
+    def host_link(self, member: str) -> str:
+        """The host's end of the container's veth pair: the link whose index the container's
+        ``eth0`` names as its peer."""
+        shown = _output(self.command(member, ["ip", "-o", "link", "show", "eth0"]))
+        found = PEER_INDEX.match(shown)
+        if found is None:
+            raise NetworkError(f"{member}: its eth0 is not one end of a veth pair ({shown!r})")
+        host = _output(["ip", "-o", "link", "show"])
+        for line in host.splitlines():
+            index, _, rest = line.partition(": ")
+            if index == found[1]:
+                return rest.split(":", 1)[0].split("@", 1)[0]
+        raise NetworkError(f"{member}: no link with index {found[1]} on the host")
+
+    def save(self) -> None:
+        replace_text(self.path, json.dumps({"faults": self.faults}, indent=2) + "\n")
+
+
+def _output(argv: list[str]) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise NetworkError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
