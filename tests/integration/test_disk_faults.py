@@ -100,3 +100,35 @@ def test_a_broker_whose_disk_writes_fail_halts_recovers_and_loses_nothing_acknow
     for broker_id in cluster_on_disk.broker_ids:
         environment = Path(f"/proc/{cluster_on_disk.broker(broker_id).pid}/environ").read_bytes()
         assert b"LD_PRELOAD" not in environment
+
+
+def test_a_leader_whose_disk_reads_fail_answers_with_an_error_keeps_serving_and_loses_nothing(
+    cluster_on_disk,
+):
+    """Kafka 0.10 answers a fetch whose read failed with an error code and goes on (only a
+    failed write or flush halts a broker): the followers and consumers fetch again, and once
+    the reads work every acknowledged message is read back."""
+    halts_before = halts(cluster_on_disk)
+    errors_before = read_errors(cluster_on_disk)
+    settings = ScenarioSettings(
+        "disk_errors",
+        "leader",
+        "0.10.0",
+        rate=200,
+        settle_seconds=1.0,
+        disk_errors=faults.DiskErrorSettings(("read",), probability=0.2),
+    )
+    topic, report = asyncio.run(run_scenario(cluster_on_disk, settings, progress=lambda _: None))
+
+    assert report.ok, f"{topic}:\n{report.table()}"
+    assert report.acked > 200, report.table()
+    assert halts(cluster_on_disk) == halts_before
+    assert read_errors(cluster_on_disk) > errors_before
+
+
+def read_errors(cluster: LocalCluster) -> int:
+    """The brokers' logged EIO errors (errno 5, 'Input/output error')."""
+    return sum(
+        cluster.broker(b).log_path.read_text(errors="replace").count("Input/output error")
+        for b in cluster.broker_ids
+    )

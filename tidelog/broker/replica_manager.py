@@ -322,9 +322,17 @@ class ReplicaManager:
             and partition_log.log_start_offset <= offset < partition_log.local_log_start_offset
         ):
             raise RemoteReadNeeded(f"{topic}-{number} offset {offset}")
-        data = partition_log.read(
-            offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
-        )
+        try:
+            data = partition_log.read(
+                offset, max_bytes, max_offset=max_offset, min_one_message=min_one_message
+            )
+        except OSError as error:
+            # Kafka 0.10 answers the partition with the error and goes on (only a failed write
+            # or flush halts a broker); a read that fails later, as the answer is sent, closes
+            # the connection, as a failed transferTo does
+            raise KafkaError(
+                ErrorCode.UNKNOWN, f"{topic}-{number}: reading from offset {offset}: {error}"
+            ) from error
         return ReadResult(
             data.slice,
             partition_log.high_watermark,

@@ -3,6 +3,7 @@ recovery."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import shutil
@@ -327,7 +328,9 @@ def disk_full(
 
 # libfiu's failure points (Debian's fiu-utils) for a broker's disk operations: a broker reads and
 # writes its segments and indexes with pread and pwrite, which no socket uses, so failing them
-# fails the log dir's I/O and nothing else; fsync is the disk's alone too.
+# fails the log dir's I/O and nothing else; fsync is the disk's alone too. A fetch answer larger
+# than the broker copies (server.py's INLINE_SLICE_BYTES) goes out by sendfile, which libfiu does
+# not wrap: its reads by the kernel do not fail.
 DISK_ERROR_POINTS = {
     "write": "posix/io/rw/pwrite",
     "read": "posix/io/rw/pread",
@@ -379,7 +382,8 @@ def disk_errors(
     hold_s: float,
 ) -> str:
     """The broker restarted (cleanly) under libfiu's POSIX preload and, once every replica is
-    in sync again, its disk operations failed with EIO at ``settings.probability`` for up to
+    in sync again and it leads again what it led (a preferred election), its disk operations
+    failed with EIO at ``settings.probability`` for up to
     ``hold_s``: a failed write halts it (Kafka 0.10's answer). Then it starts again without
     the preload (stopped cleanly first if it did not halt), to recover."""
     if not isinstance(cluster, LocalCluster):
@@ -395,9 +399,12 @@ def disk_errors(
     prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"
     log_path = cluster.broker(broker_id).log_path
     halts_before = log_path.read_text(errors="replace").count(HALTED)
+    led = _led_by(cluster, topic, broker_id)
     cluster.stop_broker(broker_id)
     cluster.start_broker(broker_id, launcher=["fiu-run", "-x", "-f", str(prefix)])
     wait_for_full_isr(cluster, topic)
+    if led:
+        _lead_again(cluster, topic, broker_id, led)
     pid = cluster.broker(broker_id).pid
     assert pid is not None
 
@@ -426,6 +433,38 @@ def disk_errors(
     return (
         f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
         f"it {outcome}; restarted without the errors"
+    )
+
+
+def _led_by(cluster: Cluster, topic: str, broker_id: int) -> list[int]:
+    """The partitions of ``topic`` that ``broker_id`` leads and is the preferred replica of."""
+    metadata = _zookeeper_read(cluster, lambda zk: zookeeper.read_topic(zk, topic))
+    return sorted(
+        number
+        for number, state in metadata.states.items()
+        if state.leader == broker_id and metadata.assignment[number][0] == broker_id
+    )
+
+
+def _lead_again(cluster: Cluster, topic: str, broker_id: int, partitions: list[int]) -> None:
+    """A preferred leader election of ``partitions`` (as after a rolling restart), so that the
+    restarted broker serves reads again as the leader it was; waits until it leads them."""
+
+    def leads(zk) -> bool:
+        metadata = zookeeper.read_topic(zk, topic)
+        if metadata is None:
+            raise ClusterError(f"{topic} was deleted while broker {broker_id} restarted")
+        elsewhere = [p for p in partitions if metadata.states[p].leader != broker_id]
+        if elsewhere:
+            with contextlib.suppress(RuntimeError):  # one pending: the controller takes it
+                zookeeper.request_preferred_leader_election(zk, [(topic, p) for p in elsewhere])
+        return not elsewhere
+
+    wait_until(
+        lambda: _zookeeper_read(cluster, leads),
+        60,
+        f"broker {broker_id} to lead {topic} partitions {partitions} again",
+        interval=0.5,
     )
 
 
