@@ -34,7 +34,7 @@ def test_an_uncompressed_producer_to_an_lz4_topic_is_stored_as_lz4(cluster, new_
         [sys.executable, "-m", "tidelog.cli", "dump-log", str(segment)],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert "compresscodec: lz4" in dump
+    assert "compresscodec: LZ4" in dump
     assert [m.value for m in consume_all(cluster, topic)] == [v for _, v, _ in messages]
     read = kcat(cluster, "-C", "-t", topic, "-o", "beginning", "-c", "200", "-e", "-f", "%s\\n")
     assert read.splitlines() == [v.decode() for _, v, _ in messages]

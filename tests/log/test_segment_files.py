@@ -10,7 +10,13 @@ import pytest
 
 from tests.conftest import message_set
 from tests.records.test_format import read_with_kafka_python
-from tidelog.records.format import MESSAGE_SET_CODECS, iter_deep
+from tidelog.records.format import (
+    MESSAGE_SET_CODECS,
+    Codec,
+    Record,
+    build_message_set,
+    iter_deep,
+)
 
 
 @pytest.fixture
@@ -55,9 +61,11 @@ def test_dump_log_prints_every_message_and_inner_messages_on_request(written_log
     deep = tidelog("--deep-iteration", "--print-data-log", first)
 
     assert shallow.returncode == 0, shallow.stderr
-    assert "offset: 0 position: 0 magic: 1 compresscodec: none CreateTime:" in shallow.stdout
-    assert "compresscodec: gzip" in shallow.stdout and "isvalid: true" in shallow.stdout
-    assert deep.stdout.count("| offset:") == 6 * 3  # the inner messages of 3 wrappers
+    assert "offset: 0 position: 0 CreateTime:" in shallow.stdout
+    assert "compresscodec: GZIP" in shallow.stdout and "isvalid: true" in shallow.stdout
+    wrappers = shallow.stdout.count("compresscodec: ") - shallow.stdout.count("codec: NONE")
+    # each wrapper's 6 messages in its place
+    assert deep.stdout.count("offset:") == shallow.stdout.count("offset:") + wrappers * 5
     assert "key: key payload: AAAA" in deep.stdout
 
 
@@ -109,3 +117,49 @@ def test_dump_log_names_a_file_it_cannot_read(tmp_path):
 
     assert result.returncode == 1
     assert "missing.log" in result.stderr
+
+
+def test_v0_and_v1_messages_are_dumped_in_kafka_0_10_2s_words(tmp_path):
+    """DumpLogSegments of Kafka 0.10.2: offset, position, timestamp type and time, isvalid,
+    payloadsize, magic, the codec's constant, crc, then keysize only for a key; with
+    --print-data-log the key and payload that are not null (a wrapper's payload is its
+    compressed bytes, as Kafka's StringDecoder prints them); --deep-iteration puts a wrapper's
+    messages in its place, at its position."""
+    v0 = build_message_set([Record(None, b"zero")], magic=0)
+    v1 = build_message_set([Record(b"k", None, 1001)], magic=1, base_offset=1)
+    wrapper = build_message_set(
+        [Record(b"a", b"AA", 1002), Record(None, b"BB", 1003)],
+        magic=1,
+        codec=Codec.GZIP,
+        base_offset=2,
+    )
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(v0 + v1 + wrapper)
+
+    def crc(data: bytes) -> int:
+        return int.from_bytes(data[12:16], "big")
+
+    shallow = tidelog(str(path)).stdout.splitlines()
+    deep = tidelog("--deep-iteration", "--print-data-log", str(path)).stdout.splitlines()
+    inner = list(iter_deep(wrapper))
+
+    assert shallow[1:] == [
+        "Starting offset: 0",
+        f"offset: 0 position: 0 NoTimestampType: -1 isvalid: true payloadsize: 4 magic: 0 "
+        f"compresscodec: NONE crc: {crc(v0)}",
+        f"offset: 1 position: {len(v0)} CreateTime: 1001 isvalid: true payloadsize: -1 "
+        f"magic: 1 compresscodec: NONE crc: {crc(v1)} keysize: 1",
+        f"offset: 3 position: {len(v0) + len(v1)} CreateTime: 1003 isvalid: true "
+        f"payloadsize: {len(wrapper) - 34} magic: 1 compresscodec: GZIP crc: {crc(wrapper)}",
+    ]
+    assert deep[2:4] == [
+        shallow[2] + " payload: zero",
+        shallow[3] + " key: k",
+    ]
+    assert deep[4:] == [
+        f"offset: 2 position: {len(v0) + len(v1)} CreateTime: 1002 isvalid: true "
+        f"payloadsize: 2 magic: 1 compresscodec: NONE crc: {inner[0].crc} keysize: 1 key: a "
+        "payload: AA",
+        f"offset: 3 position: {len(v0) + len(v1)} CreateTime: 1003 isvalid: true "
+        f"payloadsize: 2 magic: 1 compresscodec: NONE crc: {inner[1].crc} payload: BB",
+    ]

@@ -248,6 +248,14 @@ def format_dump(dump: dict) -> list[str]:
     if dump["kind"] == "log":
         lines.append(f"Starting offset: {dump['base_offset']}")
         for message in dump["messages"]:
+            if message["magic"] < 2 and "inner" in message:
+                # Kafka 0.10's --deep-iteration: a wrapper's messages in its place, each at the
+                # wrapper's position
+                lines += [
+                    _format_message({**inner, "position": message["position"]}, "")
+                    for inner in message["inner"]
+                ]
+                continue
             lines.append(_format_message(message, ""))
             for inner in message.get("inner", []):
                 lines.append(_format_message(inner, "| "))
@@ -267,15 +275,21 @@ def _format_message(message: dict, prefix: str) -> str:
         return prefix + _format_batch(message)
     if "header_keys" in message:
         return prefix + _format_record(message)
+    # a v0/v1 message, in Kafka 0.10.2's words and order: the key size only for a key, and
+    # with --print-data-log the key and payload that are not null
     text = (
         f"{prefix}offset: {message['offset']} position: {message['position']} "
-        f"magic: {message['magic']} compresscodec: {message['codec']} "
         f"{message['timestamp_type']}: {message['timestamp']} "
-        f"keysize: {message['key_size']} valuesize: {message['value_size']} "
-        f"crc: {message['crc']} isvalid: {str(message['crc_valid']).lower()}"
+        f"isvalid: {str(message['crc_valid']).lower()} payloadsize: {message['value_size']} "
+        f"magic: {message['magic']} compresscodec: {message['codec'].upper()} "
+        f"crc: {message['crc']}"
     )
-    if "key" in message:
-        text += f" key: {message['key']} payload: {message['value']}"
+    if message["key_size"] >= 0:
+        text += f" keysize: {message['key_size']}"
+    if message.get("key") is not None:
+        text += f" key: {message['key']}"
+    if message.get("value") is not None:
+        text += f" payload: {message['value']}"
     return text
 
 
