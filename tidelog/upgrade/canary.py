@@ -241,6 +241,12 @@ class CanaryRun:
             if step is None:
                 return f"broker {self.broker_id} is not a canary: it runs {FORMAT_KEY}={mine}"
             others_new = [b for b, f in formats.items() if f != step.old and b != self.broker_id]
+            if others_new and all(formats[b] == mine for b in formats):
+                return (
+                    f"broker {self.broker_id} is not a canary: every broker runs {FORMAT_KEY}="
+                    f"{mine} (a rollback takes back one canary, on a cluster whose other brokers "
+                    "run the format before it)"
+                )
             if others_new:
                 return (
                     f"broker {others_new[0]} runs {FORMAT_KEY}={formats[others_new[0]]} too: a "
@@ -769,7 +775,7 @@ def re_replicate(run: CanaryRun) -> str:
         for _, magic in checks.entries(path)
         if magic == step.new_magic
     )
-    journal.data["re_replicated"] = {"entries": copied, "new_format_entries": new_left}
+    journal.data["re_replicated"] = {"messages": copied, "new_format_entries": new_left}
     journal.save()
     return (
         f"broker {run.broker_id} is back in every ISR; it re-replicated {copied} entries of "
