@@ -3,11 +3,15 @@
 on format 2.1 and takes it back, under load from 0.9- and 0.10-era kafka-python clients (Fetch
 v1 and v2: neither reads v2 batches). The rollback cannot un-write the v2 batches the canary
 wrote: they stay on every replica, and the old consumers go on reading them down-converted;
-new messages are v1 again. Then `scenario upgrade --from 0.10.0 --to 2.1` end to end."""
+new messages are v1 again. Then kafkajs (a client of the v2 era) across phase 2 of the same
+cluster, and `scenario upgrade --from 0.10.0 --to 2.1` end to end."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +38,8 @@ PHASE_ONE_OF_2_1_DONE = {
     "log.message.format.version": "0.10.0",
 }
 TOPICS = {"old": "v2-canary-old", "new": "v2-canary-new"}  # Load's eras: (0, 9), (0, 10, 0)
+ROOT = Path(__file__).resolve().parents[2]
+KAFKAJS = ROOT / ".venv" / "node_modules"  # make install puts kafkajs there
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +115,49 @@ def test_a_v2_canary_rolled_back_leaves_its_batches_readable_by_old_consumers(cl
     nothing_lost(load)  # both old consumers read the v2 batches too, down-converted
     again = command("upgrade", "rollback", str(CANARY), "--dir", directory)
     assert again.returncode == 2 and "broker 2 is not a canary" in again.stderr
+
+
+def kafkajs(cluster: LocalCluster, topic: str, count: int, headers: bool) -> dict:
+    """kafkajs_roundtrip.js: ``count`` records (with a header each if ``headers``) sent with
+    acks=all, then read back by a consumer group from the beginning."""
+    assert (KAFKAJS / "kafkajs").is_dir(), f"no kafkajs in {KAFKAJS}: run make install"
+    result = subprocess.run(
+        [
+            "node", str(Path(__file__).with_name("kafkajs_roundtrip.js")),
+            cluster.bootstrap_servers, topic, str(count), "1" if headers else "0",
+        ],
+        capture_output=True, text=True, timeout=90, check=False,
+        env={**os.environ, "NODE_PATH": str(KAFKAJS)},
+    )  # fmt: skip
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_kafkajs_headers_are_refused_before_phase_2_and_kept_after_it(cluster):
+    """Between the phases the brokers' format is 0.10.0: a record with headers cannot be
+    down-converted, so it is refused (UNSUPPORTED_FOR_MESSAGE_FORMAT) and nothing is dropped
+    silently; after phase 2 the same topic (no format of its own) takes batches with headers."""
+    topic = "kafkajs-upgrade"
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, topic, 2, 3, {"min.insync.replicas": "2"})
+    assert kafkajs(cluster, topic, 5, headers=True)["error"] == "UNSUPPORTED_FOR_MESSAGE_FORMAT"
+    assert kafkajs(cluster, topic, 5, headers=False)["read"]  # v2 batches stored as v1
+
+    upgrade = command("upgrade", "run", "--dir", str(cluster.directory), "--to", "2.1")
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert json.loads(upgrade.stdout.splitlines()[-1])["phase_seconds"].keys() == {
+        "phase 2: format 2.1"
+    }
+
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, f"{topic}-after", 2, 3, {"min.insync.replicas": "2"})
+    answer = kafkajs(cluster, f"{topic}-after", 6, headers=True)
+    assert sorted(r["value"] for r in answer["read"]) == [f"kafkajs-{n}" for n in range(6)]
+    assert all(r["headers"] == {"trace": "t" + r["value"][7:]} for r in answer["read"])
+    # the first topic takes them too: its log goes on from v1 messages to v2 batches
+    mixed = kafkajs(cluster, topic, 3, headers=True)
+    assert "error" not in mixed and len(mixed["read"]) >= 3
+    magics = [m for number in range(2) for m in magics_on_disk(cluster, 1, topic, number)]
+    assert set(magics) == {1, 2}
 
 
 def test_an_upgrade_from_0_10_0_to_2_1_under_load_keeps_every_message(tmp_path):
