@@ -26,6 +26,8 @@ $(STAMP): pyproject.toml setup.py tidelog/log/_entry_walk.c tidelog/records/_rec
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	# kafkajs, a JavaScript client of the v2 era, for tests/integration/test_upgrade_v2.py
+	npm install --prefix $(VENV) --no-audit --no-fund --silent kafkajs@2.2.4
 	touch $(STAMP)
 
 lint: install

@@ -275,11 +275,23 @@ def test_a_0_9_0_broker_keeps_every_topic_at_format_v0():
     assert LogConfig.from_topic_config({"message.format.version": "0.10.0"}, new).magic == 1
 
 
-def test_format_v2_is_a_topics_choice_where_tidelog_can_keep_it():
+def test_a_broker_on_format_v2_keeps_compacted_and_tiered_topics_at_v1():
+    from tidelog.log.config import LogConfig
+
     release_2_1 = {"broker.id": "1", "broker.protocol.max.version": "2.1"}
-    with pytest.raises(ConfigError, match="^log.message.format.version: '2.1' is not allowed as"):
-        broker_config({**release_2_1, "log.message.format.version": "2.1"})
     assert broker_config(release_2_1)["log.message.format.version"] == "0.10.0"
+    broker = broker_config(
+        {**release_2_1, "inter.broker.protocol.version": "2.1", "log.message.format.version": "2.1"}
+    )
+    assert LogConfig.from_topic_config({}, broker).magic == 2
+    # __consumer_offsets is one of these: the cleaner rewrites v0/v1 entries only
+    assert LogConfig.from_topic_config({"cleanup.policy": "compact"}, broker).magic == 1
+    assert LogConfig.from_topic_config({"cleanup.policy": "compact,delete"}, broker).magic == 1
+    explicit = {"cleanup.policy": "compact", "message.format.version": "0.9.0"}
+    assert LogConfig.from_topic_config(explicit, broker).magic == 0
+
+
+def test_format_v2_is_a_topics_choice_where_tidelog_can_keep_it():
     check_format_supported(parse_config({"message.format.version": "2.1"}, TOPIC_KEYS))
     for refused, why in (
         ({"cleanup.policy": "compact"}, "cleanup.policy=compact"),

@@ -677,14 +677,6 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             "producer, uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, a topic's "
             "choice: set compression.type=zstd on such a topic)"
         )
-    if MESSAGE_FORMAT_VERSIONS[message_format] >= 2:
-        # the broker's format is also that of __consumer_offsets, a compacted topic
-        raise ConfigError(
-            f"log.message.format.version: {message_format!r} is not allowed as the broker's "
-            "format yet; allowed: 0.9.0, 0.10.0 (set message.format.version 0.11.0 to 2.1 on a "
-            "topic: the broker's format is also __consumer_offsets', which is compacted, and "
-            "the log cleaner does not rewrite v2 record batches yet)"
-        )
     if MESSAGE_FORMAT_VERSIONS[message_format] > INTER_BROKER_PROTOCOLS[protocol][1]:
         first = next(
             v
@@ -696,6 +688,25 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             f"inter.broker.protocol.version={protocol}; allowed: a format up to the protocol's "
             f"(raise inter.broker.protocol.version to {first} or later first)"
         )
+
+
+# where a topic that takes the broker's log.message.format.version is kept at v1 instead of v2:
+# the log cleaner and the remote tier rewrite and index v0/v1 entries only
+KEPT_AT_V1_FORMAT = "0.10.0"
+
+
+def topic_format(
+    broker_format: str, cleanup_policy: tuple[str, ...] | list[str], remote_storage: bool
+) -> str:
+    """The message format of a topic without its own message.format.version, on brokers of
+    ``broker_format``: the broker's, except that a compacted or remote-tiered topic (and so
+    ``__consumer_offsets``) stays at KEPT_AT_V1_FORMAT when the broker's is v2, until the cleaner
+    and the tier handle batches (an explicit v2 there is refused: check_format_supported)."""
+    if MESSAGE_FORMAT_VERSIONS[broker_format] >= 2 and (
+        "compact" in cleanup_policy or remote_storage
+    ):
+        return KEPT_AT_V1_FORMAT
+    return broker_format
 
 
 def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:

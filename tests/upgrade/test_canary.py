@@ -102,3 +102,40 @@ def test_unfinished_journals_come_first(tmp_path):
     runner = CanaryRun(cluster, "canary", 2, progress=lambda _: None)
     assert "an unfinished canary of broker 1" in runner.refusal()
     assert "`tidelog upgrade canary 1 --dir" in runner.refusal()
+
+
+PHASE_ONE_OF_2_1_DONE = {
+    "broker.protocol.max.version": "2.1",
+    "inter.broker.protocol.version": "2.1",
+    "log.message.format.version": "0.10.0",
+}
+
+
+def test_the_v1_to_v2_canary_needs_phase_1_of_the_upgrade_to_2_1(tmp_path):
+    settings = {b: dict(PHASE_ONE_OF_2_1_DONE) for b in (1, 2, 3)}
+    settings[3]["inter.broker.protocol.version"] = "0.10.0"
+    reason = refusal(cluster_dir(tmp_path, settings), "canary", 2)
+    assert reason is not None and reason.startswith("phase 1 is not done: broker 3 runs")
+    assert "on log.message.format.version=2.1 needs every broker on 2.1 code" in reason
+    assert "`tidelog upgrade plan --to 2.1`" in reason
+
+
+def test_a_v2_canary_is_rolled_back_to_v1_and_a_cluster_on_v2_has_no_canary(tmp_path):
+    settings = {b: dict(PHASE_ONE_OF_2_1_DONE) for b in (1, 2, 3)}
+    settings[2]["log.message.format.version"] = "2.1"
+    runner = CanaryRun(cluster_dir(tmp_path, settings), "rollback", 2, progress=print)
+    step = runner.format_step()
+    assert step is not None and (step.old, step.new) == ("0.10.0", "2.1")
+    assert runner._settings_refusal() is None
+    assert "broker 2 runs log.message.format.version=2.1: one canary at a time" in refusal(
+        runner.cluster, "canary", 3
+    )
+
+
+def test_a_cluster_on_v2_has_no_next_format_to_try(tmp_path):
+    settings = {b: {**PHASE_ONE_OF_2_1_DONE, "log.message.format.version": "2.1"} for b in (1, 2)}
+    reason = refusal(cluster_dir(tmp_path, settings), "canary", 2)
+    assert reason == (
+        "the cluster runs log.message.format.version=2.1: a canary starts from a cluster at one "
+        "of 0.9.0, 0.10.0"
+    )

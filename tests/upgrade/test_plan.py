@@ -46,7 +46,7 @@ def test_from_0_10_0_to_0_10_1_only_the_code_changes_pinned_to_what_runs():
 
 
 def test_an_unknown_target_is_refused_with_the_allowed_ones():
-    with pytest.raises(ValueError, match="allowed: 0.10.0, 0.10.1"):
+    with pytest.raises(ValueError, match="allowed: 0.10.0, 0.10.1, 2.1"):
         plan(brokers("0.9.0", "0.9.0", "0.9.0"), "0.11.0")
 
 
@@ -62,3 +62,36 @@ def test_a_cluster_mixing_formats_is_pinned_to_the_oldest():
 
 def test_brokers_of_a_newer_release_than_the_target_plan_nothing():
     assert plan(brokers("2.1", "2.1", "0.10.0"), "0.10.1") == []
+
+
+def test_from_0_10_0_to_2_1_the_protocol_goes_first_with_the_format_held():
+    """Kafka 0.11's upgrade notes: new code pinned, then inter.broker.protocol.version bumped
+    with log.message.format.version held, then the format once the consumers are upgraded."""
+    steps = plan(brokers("0.10.0", "0.10.0", "0.10.0"), "2.1")
+    assert [(s.phase, s.broker_id) for s in steps] == [
+        ("phase 1: new code, pinned", 1), ("phase 1: new code, pinned", 2),
+        ("phase 1: new code, pinned", 3),
+        ("phase 1: protocol 2.1", 1), ("phase 1: protocol 2.1", 2), ("phase 1: protocol 2.1", 3),
+        ("phase 2: format 2.1", 1), ("phase 2: format 2.1", 2), ("phase 2: format 2.1", 3),
+    ]  # fmt: skip
+    assert steps[0].settings == {
+        "broker.protocol.max.version": "2.1",
+        "inter.broker.protocol.version": "0.10.0",
+        "log.message.format.version": "0.10.0",
+    }
+    assert steps[3].settings == {"inter.broker.protocol.version": "2.1"}
+    assert steps[6].settings == {"log.message.format.version": "2.1"}
+    assert [s.format_after for s in steps] == [1] * 6 + [2] * 3
+
+
+def test_from_0_9_0_to_2_1_straight_through_and_from_0_10_on_2_1_code():
+    steps = plan(brokers("0.9.0", "0.9.0", "0.9.0"), "2.1")
+    assert [s.settings for s in steps[3::3]] == [
+        {"inter.broker.protocol.version": "2.1"},
+        {"log.message.format.version": "2.1"},
+    ]
+    assert [s.format_after for s in steps] == [0] * 6 + [2] * 3
+    # new code already rolled, protocol already bumped: only the format phase is left
+    assert [s.phase for s in plan(brokers("2.1", "2.1", "0.10.0"), "2.1")] == [
+        "phase 2: format 2.1"
+    ] * 3

@@ -294,15 +294,22 @@ def _add_upgrade(kinds) -> None:
 
     scenario = kinds.add_parser(
         "upgrade",
-        help="an upgrade run under load from 0.9- and 0.10-era clients, every message checked",
+        help="an upgrade run under load from clients of every era, every message checked",
         description=(
             "Starts a cluster at --from, produces acks=all from a v0-era (Produce v1) and a "
-            "v1-era (Produce v2) producer per codec, consumes with v0- and v1-era consumers, "
-            "runs `tidelog upgrade run` through every phase, then checks every acknowledged "
-            "message, the formats the consumers got, and /metrics."
+            "v1-era (Produce v2) producer per codec, and a v2-era one (Produce v3, record "
+            "batches) with --to 2.1, consumes with a consumer of each era (Fetch v1, v2, v4), "
+            "runs `tidelog upgrade run --to` through every phase, then checks every "
+            "acknowledged message, the formats the consumers got, and /metrics."
         ),
     )
     scenario.add_argument("--from", dest="start", default="0.9.0", choices=list(STARTS))
+    targets = sorted({t for _, ts in STARTS.values() for t in ts})
+    scenario.add_argument(
+        "--to",
+        choices=targets,
+        help="the target release (default: 0.10.0 from 0.9.0, 0.10.1 from 0.10.0)",
+    )
     scenario.add_argument(
         "--codecs", default="none,snappy,lz4", help=f"comma-separated, of {', '.join(CODECS)}"
     )
@@ -328,16 +335,18 @@ def run_upgrade(args: argparse.Namespace) -> int:
     unknown = [c for c in codecs if c not in CODECS]
     if unknown or not codecs:
         return fail("scenario upgrade", f"--codecs {args.codecs!r}: allowed: {', '.join(CODECS)}")
+    try:
+        scenario = UpgradeScenario(args.start, codecs, args.rate, to=args.to)
+    except ValueError as error:
+        return fail("scenario upgrade", str(error))
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-upgrade-")
     cluster = LocalCluster(directory)
     try:
-        print(f"starting 3 brokers at {args.start} in {directory}")
+        print(f"starting 3 brokers at {args.start} in {directory}, upgrading to {scenario.target}")
         cluster.up(
             3, overrides={**SCENARIO_OVERRIDES, **STARTS[args.start][0]}, progress=lambda _: None
         )
-        report = runtime.run(
-            run_upgrade_scenario(cluster, UpgradeScenario(args.start, codecs, args.rate))
-        )
+        report = runtime.run(run_upgrade_scenario(cluster, scenario))
     except ClusterError as error:
         return fail("scenario upgrade", f"{error}\n(the cluster's files are in {directory})")
     finally:

@@ -16,8 +16,9 @@ def add(commands) -> None:
         "upgrade",
         help="walk a local cluster through the message-format upgrade, one broker at a time",
         description=(
-            "The KIP-32 phases as one command: plan, run (resumable, with a journal); "
-            "canary and rollback of one broker on format v1."
+            "The phases of KIP-32 (to 0.10, format v1) and of Kafka 0.11's upgrade notes (to "
+            "2.1, format v2) as one command: plan, run (resumable, with a journal); canary and "
+            "rollback of one broker on the next format (v1 on a v0 cluster, v2 on a v1 one)."
         ),
     )
     actions = upgrade.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -34,13 +35,16 @@ def add(commands) -> None:
     for name, text in [
         (
             "canary",
-            "after phase 1, put one broker on log.message.format.version=0.10.0 (format v1), "
-            "its preferred leadership moved away first but for --leaders partitions",
+            "after phase 1, put one broker on the next log.message.format.version (0.10.0, "
+            "format v1, on a 0.9.0 cluster; 2.1, format v2, on a 0.10.0 one), its preferred "
+            "leadership moved away first but for --leaders partitions",
         ),
         (
             "rollback",
             "take a canary back: stop it, delete its copies of the partitions it led, set "
-            "0.9.0, restart it and let it re-replicate",
+            "the cluster's format (0.9.0 or 0.10.0) again, restart it and let it re-replicate; "
+            "what it wrote in the new format stays on every replica (v2 batches are "
+            "down-converted for fetchers older than Fetch v4)",
         ),
     ]:
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])

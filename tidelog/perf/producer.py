@@ -76,6 +76,24 @@ def repeated_message_set(
     return encode_entry(count - 1, wrapper)
 
 
+def repeated_batch(
+    payload: bytes, count: int, timestamp: int, codec: Codec, key: bytes | None = None
+) -> bytes:
+    """``count`` copies of one record as one v2 record batch (offset deltas 0..count-1, all
+    of ``timestamp``): the record is encoded once, each copy only its offset delta."""
+    record = encode_record(0, 0, key, payload, ())
+    _, start = read_varint(record, 0, len(record))
+    tail = record[start + 3 :]  # after attributes and the two zero deltas
+    body = bytearray()
+    for delta in range(count):
+        head = bytearray(b"\x00\x00")  # attributes, timestamp delta 0
+        write_varint(head, delta)
+        write_varint(body, len(head) + len(tail))
+        body += head
+        body += tail
+    return encode_batch_body(bytes(body), count, timestamp, codec)
+
+
 class MessageRing:
     """Encoded v1 entries of equal size, in a fixed order, to cut message sets from.
 

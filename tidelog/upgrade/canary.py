@@ -1,15 +1,25 @@
-"""`tidelog upgrade canary|rollback`: one broker tried on message format v1, and taken back.
+"""`tidelog upgrade canary|rollback`: one broker tried on the next message format, and taken back.
 
-Canary, after phase 1 (every broker on 0.10 code, inter.broker.protocol.version 0.10.0-IV0 or
-later, log.message.format.version 0.9.0): the canary keeps preferred leadership of at most
-``leaders`` partitions (the others get their replicas reordered so another broker comes first;
-no data moves), leadership goes to the preferred replicas, and the canary restarts with
-log.message.format.version=0.10.0. Messages appended afterwards to the partitions it leads are
-v1 on every replica (followers copy their leader's bytes); all others stay v0.
+Two format steps (FORMAT_STEPS), chosen by the format the whole cluster runs: v0 to v1 (0.9.0 to
+0.10.0, after phase 1 of the upgrade to 0.10: 0.10 code, inter.broker.protocol.version
+0.10.0-IV0 or later) and v1 to v2 (0.10.0 to 2.1, after phase 1 of the upgrade to 2.1: 2.1 code,
+inter.broker.protocol.version 2.1).
+
+Canary: it keeps preferred leadership of at most ``leaders`` partitions (the others get their
+replicas reordered so another broker comes first; no data moves), leadership goes to the
+preferred replicas, and the canary restarts with the new log.message.format.version. Messages
+appended afterwards to the partitions it leads are in the new format on every replica
+(followers copy their leader's bytes); all others stay in the old one. Compacted and tiered
+topics stay at v1 on a v2 broker (config.topic_format), topics with their own format keep it.
 
 Rollback, as the design has it: stop the canary, delete its copies of the partitions it led,
-set 0.9.0, restart, let it re-replicate from the new leaders; the replica order from before the
-canary is given back. New messages on it are v0 again.
+set the old format, restart, let it re-replicate from the new leaders; the replica order from
+before the canary is given back. New messages on it are in the old format again. What the
+canary wrote in the new format is not un-written: the other replicas hold the same bytes, so
+the canary copies them back, and they stay on every replica until retention removes them. For
+v2 that is safe because the broker keeps 2.1's code and protocol (a rollback takes back the
+format, not the code): it serves those v2 batches as they are to v2 fetchers (Fetch v4 and
+later) and down-converts them to v1 for older fetchers (Fetch v0-v3), as Kafka does.
 
 Both keep a journal (DIR/upgrade-canary.json): a step is written "started" before it acts and
 "done" after, and every step is safe to run again, so a run killed at any point is resumed by
@@ -28,14 +38,39 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
-from tidelog.config import BROKER_RELEASES, ConfigError, broker_config
+from tidelog.config import BROKER_RELEASES, MESSAGE_FORMAT_VERSIONS, ConfigError, broker_config
 from tidelog.controller import zookeeper
 from tidelog.upgrade import checks
-from tidelog.upgrade.plan import FORMAT_KEY, PROTOCOL_ORDER, read_settings
+from tidelog.upgrade.plan import FORMAT_KEY, FORMAT_ORDER, PROTOCOL_ORDER, read_settings
 from tidelog.upgrade.run import UpgradeFailed, cluster_state, unfinished_run, write_journal
 
 CANARY_JOURNAL = "upgrade-canary.json"
-V0_FORMAT, V1_FORMAT = "0.9.0", "0.10.0"
+
+
+@dataclass(frozen=True)
+class FormatStep:
+    """A canary's change of log.message.format.version, ``old`` to ``new``: every broker
+    must run release ``release`` or later with inter.broker.protocol.version ``protocol`` or
+    later (phase 1 of the upgrade to ``release``) before a canary may go to ``new``."""
+
+    old: str
+    new: str
+    release: str
+    protocol: str
+
+    @property
+    def old_magic(self) -> int:
+        return MESSAGE_FORMAT_VERSIONS[self.old]
+
+    @property
+    def new_magic(self) -> int:
+        return MESSAGE_FORMAT_VERSIONS[self.new]
+
+
+FORMAT_STEPS = (
+    FormatStep("0.9.0", "0.10.0", "0.10.0", "0.10.0-IV0"),
+    FormatStep("0.10.0", "2.1", "2.1", "2.1"),
+)
 DELETED_SUFFIX = ".rollback-delete"  # not topic-N: a log manager never loads it
 Partition = tuple[str, int]
 
@@ -182,44 +217,74 @@ class CanaryRun:
             f"{self.cluster.directory}` finishes it first"
         )
 
+    def format_step(self) -> FormatStep | None:
+        """The format step of this run: journaled by a run under way; else, for a canary,
+        the step whose old format every broker runs, and for a rollback the step whose new
+        format the broker runs (None: no step fits; _settings_refusal says why)."""
+        for journal in (self.journal, self.resumable()):
+            if journal is not None and "format_step" in journal.data:
+                return next(f for f in FORMAT_STEPS if f.new == journal.data["format_step"])
+        formats = {b.broker_id: b.message_format for b in read_settings(self.cluster)}
+        if self.kind == "rollback":
+            mine = formats[self.broker_id]
+            return next((f for f in FORMAT_STEPS if f.new == mine), None)
+        others = {f for b, f in formats.items() if b != self.broker_id}
+        return next((f for f in FORMAT_STEPS if others == {f.old}), None)
+
     def _settings_refusal(self) -> str | None:
         """From each broker's server.properties: phase 1 done, and one canary at most."""
         brokers = read_settings(self.cluster)
         formats = {b.broker_id: b.message_format for b in brokers}
         mine = formats[self.broker_id]
-        others_v1 = [b for b, f in formats.items() if f != V0_FORMAT and b != self.broker_id]
+        step = self.format_step()
         if self.kind == "rollback":
-            if mine != V1_FORMAT:
+            if step is None:
                 return f"broker {self.broker_id} is not a canary: it runs {FORMAT_KEY}={mine}"
-            if others_v1:
+            others_new = [b for b, f in formats.items() if f != step.old and b != self.broker_id]
+            if others_new and all(formats[b] == mine for b in formats):
                 return (
-                    f"broker {others_v1[0]} runs {FORMAT_KEY}={formats[others_v1[0]]} too: a "
-                    f"rollback takes back one canary on a cluster at format {V0_FORMAT}, not a "
+                    f"broker {self.broker_id} is not a canary: every broker runs {FORMAT_KEY}="
+                    f"{mine} (a rollback takes back one canary, on a cluster whose other brokers "
+                    "run the format before it)"
+                )
+            if others_new:
+                return (
+                    f"broker {others_new[0]} runs {FORMAT_KEY}={formats[others_new[0]]} too: a "
+                    f"rollback takes back one canary on a cluster at format {step.old}, not a "
                     "phase 2 under way"
                 )
             return None
+        if step is None:
+            others = {b: f for b, f in formats.items() if b != self.broker_id}
+            oldest = min(others.values(), key=FORMAT_ORDER.index)
+            newer = [b for b, f in others.items() if f != oldest]
+            if newer:
+                return (
+                    f"broker {newer[0]} runs {FORMAT_KEY}={others[newer[0]]}: one canary at a "
+                    f"time, on a cluster at format {oldest}"
+                )
+            return (
+                f"the cluster runs {FORMAT_KEY}={oldest}: a canary starts from a cluster at "
+                f"one of {', '.join(f.old for f in FORMAT_STEPS)}"
+            )
         not_new = [
             f"broker {b.broker_id} runs broker.protocol.max.version={b.release}, "
             f"inter.broker.protocol.version={b.protocol}"
             for b in brokers
-            if BROKER_RELEASES.index(b.release) < BROKER_RELEASES.index("0.10.0")
-            or PROTOCOL_ORDER.index(b.protocol) < PROTOCOL_ORDER.index("0.10.0-IV0")
+            if BROKER_RELEASES.index(b.release) < BROKER_RELEASES.index(step.release)
+            or PROTOCOL_ORDER.index(b.protocol) < PROTOCOL_ORDER.index(step.protocol)
         ]
         if not_new:
             return (
-                f"phase 1 is not done: {'; '.join(not_new)}. A canary needs every broker on "
-                "0.10 code with inter.broker.protocol.version 0.10.0-IV0 or later (phase 1 of "
-                "`tidelog upgrade plan --to 0.10.0`)"
+                f"phase 1 is not done: {'; '.join(not_new)}. A canary on {FORMAT_KEY}="
+                f"{step.new} needs every broker on {step.release} code with "
+                f"inter.broker.protocol.version {step.protocol} or later (phase 1 of "
+                f"`tidelog upgrade plan --to {step.release}`)"
             )
-        if mine != V0_FORMAT:
+        if mine != step.old:
             return (
                 f"broker {self.broker_id} is already on {FORMAT_KEY}={mine}: it is the canary "
                 f"already (`tidelog upgrade rollback {self.broker_id}` takes it back)"
-            )
-        if others_v1:
-            return (
-                f"broker {others_v1[0]} runs {FORMAT_KEY}={formats[others_v1[0]]}: one canary "
-                f"at a time, on a cluster at format {V0_FORMAT}"
             )
         return None
 
@@ -267,7 +332,17 @@ class CanaryRun:
                 raise CanaryRefused(reason)
             journal = self._new_journal()
             self.journal = journal
-            self._say(f"{self.kind} of broker {self.broker_id}: {len(self.steps)} steps")
+            change_of = self.format_step()
+            assert change_of is not None  # the refusal says why there is none
+            change = (
+                f"{change_of.old} to {change_of.new}"
+                if self.kind == "canary"
+                else f"{change_of.new} back to {change_of.old}"
+            )
+            self._say(
+                f"{self.kind} of broker {self.broker_id}, {FORMAT_KEY} {change}: "
+                f"{len(self.steps)} steps"
+            )
         else:
             self.journal = journal
             self._say(f"resuming the {self.kind} of broker {self.broker_id}")
@@ -304,6 +379,9 @@ class CanaryRun:
             for key in ("assignment_before", "kept", "restart_marks"):
                 if key in previous.data:
                     data[key] = previous.data[key]
+        step = self.format_step()
+        if step is not None:
+            data["format_step"] = step.new
         document = {
             "kind": self.kind,
             "broker": self.broker_id,
@@ -395,8 +473,9 @@ class CanaryRun:
 
     def _led(self) -> list[Partition]:
         """The partitions the canary led: those it leads now, those it kept as preferred
-        leader, and those whose copy on it holds v1 messages appended since its restart on
-        v1 (the whole log when that is not journaled), topics that set their own format aside."""
+        leader, and those whose copy on it holds messages in the new format appended since its
+        restart on it (the whole log when that is not journaled), topics that keep their own
+        format aside."""
         journal = self.journal
         data = journal.data if journal is not None else {}
         found = {
@@ -404,14 +483,16 @@ class CanaryRun:
         }
         found |= {parse(text) for text in data.get("kept", [])}
         marks = data.get("restart_marks")
-        overridden = {
-            topic for topic, magic in checks.expected_formats(self.cluster, 0).items() if magic == 1
-        }
+        step = self.format_step()
+        assert step is not None
+        before = checks.expected_formats(self.cluster, step.old_magic)
+        after = checks.expected_formats(self.cluster, step.new_magic)
+        overridden = {topic for topic, magic in after.items() if before[topic] == magic}
         for (topic, number, broker_id), directory in checks.partition_dirs(self.cluster).items():
             if broker_id != self.broker_id or topic in overridden:
                 continue
             since = 0 if marks is None else marks.get(f"{topic}/{number}/{broker_id}", 0)
-            if any(magic == 1 for _, magic in checks.entries(directory, since)):
+            if any(magic == step.new_magic for _, magic in checks.entries(directory, since)):
                 found.add((topic, number))
         existing = self._assignment()
         return sorted(p for p in found if p in existing)
@@ -492,13 +573,14 @@ def elect_preferred(run: CanaryRun) -> str:
     return f"every partition led by its preferred replica; broker {run.broker_id} leads {len(led)}"
 
 
-def restart_on_v1(run: CanaryRun) -> str:
+def restart_on_new(run: CanaryRun) -> str:
     journal = run.journal
-    assert journal is not None
-    if "restart_marks" not in journal.data:  # where its v1 messages may start, for a rollback
+    step = run.format_step()
+    assert journal is not None and step is not None
+    if "restart_marks" not in journal.data:  # where its new messages may start, for a rollback
         journal.data["restart_marks"] = checks.end_offsets(run.cluster)
         journal.save()
-    return run._restart_with_format(V1_FORMAT)
+    return run._restart_with_format(step.new)
 
 
 def settle_and_mark(run: CanaryRun) -> str:
@@ -530,11 +612,14 @@ def mark(run: CanaryRun) -> None:
 
 
 def check_formats(run: CanaryRun) -> str:
-    """The messages appended since the mark: v1 on every replica of a partition the canary
-    leads, v0 on every replica of the others (topics with their own format aside). A partition
-    whose leader changed in between is left out and named."""
+    """The messages appended since the mark: in the new format on every replica of a partition
+    the canary leads, in the old one on every replica of the others (each topic's format as
+    checks.expected_formats gives it for the brokers' old and new format: a topic with its own
+    format, or compacted on a v2 broker, keeps one). A partition whose leader changed in
+    between is left out and named."""
     journal = run.journal
-    assert journal is not None
+    step = run.format_step()
+    assert journal is not None and step is not None
     run._ensure_running()
     if run.settle_seconds:
         time.sleep(run.settle_seconds)  # new messages to read the format of
@@ -542,17 +627,18 @@ def check_formats(run: CanaryRun) -> str:
     marked_leaders = {parse(k): tuple(v) for k, v in journal.data["leaders"].items()}
     now = checks.leaders(run.cluster)
     moved = sorted(p for p, leader in marked_leaders.items() if now.get(p) != leader)
-    overrides = checks.expected_formats(run.cluster, -1)
+    old_formats = checks.expected_formats(run.cluster, step.old_magic)
+    new_formats = checks.expected_formats(run.cluster, step.new_magic)
     found = checks.formats_since(run.cluster, journal.data["marks"])
-    wrong, counted = {}, {0: 0, 1: 0}
+    wrong: dict[str, dict] = {}
+    counted = {step.old_magic: 0, step.new_magic: 0}
     for replica, counts in found.items():
         topic, number, _ = replica.split("/")
         partition = (topic, int(number))
         if partition in moved:
             continue
-        expected = overrides.get(topic, -1)
-        if expected < 0:
-            expected = 1 if canary and marked_leaders[partition][0] == run.broker_id else 0
+        on_canary = canary and marked_leaders[partition][0] == run.broker_id
+        expected = (new_formats if on_canary else old_formats).get(topic, step.old_magic)
         if set(counts) != {expected}:
             wrong[replica] = {"expected": expected, "found": counts}
         for magic, n in counts.items():
@@ -568,12 +654,16 @@ def check_formats(run: CanaryRun) -> str:
     skipped = f"; {len(moved)} partitions changed leader meanwhile, left out" if moved else ""
     if not found:
         return f"no messages appended since the mark: no format to check{skipped}"
+    old, new = step.old_magic, step.new_magic
     if canary:
         return (
-            f"{counted[1]} messages in format v1 on the replicas of the partitions broker "
-            f"{run.broker_id} leads, {counted[0]} in format v0 elsewhere{skipped}"
+            f"{counted[new]} messages in format v{new} on the replicas of the partitions broker "
+            f"{run.broker_id} leads, {counted[old]} in format v{old} elsewhere{skipped}"
         )
-    return f"{counted[0]} new messages, every one in format v0 on every replica{skipped}"
+    return (
+        f"{counted[old]} new messages, every one in format v{old} on every replica (topics "
+        f"that keep their own format aside){skipped}"
+    )
 
 
 # -- the rollback's steps ----------------------------------------------------------------------
@@ -647,8 +737,10 @@ def delete_led(run: CanaryRun) -> str:
     return f"deleted {len(deleted)} copies: {', '.join(deleted) or 'none'}"
 
 
-def restart_on_v0(run: CanaryRun) -> str:
-    return run._restart_with_format(V0_FORMAT)
+def restart_on_old(run: CanaryRun) -> str:
+    step = run.format_step()
+    assert step is not None
+    return run._restart_with_format(step.old)
 
 
 def re_replicate(run: CanaryRun) -> str:
@@ -674,20 +766,22 @@ def re_replicate(run: CanaryRun) -> str:
         copied += len(own)
     if different:
         raise StepFailed(f"rebuilt copies differ from their leaders: {', '.join(different)}")
-    v1_left = sum(
+    step = run.format_step()
+    assert step is not None
+    new_left = sum(
         1
         for partition in (parse(p) for p in journal.data["led"])
         if (path := dirs.get((*partition, run.broker_id))) is not None
         for _, magic in checks.entries(path)
-        if magic == 1
+        if magic == step.new_magic
     )
-    journal.data["re_replicated"] = {"messages": copied, "v1_from_the_canary": v1_left}
+    journal.data["re_replicated"] = {"messages": copied, "new_format_entries": new_left}
     journal.save()
     return (
-        f"broker {run.broker_id} is back in every ISR; it re-replicated {copied} messages of "
-        f"the partitions it led, the same as their leaders hold ({v1_left} of them are the v1 "
-        "messages it wrote as the canary, which every replica keeps: followers copy their "
-        "leader's bytes)"
+        f"broker {run.broker_id} is back in every ISR; it re-replicated {copied} entries of "
+        f"the partitions it led, the same as their leaders hold ({new_left} of them in format "
+        f"v{step.new_magic}, written while it was the canary, which every replica keeps: "
+        "followers copy their leader's bytes, and older fetchers get them down-converted)"
     )
 
 
@@ -712,7 +806,7 @@ KINDS: dict[str, list[CanaryStep]] = {
     "canary": [
         CanaryStep(MOVE_LEADERSHIP, move_leadership),
         CanaryStep("elect the preferred leaders", elect_preferred),
-        CanaryStep(f"restart it with {FORMAT_KEY}={V1_FORMAT}", restart_on_v1),
+        CanaryStep(f"restart it with the new {FORMAT_KEY}", restart_on_new),
         CanaryStep("wait until it is in every ISR, leading what it keeps", settle_and_mark),
         CanaryStep("check the format of new messages on every replica", check_formats),
     ],
@@ -720,7 +814,7 @@ KINDS: dict[str, list[CanaryStep]] = {
         CanaryStep("record the partitions it led", record_led),
         CanaryStep("stop it", stop_broker),
         CanaryStep(DELETE, delete_led),
-        CanaryStep(f"restart it with {FORMAT_KEY}={V0_FORMAT}", restart_on_v0),
+        CanaryStep(f"restart it with the cluster's {FORMAT_KEY}", restart_on_old),
         CanaryStep("let it re-replicate them from their leaders", re_replicate),
         CanaryStep("give back the preferred leadership as it was", give_back_leadership),
         CanaryStep("check the format of new messages on every replica", check_formats),

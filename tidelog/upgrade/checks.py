@@ -1,7 +1,10 @@
 """What an upgrade checks between steps: replication caught up, and the format new messages take.
 
-Formats are read from the segment files' bytes (offset int64, size int32, crc uint32, magic
-int8 per top-level message), on every replica, for the messages appended after a mark.
+Formats are read from the segment files' bytes, on every replica, for the messages appended
+after a mark. Every top-level entry starts with its offset (int64) and size (int32), and holds
+its magic at byte 16: a v0/v1 message has its CRC at 12 and its offset is its last (a compressed
+wrapper's is its last inner message's); a v2 batch has its partition leader epoch at 12, its
+CRC-32C at 17, its last offset delta at 23 and its record count at 57.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from pathlib import Path
 from tidelog.cluster.faults import topic_view
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.rolling import RollableCluster
-from tidelog.config import broker_config
+from tidelog.config import MESSAGE_FORMAT_VERSIONS, broker_config, topic_format
 from tidelog.controller import zookeeper
 
-ENTRY_HEAD = struct.Struct(">qiIb")  # offset, size, crc, magic
+ENTRY_HEAD = struct.Struct(">qiIb")  # offset, size, crc (v0/v1), magic
+BATCH_CRC_AND_DELTA = struct.Struct(">IhI")  # at byte 17 of a v2 batch: crc, attributes, delta
+BATCH_COUNT = struct.Struct(">i")  # at byte 57 of a v2 batch
+BATCH_HEAD_SIZE = 61
 LOG_OVERHEAD = 12
 Replica = tuple[str, int, int]  # topic, partition, broker id
 
@@ -138,13 +144,23 @@ def partition_dirs(cluster: RollableCluster) -> dict[Replica, Path]:
 
 
 def entries(directory: Path, since: int = 0) -> Iterator[tuple[int, int]]:
-    """(offset, magic) of each top-level message at or after offset ``since``."""
+    """(offset, magic) of each top-level entry whose last offset is at or after ``since``; a v2
+    batch's offset is its base offset."""
     for offset, _, magic in headers(directory, since):
         yield offset, magic
 
 
 def headers(directory: Path, since: int = 0) -> Iterator[tuple[int, int, int]]:
-    """(offset, crc, magic) of each top-level message at or after offset ``since``."""
+    """(offset, crc, magic) of each top-level entry whose last offset is at or after
+    ``since``: a v0/v1 message's offset and CRC, a v2 batch's base offset and CRC-32C."""
+    for first, _, crc, magic, _ in walk(directory, since):
+        yield first, crc, magic
+
+
+def walk(directory: Path, since: int = 0) -> Iterator[tuple[int, int, int, int, int]]:
+    """(first offset, last offset, crc, magic, messages) of each top-level entry whose last
+    offset is at or after ``since``: a v0/v1 message (first and last its own offset; a
+    compressed wrapper counts once) or a v2 batch (its records counted)."""
     segments = sorted(directory.glob("*.log"), key=lambda path: int(path.stem))
     for index, segment in enumerate(segments):
         if index + 1 < len(segments) and int(segments[index + 1].stem) <= since:
@@ -156,8 +172,13 @@ def headers(directory: Path, since: int = 0) -> Iterator[tuple[int, int, int]]:
             offset, size, crc, magic = ENTRY_HEAD.unpack_from(data, position)
             if size <= 0 or position + LOG_OVERHEAD + size > len(data):
                 break  # a partial entry at the end of an active segment
-            if offset >= since:
-                yield offset, crc, magic
+            last, count = offset, 1
+            if magic >= 2 and size + LOG_OVERHEAD >= BATCH_HEAD_SIZE:
+                crc, _, delta = BATCH_CRC_AND_DELTA.unpack_from(data, position + 17)
+                last = offset + delta
+                (count,) = BATCH_COUNT.unpack_from(data, position + 57)
+            if last >= since:
+                yield offset, last, crc, magic, count
             position += LOG_OVERHEAD + size
 
 
@@ -169,33 +190,44 @@ def end_offsets(cluster: RollableCluster) -> dict[str, int]:
         segments = sorted(directory.glob("*.log"), key=lambda path: int(path.stem))
         if segments:
             last = int(segments[-1].stem) - 1
-            for offset, _ in entries(directory, last + 1):
-                last = offset
+            for _, entry_last, *_ in walk(directory, last + 1):
+                last = entry_last
         marks[f"{topic}/{number}/{broker_id}"] = last + 1
     return marks
 
 
 def formats_since(cluster: RollableCluster, marks: dict[str, int]) -> dict[str, dict[int, int]]:
-    """For each replica marked, how many messages of each magic it got after its mark."""
+    """For each replica marked, how many messages of each magic it got after its mark (a
+    compressed v0/v1 wrapper counts once, a v2 batch by its records)."""
     counts: dict[str, dict[int, int]] = {}
     for (topic, number, broker_id), directory in partition_dirs(cluster).items():
         key = f"{topic}/{number}/{broker_id}"
         if key not in marks:
             continue
         found: dict[int, int] = {}
-        for _, magic in entries(directory, marks[key]):
-            found[magic] = found.get(magic, 0) + 1
+        for *_, magic, messages in walk(directory, marks[key]):
+            found[magic] = found.get(magic, 0) + messages
         if found:
             counts[key] = found
     return counts
 
 
 def expected_formats(cluster: RollableCluster, broker_format: int) -> dict[str, int]:
-    """Each topic's format: its message.format.version override, or the brokers'."""
+    """Each topic's format (magic): its message.format.version override, or the brokers'
+    (``broker_format``), which a compacted or remote-tiered topic keeps at v1 if it is v2
+    (config.topic_format). A negative ``broker_format`` stays negative: "the brokers'"."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)
     out = {}
     for name, topic in cache.topics.items():
         version = topic.config.get("message.format.version")
-        out[name] = broker_format if version is None else (1 if version == "0.10.0" else 0)
+        if version is not None:
+            out[name] = MESSAGE_FORMAT_VERSIONS[version]
+            continue
+        policy = topic.config.get("cleanup.policy", "delete").split(",")
+        tiered = topic.config.get("remote.storage.enable", "false") == "true"
+        if broker_format >= 2 and ("compact" in policy or tiered):
+            out[name] = MESSAGE_FORMAT_VERSIONS[topic_format("2.1", policy, tiered)]
+        else:
+            out[name] = broker_format
     return out

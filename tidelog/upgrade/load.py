@@ -1,8 +1,11 @@
-"""The clients an upgrade runs under: producers and consumers of the 0.9 and 0.10 eras.
+"""The clients an upgrade runs under: producers and consumers of the 0.9, 0.10 and 0.11+ eras.
 
-A v0-era client sends Produce v1 (format v0 messages) and Fetch v1 to every broker. A v1-era
-client asks each broker's ApiVersions on a new connection, as 0.10 clients do: a broker that
-closes the connection (0.9.0) gets Produce v1 / Fetch v1, the others Produce v2 / Fetch v2.
+A v0-era client sends Produce v1 (format v0 messages) and Fetch v1 to every broker. The others
+ask each broker's ApiVersions on a new connection, as 0.10 clients do, and send the newest
+version up to their era's (ERA_VERSIONS): a broker that closes the connection (0.9.0) gets
+Produce v1 / Fetch v1; a v1-era client sends at most Produce v2 (format v1 messages) and Fetch
+v2, which reads a v2 log down-converted to v1; a v2-era client Produce v3 (v2 record batches)
+and Fetch v4, the first Fetch that reads v2 batches as they are.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import iter_deep
 
-ERAS = ("v0", "v1")
+ERAS = ("v0", "v1")  # the eras of the upgrades to 0.10; the upgrade to 2.1 adds v2
+# era -> (newest Produce version, newest Fetch version) it sends
+ERA_VERSIONS = {"v0": (1, 1), "v1": (2, 2), "v2": (3, 4)}
 
 
 async def newest_version(client: Client, broker_id: int, api_key: ApiKey, cap: int) -> int:
@@ -44,16 +49,17 @@ class EraProducer(DeliveryProducer):
     _versions: dict[Connection, int] = field(default_factory=dict, repr=False)
 
     async def version_for(self, client: Client, leader: int) -> int:
-        if self.era == "v0":
+        cap = ERA_VERSIONS[self.era][0]
+        if cap == 1:
             return 1
         try:
             connection = await client.connection(leader)
             if connection not in self._versions:
-                version = await newest_version(client, leader, ApiKey.PRODUCE, 2)
+                version = await newest_version(client, leader, ApiKey.PRODUCE, cap)
                 self._versions[await client.connection(leader)] = version
             return self._versions[await client.connection(leader)]
         except (OSError, ConnectionError, TimeoutError, KeyError):
-            return 2  # the leader is away: the send fails, and leaders are asked again
+            return cap  # the leader is away: the send fails, and leaders are asked again
 
 
 @dataclass
@@ -127,9 +133,10 @@ class EraConsumer:
             await client.close()
 
     async def _version(self, client: Client, broker_id: int) -> int:
-        if self.era == "v0":
+        cap = ERA_VERSIONS[self.era][1]
+        if cap == 1:
             return 1
-        return await newest_version(client, broker_id, ApiKey.FETCH, 2)
+        return await newest_version(client, broker_id, ApiKey.FETCH, cap)
 
     async def _fetch(
         self, connection: Connection, version: int, partition: int, offset: int
@@ -139,6 +146,8 @@ class EraConsumer:
             "replica_id": -1,
             "max_wait_time": 100,
             "min_bytes": 1,
+            "max_bytes": 1 << 22,  # Fetch v3+
+            "isolation_level": 0,  # Fetch v4+: read_uncommitted
             "topics": [{"topic": self.topic, "partitions": [wanted]}],
         }
         async with asyncio.timeout(10):

@@ -116,18 +116,26 @@ class BlockingClient:
         return self.connection(broker_id).request(api_key, version, body)
 
     def produce(
-        self, leader: int, topic: str, partition: int, records: bytes, acks: int
+        self,
+        leader: int,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int,
+        version: int = PRODUCE_VERSION,
     ) -> tuple[ErrorCode, int]:
-        """(error, base offset) of one message set sent to one partition. acks=0 is not
-        offered: with no answer there is no acknowledgement to time."""
+        """(error, base offset) of one message set sent to one partition, by Produce
+        ``version`` (3 or later for v2 record batches). acks=0 is not offered: with no answer
+        there is no acknowledgement to time."""
         body = {
+            "transactional_id": None,  # Produce v3+
             "acks": acks,
             "timeout": int(self.timeout * 1000),
             "topic_data": [
                 {"topic": topic, "data": [{"partition": partition, "record_set": records}]}
             ],
         }
-        answer = self.request(leader, ApiKey.PRODUCE, PRODUCE_VERSION, body)
+        answer = self.request(leader, ApiKey.PRODUCE, version, body)
         (partition_answer,) = answer["responses"][0]["partition_responses"]
         return ErrorCode(partition_answer["error_code"]), partition_answer["base_offset"]
 

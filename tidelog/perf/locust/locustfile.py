@@ -6,7 +6,9 @@
 Users:
 
 - ``ProducerUser`` sends message sets of ``--batch-bytes`` (records of ``--record-size`` bytes,
-  ``--codec``, ``--keys`` distinct keys) with ``--acks``, each user at ``--rate-per-user`` MB/s
+  ``--codec``, ``--keys`` distinct keys) with ``--acks``, in ``--message-format`` 1 (v1
+  messages, Produce v2) or 2 (v2 record batches, Produce v3; v7 for zstd, a format 2.1
+  topic's), each user at ``--rate-per-user`` MB/s
   times ``--scale``, paced like locust's ``constant_throughput`` (one task run is one batch)
   but making up time lost to slow acknowledgements (``Schedule``).
 - ``InSyncConsumerUser`` is a member of one of ``--consumer-groups`` groups (users are dealt to
@@ -43,9 +45,9 @@ from locust.env import Environment
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.perf.consumer import count_records
-from tidelog.perf.locust.client import EARLIEST, LATEST, BlockingClient
+from tidelog.perf.locust.client import EARLIEST, LATEST, PRODUCE_VERSION, BlockingClient
 from tidelog.perf.locust.group import COORDINATOR_MOVED, STALE_MEMBERSHIP, GroupMember
-from tidelog.perf.producer import repeated_message_set
+from tidelog.perf.producer import repeated_batch, repeated_message_set
 from tidelog.protocol.client import PartitionLeader
 from tidelog.records.format import Codec
 
@@ -101,6 +103,14 @@ def add_arguments(parser: Any) -> None:
         "--keys", type=at_least(0), default=0, help="distinct keys (0: records unkeyed)"
     )
     group.add_argument("--codec", choices=sorted(CODECS), default="none", help="compression")
+    group.add_argument(
+        "--message-format",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="what producers send: 1, v1 messages (Produce v2); 2, v2 record batches "
+        "(Produce v3, v7 with zstd)",
+    )
     group.add_argument(
         "--rate-per-user",
         type=at_least(0, float),
@@ -234,6 +244,10 @@ class ProducerUser(KafkaUser):
         options = self.options
         self.acks = ACKS[options.acks]
         self.codec = CODECS[options.codec]
+        if options.message_format == 2:  # v3 is the first with batches, v7 the first with zstd
+            self.build, self.version = repeated_batch, 7 if self.codec == Codec.ZSTD else 3
+        else:
+            self.build, self.version = repeated_message_set, PRODUCE_VERSION
         self.payload = random.Random(options.seed).randbytes(options.record_size)
         self.per_batch = max(1, options.batch_bytes // options.record_size)
         self.keys = [f"key-{number}".encode() for number in range(options.keys)]
@@ -254,12 +268,17 @@ class ProducerUser(KafkaUser):
                 number %= len(self.keys)
                 key = self.keys[number]
             target = self.leaders[number % len(self.leaders)]
-            records = repeated_message_set(
+            records = self.build(
                 self.payload, self.per_batch, int(time.time() * 1000), self.codec, key
             )
             started = time.perf_counter()
             code, _ = self.client.produce(
-                target.leader, self.options.topic, target.partition, records, self.acks
+                target.leader,
+                self.options.topic,
+                target.partition,
+                records,
+                self.acks,
+                self.version,
             )
         except (ConnectionError, KafkaError) as error:
             self.failed("produce", self.name, started, error)
