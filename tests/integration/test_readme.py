@@ -20,6 +20,9 @@ NOT_HERE += ("tidelog perf max-rate",)  # minutes of steps: test_perf_cases.py r
 # Faults held past a session timeout, a minute and a half together: test_netns.py runs the
 # network failures (the command itself, killed and stopped, too) and test_disk_faults.py the disk
 # ones, on clusters of their own.
+# Nine rolling restarts, a minute and a half: test_upgrade_v2.py runs the upgrade to 2.1 under
+# load with every era's clients.
+NOT_HERE += ("tidelog scenario upgrade --from 0.10.0 --to 2.1",)
 NOT_HERE += (
     "tidelog scenario replication --netns",
     "tidelog scenario replication --failure disk_",
