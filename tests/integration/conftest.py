@@ -92,13 +92,15 @@ def wait_for_leaders(cluster: LocalCluster, topic: str, partitions: int) -> None
     wait_until(ready, 30, f"the leaders of {topic} to serve it")
 
 
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4"}
+CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set[str]:
-    """The codecs of the top-level messages in the leader's segment files of a partition, read
-    from the bytes as the format defines them (offset int64, size int32, crc uint32, magic
-    int8, attributes int8 whose low three bits are the codec), not through tidelog's code."""
+    """The codecs of the top-level messages (or v2 batches) in the leader's segment files of a
+    partition, read from the bytes as the formats define them (offset int64, size int32, then
+    v0/v1: crc uint32, magic int8, attributes int8; v2: partition leader epoch int32, magic
+    int8, crc uint32, attributes int16; the codec is the attributes' low three bits), not
+    through tidelog's code."""
     leader = admin(cluster, 1, f"/topics/{topic}")["partitions"][partition]["leader"]
     directory = Path(cluster.broker(leader).config).parent / "logs" / f"{topic}-{partition}"
     found = set()
@@ -106,7 +108,9 @@ def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set
         data = segment.read_bytes()
         position = 0
         while position + 18 <= len(data):
-            _, size, _, _, attributes = struct.unpack_from(">qiIbb", data, position)
+            _, size, _, magic, attributes = struct.unpack_from(">qiIbb", data, position)
+            if magic == 2:
+                (attributes,) = struct.unpack_from(">h", data, position + 21)
             found.add(CODEC_NAMES[attributes & 0x07])
             position += 12 + size
     return found
