@@ -26,6 +26,7 @@ from tidelog.broker.server import ConnectionQuotas, KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
+from tidelog.controller.config_admin import ConfigRequests
 from tidelog.controller.control_plane import ControlPlane
 from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
@@ -124,6 +125,8 @@ class BrokerNode:
             self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
         )
         self.handler.register(self.topic_admin.handlers())
+        self.config_admin = ConfigRequests(self.broker_id, config, self.metadata, lambda: self.zk)
+        self.handler.register(self.config_admin.handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),
