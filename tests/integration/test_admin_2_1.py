@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import time
 
 import pytest
@@ -21,6 +22,7 @@ from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 from tests.integration.conftest import admin, wait_for_leaders
 from tests.integration.test_bad_input import closed_by_broker, connect, request, still_serves
+from tests.integration.test_kafka_tools import tool
 from tests.integration.test_protocol_2_1 import advertised, leader_epoch, leader_of
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
@@ -424,3 +426,71 @@ def test_a_cut_short_or_too_new_request_closes_only_its_connection(cluster_2_1, 
             connection.sendall(frame)
             assert closed_by_broker(connection)
     assert still_serves(cluster_2_1)
+
+
+# -- kafka-topics.sh --bootstrap-server --------------------------------------------------------
+
+
+def test_kafka_topics_through_the_brokers_creates_describes_alters_lists_and_deletes(cluster_2_1):
+    servers = bootstrap(cluster_2_1)
+    name = f"adm21-tool-{next(_names)}"
+    created = tool(
+        "kafka-topics", "--bootstrap-server", servers, "--create", "--topic", name,
+        "--partitions", "2", "--replication-factor", "2", "--config", "retention.ms=60000",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stdout + created.stderr
+    wait_for_leaders(cluster_2_1, name, 2)
+    again = tool(
+        "kafka-topics", "--bootstrap-server", servers, "--create", "--topic", name,
+        "--partitions", "2", "--replication-factor", "2",
+    )  # fmt: skip
+    assert again.returncode == 1
+    assert again.stdout == f"Error while executing topic command : Topic {name} already exists\n"
+
+    altered = tool(
+        "kafka-topics", "--bootstrap-server", servers, "--alter", "--topic", name,
+        "--partitions", "3",
+    )  # fmt: skip
+    assert altered.returncode == 0, altered.stdout + altered.stderr
+    wait_for_leaders(cluster_2_1, name, 3)
+    described = tool("kafka-topics", "--bootstrap-server", servers, "--describe", "--topic", name)
+    lines = described.stdout.splitlines()
+    assert lines[0] == (
+        f"Topic:{name}\tPartitionCount:3\tReplicationFactor:2\tConfigs:retention.ms=60000"
+    )
+    for partition, line in enumerate(lines[1:]):
+        assert re.fullmatch(
+            rf"\tTopic: {name}\tPartition: {partition}\tLeader: \d\tReplicas: \d,\d\t"
+            r"Isr: \d(,\d)*",
+            line,
+        ), line
+    shrunk = tool(
+        "kafka-topics", "--bootstrap-server", servers, "--alter", "--topic", name,
+        "--partitions", "2",
+    )  # fmt: skip
+    assert shrunk.returncode == 1 and "only be increased" in shrunk.stdout
+
+    listed = tool("kafka-topics", "--bootstrap-server", servers, "--list")
+    assert name in listed.stdout.splitlines()
+    deleted = tool("kafka-topics", "--bootstrap-server", servers, "--delete", "--topic", name)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    with zookeeper.session(cluster_2_1.zookeeper) as client:
+        wait_until(f"{name} deleted", lambda: zookeeper.read_topic(client, name) is None)
+
+
+def test_kafka_topics_through_the_brokers_refuses_what_needs_zookeeper(cluster_2_1):
+    servers = bootstrap(cluster_2_1)
+    both = tool("kafka-topics", "--bootstrap-server", servers, "--zookeeper", "x", "--list")
+    assert both.returncode == 1 and "Only one of --bootstrap-server or --zookeeper" in both.stderr
+    for option in (["--delete-config", "x"], ["--if-exists"]):
+        refused = tool(
+            "kafka-topics", "--bootstrap-server", servers, "--alter", "--topic", "t",
+            "--partitions", "2", *option,
+        )  # fmt: skip
+        assert refused.returncode == 1
+        assert 'can\'t be used with option"[bootstrap-server]"' in refused.stderr
+    configs = tool(
+        "kafka-topics", "--bootstrap-server", servers, "--alter", "--topic", "t",
+        "--partitions", "2", "--config", "retention.ms=1",
+    )  # fmt: skip
+    assert configs.returncode == 1 and 'Option "[config]"' in configs.stderr

@@ -125,7 +125,7 @@ class BrokerNode:
             self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
         )
         self.handler.register(self.topic_admin.handlers())
-        self.config_admin = ConfigRequests(self.broker_id, config, self.metadata, lambda: self.zk)
+        self.config_admin = ConfigRequests(self.broker_id, config, lambda: self.zk)
         self.handler.register(self.config_admin.handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],

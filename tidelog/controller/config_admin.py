@@ -21,7 +21,6 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from tidelog.broker.metadata import MetadataCache
 from tidelog.config import (
     BROKER_KEYS,
     TOPIC_KEYS,
@@ -30,7 +29,7 @@ from tidelog.config import (
     config_text,
     unknown_key_message,
 )
-from tidelog.controller import topics
+from tidelog.controller import topics, zookeeper
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.protocol.frames import Request
 from tidelog.protocol.schemas import (
@@ -49,20 +48,17 @@ Synonym = tuple[str, str | None, int]
 
 
 class ConfigRequests:
-    """The handlers of DescribeConfigs and AlterConfigs, for RequestHandler.register. Reads
-    come from this broker's metadata (kept current by ZooKeeper watches); writes go to
-    ZooKeeper, from where every broker applies them."""
+    """The handlers of DescribeConfigs and AlterConfigs, for RequestHandler.register. Both
+    read and write ZooKeeper (off the event loop), from where every broker applies a change."""
 
     def __init__(
         self,
         broker_id: int,
         broker_config: dict[str, Any],
-        metadata: MetadataCache,
         zk: Callable[[], KazooClient],
     ) -> None:
         self.broker_id = broker_id
         self.broker_config = broker_config
-        self.metadata = metadata
         self.zk = zk
 
     def handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]:
@@ -86,7 +82,9 @@ class ConfigRequests:
                 "config_entries": [],
             }
             try:
-                described = self._describe(resource["resource_type"], resource["resource_name"])
+                described = await asyncio.to_thread(
+                    self._describe, resource["resource_type"], resource["resource_name"]
+                )
             except KafkaError as error:
                 answer.update(error_code=int(error.code), error_message=error.message)
                 resources.append(answer)
@@ -115,16 +113,19 @@ class ConfigRequests:
 
     def _describe(self, resource_type: int, name: str) -> dict[str, tuple[bool, list[Synonym]]]:
         """Each key of the resource: whether it is read-only, and its synonyms (the value in
-        force first: a topic's override, then the broker's setting, then the default)."""
+        force first: a topic's override, then the broker's setting, then the default). A topic's
+        overrides are read from ZooKeeper, as Kafka reads them: what AlterConfigs wrote is
+        described at once, by any broker."""
         if resource_type == RESOURCE_TOPIC:
-            topic = self.metadata.topics.get(name)
-            if topic is None:
+            zk = self.zk()
+            if not zk.exists(zookeeper.topic_path(name)):
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+            overrides = zookeeper.read_topic_config(zk, name)
             described = {}
             for key in TOPIC_KEYS:
                 synonyms: list[Synonym] = []
-                if key in topic.config:
-                    synonyms.append((key, topic.config[key], CONFIG_SOURCE_TOPIC))
+                if key in overrides:
+                    synonyms.append((key, overrides[key], CONFIG_SOURCE_TOPIC))
                 broker_key = TOPIC_TO_BROKER_KEY.get(key)
                 if broker_key is not None:
                     synonyms.append(self._broker_value(broker_key))
