@@ -1,8 +1,8 @@
 """A cluster of Kafka 2.1 brokers serving Kafka 2.1's versions of Metadata, the group APIs and
-topic admin, and the admin APIs clients call (DescribeConfigs, AlterConfigs, CreatePartitions):
-through kafka-python's KafkaAdminClient, confluent-kafka's AdminClient and aiokafka's consumer
-group, and request by request where a client would hide an answer. A broker of 0.10.1 still
-serves exactly its old set.
+topic admin, and the admin APIs clients call (DescribeConfigs, AlterConfigs, CreatePartitions,
+DescribeLogDirs), and kafka-topics.sh --bootstrap-server: through kafka-python's
+KafkaAdminClient, confluent-kafka's AdminClient and aiokafka's consumer group, and request by
+request where a client would hide an answer. A broker of 0.10.1 still serves exactly its old set.
 """
 
 from __future__ import annotations
@@ -21,9 +21,20 @@ from kafka.admin import ConfigResource as PyConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
 from tests.integration.conftest import admin, wait_for_leaders
-from tests.integration.test_bad_input import closed_by_broker, connect, request, still_serves
+from tests.integration.test_bad_input import (
+    closed_by_broker,
+    connect,
+    produce_body,
+    request,
+    still_serves,
+)
 from tests.integration.test_kafka_tools import tool
-from tests.integration.test_protocol_2_1 import advertised, leader_epoch, leader_of
+from tests.integration.test_protocol_2_1 import (
+    TEN_MESSAGES,
+    advertised,
+    leader_epoch,
+    leader_of,
+)
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
 from tidelog.protocol.frames import encode_request
@@ -494,3 +505,30 @@ def test_kafka_topics_through_the_brokers_refuses_what_needs_zookeeper(cluster_2
         "--partitions", "2", "--config", "retention.ms=1",
     )  # fmt: skip
     assert configs.returncode == 1 and 'Option "[config]"' in configs.stderr
+
+
+# -- DescribeLogDirs v0-v1 ---------------------------------------------------------------------
+
+
+def test_describe_log_dirs_lists_each_directory_and_the_partitions_in_it(
+    cluster_2_1, kafka_python_admin
+):
+    name = new_topic(cluster_2_1, partitions=2)
+    leader = leader_of(cluster_2_1, name)
+    with connect(cluster_2_1, leader) as connection:
+        request(connection, ApiKey.PRODUCE, 2, produce_body(name, TEN_MESSAGES, acks=-1))
+        every = request(connection, ApiKey.DESCRIBE_LOG_DIRS, 1, {"topics": None})
+        asked = {"topics": [{"topic": name, "partitions": [0]}]}
+        one = request(connection, ApiKey.DESCRIBE_LOG_DIRS, 0, asked)
+    (directory,) = every["log_dirs"]  # each test broker has one log directory
+    assert directory["error_code"] == 0 and directory["log_dir"].startswith("/")
+    held = {t["topic"]: t["partitions"] for t in directory["topics"]}
+    assert 0 in [p["partition"] for p in held[name]]
+    (topic,) = one["log_dirs"][0]["topics"]
+    (partition,) = topic["partitions"]
+    assert (topic["topic"], partition["partition"]) == (name, 0)
+    assert partition["size"] == len(TEN_MESSAGES) and partition["offset_lag"] == 0
+    assert not partition["is_future"]
+    # kafka-python's admin client asks each broker
+    described = kafka_python_admin.describe_log_dirs()
+    assert sorted(answer["broker"] for answer in described) == [1, 2, 3]

@@ -52,6 +52,7 @@ NEW = (
     ApiKey.ALTER_CONFIGS,
     ApiKey.DELETE_RECORDS,
     ApiKey.CREATE_PARTITIONS,
+    ApiKey.DESCRIBE_LOG_DIRS,
 )
 CASES = [
     pytest.param(key, version, id=f"{key.name}-v{version}")

@@ -19,6 +19,7 @@ from kazoo.protocol.states import WatchedEvent
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.log_dirs import LogDirRequests
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, TopicMetadata
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import IsrChange, ReplicaManager
@@ -127,6 +128,7 @@ class BrokerNode:
         self.handler.register(self.topic_admin.handlers())
         self.config_admin = ConfigRequests(self.broker_id, config, lambda: self.zk)
         self.handler.register(self.config_admin.handlers())
+        self.handler.register(LogDirRequests(self.logs).handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),

@@ -1,6 +1,7 @@
 """The request and response schemas of the APIs tidelog serves, as data: those 0.9/0.10
 clients use, every version Kafka 0.11 to 2.1 added to them, and the admin APIs of those
-releases that clients call (DescribeConfigs, AlterConfigs, DeleteRecords, CreatePartitions).
+releases that clients call (DescribeConfigs, AlterConfigs, DeleteRecords, CreatePartitions,
+DescribeLogDirs).
 
 Field names follow Kafka's protocol guide (Kafka 2.1.0's clients/.../requests/*.java). Adding a
 version is adding a schema here.
@@ -49,6 +50,7 @@ class ApiKey(IntEnum):
     DELETE_RECORDS = 21
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     # tidelog's own, between brokers only (never advertised to clients): incremental fetch
     # sessions in the spirit of KIP-227
@@ -864,6 +866,44 @@ CREATE_PARTITIONS_REQUEST_V0 = schema(
     ("validate_only", BOOLEAN),
 )
 CREATE_PARTITIONS_RESPONSE_V0 = throttled(CREATE_TOPICS_RESPONSE_V1)
+# DescribeLogDirs v1 is v0; null topics: every partition the broker holds
+DESCRIBE_LOG_DIRS_REQUEST_V0 = schema(
+    (
+        "topics",
+        Array(schema(("topic", STRING), ("partitions", Array(INT32))), nullable=True),
+    )
+)
+DESCRIBE_LOG_DIRS_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    (
+        "log_dirs",
+        Array(
+            schema(
+                ("error_code", INT16),
+                ("log_dir", STRING),
+                (
+                    "topics",
+                    Array(
+                        schema(
+                            ("topic", STRING),
+                            (
+                                "partitions",
+                                Array(
+                                    schema(
+                                        ("partition", INT32),
+                                        ("size", INT64),
+                                        ("offset_lag", INT64),
+                                        ("is_future", BOOLEAN),
+                                    )
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -1012,6 +1052,11 @@ APIS: dict[int, Api] = {
             (CREATE_PARTITIONS_REQUEST_V0,) * 2,
             (CREATE_PARTITIONS_RESPONSE_V0,) * 2,
         ),
+        Api(
+            ApiKey.DESCRIBE_LOG_DIRS,
+            (DESCRIBE_LOG_DIRS_REQUEST_V0,) * 2,
+            (DESCRIBE_LOG_DIRS_RESPONSE_V0,) * 2,
+        ),
         Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
     ]
 }
@@ -1086,6 +1131,7 @@ _RELEASE_1_0 = {
     ApiKey.FETCH: 6,
     ApiKey.METADATA: 5,
     ApiKey.CREATE_PARTITIONS: 0,
+    ApiKey.DESCRIBE_LOG_DIRS: 0,
 }
 _RELEASE_1_1 = {**_RELEASE_1_0, ApiKey.FETCH: 7, ApiKey.DESCRIBE_CONFIGS: 1}
 _RELEASE_2_0 = {
@@ -1111,6 +1157,7 @@ _RELEASE_2_0 = {
     ApiKey.DESCRIBE_CONFIGS: 2,
     ApiKey.ALTER_CONFIGS: 1,
     ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 1,
 }
 _RELEASE_2_1 = {
     **_RELEASE_2_0,
