@@ -532,3 +532,41 @@ def test_describe_log_dirs_lists_each_directory_and_the_partitions_in_it(
     # kafka-python's admin client asks each broker
     described = kafka_python_admin.describe_log_dirs()
     assert sorted(answer["broker"] for answer in described) == [1, 2, 3]
+
+
+def test_librdkafka_group_commits_and_reads_back_its_offsets_on_kafka_2_1s_versions(cluster_2_1):
+    """librdkafka asks each group API at the highest version both sides know: on a 2.1 broker,
+    which advertises Kafka 2.1's (test_protocol_2_1), FindCoordinator v2, JoinGroup v3,
+    OffsetCommit v6 and OffsetFetch v5 among them."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as Partition
+
+    name = new_topic(cluster_2_1)
+    producer = Producer({"bootstrap.servers": bootstrap(cluster_2_1)})
+    for n in range(10):
+        producer.produce(name, f"v{n}".encode())
+    assert producer.flush(30) == 0
+    group = f"adm21-rd-{next(_names)}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap(cluster_2_1),
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.subscribe([name])
+        values = []
+        deadline = time.monotonic() + 60
+        while len(values) < 10:
+            assert time.monotonic() < deadline, f"read {len(values)} of 10"
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        consumer.commit(asynchronous=False)
+        (committed,) = consumer.committed([Partition(name, 0)], timeout=30)
+    finally:
+        consumer.close()
+    assert values == [f"v{n}".encode() for n in range(10)]
+    assert committed.offset == 10
