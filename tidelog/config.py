@@ -207,6 +207,11 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def config_text(value: Any) -> str:
+    """A parsed value as a properties file writes it (DescribeConfigs answers with it)."""
+    return _shown(value)
+
+
 def _remote_uri(value: str) -> bool:
     return value == "" or value.startswith(("file://", "s3://"))
 

@@ -39,6 +39,47 @@ def test_each_release_lists_kafkas_versions(release):
     assert tuple(RELEASE_API_VERSIONS[release][key] for key in KEYS) == KAFKA[release]
 
 
+# The same for the group APIs, topic admin and the admin APIs clients call (0.11.0's
+# Protocol.java, each request class's schemaVersions() from 1.0.0); None: not served
+OTHER_KEYS = (
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.GROUP_COORDINATOR,
+    ApiKey.JOIN_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.LIST_GROUPS,
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.DELETE_RECORDS,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.DESCRIBE_LOG_DIRS,
+)
+KAFKA_OTHER = {
+    "0.11.0": (3, 3, 1, 2, 1, 1, 1, 1, 1, 2, 1, 0, 0, 0, None, None),
+    "1.0": (3, 3, 1, 2, 1, 1, 1, 1, 1, 2, 1, 0, 0, 0, 0, 0),
+    "1.1": (3, 3, 1, 2, 1, 1, 1, 1, 1, 2, 1, 0, 1, 0, 0, 0),
+    "2.0": (4, 4, 2, 3, 2, 2, 2, 2, 2, 3, 2, 1, 2, 1, 1, 1),
+    "2.1": (6, 5, 2, 3, 2, 2, 2, 2, 2, 3, 3, 1, 2, 1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("release", list(KAFKA_OTHER))
+def test_each_release_lists_kafkas_group_and_admin_versions(release):
+    served = RELEASE_API_VERSIONS[release]
+    assert tuple(served.get(key) for key in OTHER_KEYS) == KAFKA_OTHER[release]
+
+
+def test_every_api_has_a_schema_for_each_version_kafka_2_1_served():
+    for key, top in RELEASE_API_VERSIONS["2.1"].items():
+        assert APIS[key].max_version == top, key
+        assert len(APIS[key].responses) == len(APIS[key].requests), key
+
+
 def test_every_version_of_the_record_and_offset_apis_up_to_2_1_has_a_schema():
     for key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSETS_FOR_LEADER_EPOCH):
         assert APIS[key].max_version == RELEASE_API_VERSIONS["2.1"][key]

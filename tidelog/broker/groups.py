@@ -1,8 +1,12 @@
 """The consumer-group APIs on the wire: from a decoded request to the group coordinator and back.
 
-GroupCoordinator names the leader of the group's ``__consumer_offsets`` partition (creating the
-topic on first use, as Kafka does). OffsetCommit v0 and OffsetFetch v0 keep offsets in ZooKeeper
-as 0.9 did and are answered by any broker; every other group API goes to the coordinator.
+GroupCoordinator (FindCoordinator from v1) names the leader of the group's
+``__consumer_offsets`` partition (creating the topic on first use, as Kafka does); asked for a
+transaction coordinator, it answers INVALID_REQUEST with a message saying tidelog serves no
+transactions (no coordinator will come: Kafka's answer to what it cannot serve, which clients
+report instead of retrying as they do COORDINATOR_NOT_AVAILABLE). OffsetCommit v0 and
+OffsetFetch v0 keep offsets in ZooKeeper as 0.9 did and are answered by any broker; every other
+group API goes to the coordinator. Answers of Kafka 0.11 and later carry a throttle time of 0.
 """
 
 from __future__ import annotations
@@ -18,12 +22,19 @@ from tidelog.coordinator.records import OFFSETS_TOPIC
 from tidelog.errors import ErrorCode
 from tidelog.log.log import Log
 from tidelog.protocol.frames import Request
-from tidelog.protocol.schemas import ApiKey
+from tidelog.protocol.schemas import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, ApiKey
 from tidelog.records.format import Record, build_message_set
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], Awaitable[dict | None]]
+# every answer of Kafka 0.11 and later carries a throttle time: always 0 here (no quotas); a
+# field an older version's schema lacks is not written
+NOT_THROTTLED = {"throttle_time_ms": 0}
+NO_TRANSACTIONS = (
+    "tidelog serves no transactions (there is no transaction coordinator): use a producer "
+    "without transactional.id"
+)
 
 
 class ZooKeeperOffsets(Protocol):
@@ -106,21 +117,37 @@ class GroupRequests:
 
     async def group_coordinator(self, request: Request) -> dict:
         unavailable = {
+            **NOT_THROTTLED,
             "error_code": int(ErrorCode.GROUP_COORDINATOR_NOT_AVAILABLE),
+            "error_message": None,
             "coordinator_id": -1,
             "host": "",
             "port": -1,
         }
+        body = request.body
+        if body.get("coordinator_type", COORDINATOR_GROUP) == COORDINATOR_TRANSACTION:
+            return {
+                **unavailable,
+                "error_code": int(ErrorCode.INVALID_REQUEST),
+                "error_message": NO_TRANSACTIONS,
+            }
         if OFFSETS_TOPIC not in self.metadata.topics:
             await self.create_offsets_topic()
             return unavailable
-        partition = self.coordinator.partition_of(request.body["group_id"])
+        key = body["coordinator_key"] if request.api_version >= 1 else body["group_id"]
+        partition = self.coordinator.partition_of(key)
         leader = self.metadata.leader_of(OFFSETS_TOPIC, partition)
         endpoint = self.metadata.brokers.get(leader)
         address = endpoint.address(request.listener) if endpoint is not None else None
         if address is None:
             return unavailable
-        return {"error_code": 0, "coordinator_id": leader, "host": address[0], "port": address[1]}
+        return {
+            **unavailable,
+            "error_code": 0,
+            "coordinator_id": leader,
+            "host": address[0],
+            "port": address[1],
+        }
 
     # -- membership ----------------------------------------------------------------------------
 
@@ -140,6 +167,7 @@ class GroupRequests:
             ],
         )
         return {
+            **NOT_THROTTLED,
             "error_code": int(result.error),
             "generation_id": result.generation,
             "group_protocol": result.protocol,
@@ -162,20 +190,20 @@ class GroupRequests:
                 for a in body["group_assignment"]
             },
         )
-        return {"error_code": int(error), "member_assignment": assignment}
+        return {**NOT_THROTTLED, "error_code": int(error), "member_assignment": assignment}
 
     async def heartbeat(self, request: Request) -> dict:
         body = request.body
         error = await self.coordinator.heartbeat(
             body["group_id"], body["generation_id"], body["member_id"]
         )
-        return {"error_code": int(error)}
+        return {**NOT_THROTTLED, "error_code": int(error)}
 
     async def leave_group(self, request: Request) -> dict:
         error = await self.coordinator.leave_group(
             request.body["group_id"], request.body["member_id"]
         )
-        return {"error_code": int(error)}
+        return {**NOT_THROTTLED, "error_code": int(error)}
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -203,7 +231,10 @@ class GroupRequests:
                     wanted,
                 )
             )
-        return {"responses": _per_topic(body["topics"], lambda tp: {"error_code": int(codes[tp])})}
+        return {
+            **NOT_THROTTLED,
+            "responses": _per_topic(body["topics"], lambda tp: {"error_code": int(codes[tp])}),
+        }
 
     async def _commit_to_zookeeper(
         self, group_id: str, wanted: dict[TopicPartition, tuple[int, str, int]]
@@ -226,6 +257,8 @@ class GroupRequests:
         return codes
 
     async def offset_fetch(self, request: Request) -> dict:
+        if request.api_version >= 2:
+            return self._offset_fetch_v2(request)
         body, version = request.body, request.api_version
         group_id = body["group_id"]
         wanted = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
@@ -257,14 +290,49 @@ class GroupRequests:
 
         return {"responses": _per_topic(body["topics"], answer)}
 
+    def _offset_fetch_v2(self, request: Request) -> dict:
+        """OffsetFetch v2 and later: a group-wide error alone at the top (as Kafka 2.1 answers
+        it, with no partitions); null topics ask for every partition the group committed. The
+        leader epoch of each offset (v5) is not kept: -1."""
+        topics = request.body["topics"]
+        wanted = (
+            None
+            if topics is None
+            else [(t["topic"], p["partition"]) for t in topics for p in t["partitions"]]
+        )
+        error, found = self.coordinator.fetch_group_offsets(request.body["group_id"], wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), (offset, metadata, code) in found.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": partition,
+                    "offset": offset,
+                    "leader_epoch": -1,
+                    "metadata": metadata,
+                    "error_code": int(code),
+                }
+            )
+        return {
+            **NOT_THROTTLED,
+            "responses": [
+                {"topic": topic, "partition_responses": answers}
+                for topic, answers in by_topic.items()
+            ],
+            "error_code": int(error),
+        }
+
     # -- DescribeGroups, ListGroups -----------------------------------------------------------
 
     async def describe_groups(self, request: Request) -> dict:
-        return {"groups": [self.coordinator.describe_group(g) for g in request.body["group_ids"]]}
+        return {
+            **NOT_THROTTLED,
+            "groups": [self.coordinator.describe_group(g) for g in request.body["group_ids"]],
+        }
 
     async def list_groups(self, request: Request) -> dict:
         error, groups = self.coordinator.list_groups()
         return {
+            **NOT_THROTTLED,
             "error_code": int(error),
             "groups": [{"group_id": g, "protocol_type": t} for g, t in groups],
         }

@@ -211,9 +211,11 @@ class RequestHandler:
         version = request.api_version
         every_topic = requested is None or (version == 0 and not requested)
         names = sorted(self.metadata.topics) if every_topic else requested
+        # v4 and later say whether a topic named may be auto-created
+        may_create = not every_topic and request.body.get("allow_auto_topic_creation", True)
         topics = []
         for name in names:
-            topics.append(await self._topic_metadata(name, may_create=not every_topic))
+            topics.append(await self._topic_metadata(name, may_create=may_create))
         brokers = []
         for broker in sorted(self.metadata.brokers.values(), key=lambda b: b.broker_id):
             address = broker.address(listener)
@@ -227,6 +229,7 @@ class RequestHandler:
             "topic_metadata": topics,
             "controller_id": self.metadata.controller_id,
             "cluster_id": self.metadata.cluster_id,
+            "throttle_time_ms": 0,
         }
         return body
 
@@ -255,8 +258,11 @@ class RequestHandler:
                     "error_code": 0 if leader >= 0 else int(ErrorCode.LEADER_NOT_AVAILABLE),
                     "partition": partition,
                     "leader": leader,
+                    "leader_epoch": state.leader_epoch if state else UNDEFINED_EPOCH,  # v7
                     "replicas": list(replicas),
                     "isr": list(state.isr) if state else [],
+                    # v5: the replicas on brokers not alive, as Kafka's controller counts them
+                    "offline_replicas": [r for r in replicas if r not in self.metadata.brokers],
                 }
             )
         return {

@@ -8,6 +8,9 @@ script written around Kafka's tools reads the same lines. Kafka's tools are Scal
 core/src/main/scala/kafka/admin/ (TopicCommand, ReassignPartitionsCommand).
 
     python -m tidelog.cli.kafka_tools kafka-topics --zookeeper 127.0.0.1:2181 --list
+
+kafka-topics.sh also takes --bootstrap-server (as Kafka 2.2's does) on brokers of
+broker.protocol.max.version 1.0 and later, whose admin APIs it calls.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kazoo.client import KazooClient
 
@@ -96,17 +99,14 @@ def kafka_topics(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.help:
         raise UsageError("Create, delete, describe, or change a topic.")
-    if args.bootstrap_server is not None:
-        raise UsageError(
-            "bootstrap-server is not supported by tidelog's kafka-topics.sh: tidelog has no "
-            "CreatePartitions or DescribeConfigs API yet; use --zookeeper"
-        )
     chosen = _given(args, *TOPIC_ACTIONS)
     if len(chosen) != 1:
         raise UsageError(
             "Command must include exactly one action: --list, --describe, --create, --alter or "
             "--delete"
         )
+    if args.bootstrap_server is not None:
+        return _topics_through_brokers(args, chosen[0])
     _require(args, "zookeeper")
     if not (args.list or args.describe):
         _require(args, "topic")
@@ -138,6 +138,144 @@ def kafka_topics(argv: list[str]) -> int:
         client.stop()
         client.close()
     return 0
+
+
+def _topics_through_brokers(args: argparse.Namespace, action: str) -> int:
+    """kafka-topics.sh --bootstrap-server (Kafka 2.2's AdminClientTopicService): the action
+    through the brokers' APIs (Metadata, CreateTopics, DeleteTopics, CreatePartitions,
+    DescribeConfigs) with kafka-python's admin client; what the ZooKeeper path alone has
+    (config changes, --if-exists, --if-not-exists) is refused by name, as Kafka's tool does."""
+    if args.zookeeper is not None:
+        raise UsageError("Only one of --bootstrap-server or --zookeeper must be specified")
+    if not (args.list or args.describe):
+        _require(args, "topic")
+    if args.create and not args.replica_assignment:
+        _require(args, "partitions", "replication-factor")
+    if args.alter:
+        _require(args, "partitions")
+    others = set(TOPIC_ACTIONS)
+    _refuse_with(args, "config", sorted(others - {"create"}))
+    for option in ("delete-config", "if-exists", "if-not-exists"):
+        if getattr(args, option.replace("-", "_")) not in (None, False):
+            raise UsageError(f'Option "[{option}]" can\'t be used with option"[bootstrap-server]"')
+    _refuse_with(args, "partitions", sorted(others - {"alter", "create"}))
+    _refuse_with(args, "replication-factor", sorted(others - {"create"}))
+    _refuse_with(args, "replica-assignment", sorted(others - {"create", "alter"}))
+    if args.create:
+        _refuse_with(args, "replica-assignment", ["partitions", "replication-factor"])
+    for report in ("under-replicated-partitions", "unavailable-partitions"):
+        _refuse_with(args, report, sorted(others - {"describe"}))
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="kafka-topics")
+    try:
+        names = sorted(admin.list_topics())
+        if action != "create" and args.topic is not None:
+            expression = re.compile(args.topic.strip().replace(",", "|"))
+            names = [name for name in names if expression.fullmatch(name)]
+        if action in ("alter", "delete") and not names:
+            raise ValueError(f"Topics in [{','.join(names)}] does not exist")
+        {
+            "list": lambda: print("\n".join(names)),
+            "create": lambda: _create_through_brokers(admin, args, names),
+            "delete": lambda: admin.delete_topics(names),
+            "alter": lambda: _alter_through_brokers(admin, args, names),
+            "describe": lambda: _describe_through_brokers(admin, args, names),
+        }[action]()
+    except Exception as error:  # TopicCommand: any failure is one line and exit code 1
+        print(f"Error while executing topic command : {_message(error)}")
+        return 1
+    finally:
+        admin.close()
+    return 0
+
+
+def _create_through_brokers(admin, args: argparse.Namespace, existing: list[str]) -> None:
+    from kafka.admin import NewTopic
+
+    from tidelog.controller import topics
+
+    if args.topic in existing:
+        raise ValueError(f"Topic {args.topic} already exists")
+    config = _config_pairs(args.config)
+    if args.replica_assignment:
+        assignment = topics.parse_replica_assignment(args.replica_assignment)
+        new = NewTopic(args.topic, replica_assignments=assignment, topic_configs=config)
+    else:
+        new = NewTopic(args.topic, args.partitions, args.replication_factor, topic_configs=config)
+    answer = admin.create_topics([new], raise_errors=False)
+    _raise_errors((t["error_code"], t.get("error_message")) for t in answer["topics"])
+
+
+def _alter_through_brokers(admin, args: argparse.Namespace, names: list[str]) -> None:
+    from tidelog.controller import topics
+
+    wanted = {}
+    for name in names:
+        if args.replica_assignment:
+            current = admin.describe_topics([name])[0]["partitions"]
+            replicas = topics.parse_replica_assignment(args.replica_assignment)
+            added = [replicas[p] for p in sorted(replicas) if p >= len(current)]
+            wanted[name] = {"count": args.partitions, "assignments": added}
+        else:
+            wanted[name] = args.partitions
+    answer = admin.create_partitions(wanted, raise_errors=False)
+    _raise_errors((r.error_code, r.error_message) for r in answer.results)
+
+
+def _raise_errors(results: Iterable[tuple[int, str | None]]) -> None:
+    """The first error of a CreateTopics or CreatePartitions answer, as the tool prints it."""
+    from kafka import errors as kafka_errors
+
+    for code, message in results:
+        if code:
+            raise ValueError(message or kafka_errors.for_code(code).__name__)
+
+
+def _describe_through_brokers(admin, args: argparse.Namespace, names: list[str]) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    under = args.under_replicated_partitions
+    unavailable = args.unavailable_partitions
+    overrides = args.topics_with_overrides
+    if not names:
+        return
+    configs = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, name) for name in names], config_filter="all"
+    ).get("topic", {})
+    cluster = admin.describe_cluster()  # Metadata's brokers, under either name's keys
+    live = {b.get("node_id", b.get("broker_id")) for b in cluster.get("brokers", [])}
+    for topic in sorted(admin.describe_topics(names), key=lambda t: t["name"]):
+        name = topic["name"]
+        partitions = sorted(topic["partitions"], key=lambda p: p["partition_index"])
+        # the topic's overrides, as the ZooKeeper path prints them
+        set_here = {
+            key: entry["value"]
+            for key, entry in configs.get(name, {}).items()
+            if entry["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+        }
+        if not under and not unavailable and (not overrides or set_here):
+            text = ",".join(f"{k}={v}" for k, v in set_here.items())
+            print(
+                f"Topic:{name}\tPartitionCount:{len(partitions)}\t"
+                f"ReplicationFactor:{len(partitions[0]['replica_nodes']) if partitions else 0}\t"
+                f"Configs:{text}"
+            )
+        if overrides:
+            continue
+        for partition in partitions:
+            replicas, isr = partition["replica_nodes"], partition["isr_nodes"]
+            leader = partition["leader_id"] if partition["leader_id"] >= 0 else None
+            if (
+                (not under and not unavailable)
+                or (under and len(isr) < len(replicas))
+                or (unavailable and (leader is None or leader not in live))
+            ):
+                print(
+                    f"\tTopic: {name}\tPartition: {partition['partition_index']}\t"
+                    f"Leader: {'none' if leader is None else leader}\t"
+                    f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
+                )
 
 
 def _message(error: Exception) -> str:

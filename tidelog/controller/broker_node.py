@@ -19,6 +19,7 @@ from kazoo.protocol.states import WatchedEvent
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
+from tidelog.broker.log_dirs import LogDirRequests
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, TopicMetadata
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import IsrChange, ReplicaManager
@@ -26,6 +27,7 @@ from tidelog.broker.server import ConnectionQuotas, KafkaServer
 from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
+from tidelog.controller.config_admin import ConfigRequests
 from tidelog.controller.control_plane import ControlPlane
 from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
@@ -124,6 +126,9 @@ class BrokerNode:
             self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
         )
         self.handler.register(self.topic_admin.handlers())
+        self.config_admin = ConfigRequests(self.broker_id, config, lambda: self.zk)
+        self.handler.register(self.config_admin.handlers())
+        self.handler.register(LogDirRequests(self.logs).handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),

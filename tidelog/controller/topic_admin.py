@@ -1,10 +1,12 @@
-"""CreateTopics v0-v1 and DeleteTopics v0 on the wire, answered by the controller.
+"""CreateTopics v0-v3, DeleteTopics v0-v3 and CreatePartitions v0-v1 on the wire, answered by
+the controller.
 
 Any other broker answers NOT_CONTROLLER for every topic, as Kafka does, so the client retries
 on the controller it finds in Metadata. Each topic gets its own error code (Kafka's): a bad
 name, an existing topic, an invalid config, too few brokers or a bad explicit assignment. With
 a positive timeout the answer waits until the change is in this broker's metadata (every new
 partition with a leader, a deleted topic gone); past the timeout it is REQUEST_TIMED_OUT.
+CreatePartitions goes through topics.add_partitions, the path of `tidelog topic add-partitions`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,11 @@ class TopicAdminRequests:
         self.is_controller = is_controller
 
     def handlers(self) -> dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]:
-        return {ApiKey.CREATE_TOPICS: self.create_topics, ApiKey.DELETE_TOPICS: self.delete_topics}
+        return {
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.CREATE_PARTITIONS: self.create_partitions,
+        }
 
     # -- CreateTopics --------------------------------------------------------------------------
 
@@ -81,10 +87,11 @@ class TopicAdminRequests:
                             f"{name!r} was created but its partitions have no leaders yet",
                         )
         return {
+            "throttle_time_ms": 0,  # v2 and later
             "topic_errors": [
                 {"topic": name, "error_code": int(code), "error_message": message}
                 for name, (code, message) in results.items()
-            ]
+            ],
         }
 
     async def _create(self, entry: dict[str, Any], validate_only: bool) -> int:
@@ -150,10 +157,80 @@ class TopicAdminRequests:
                 if name in self.metadata.topics:
                     results[name] = ErrorCode.REQUEST_TIMED_OUT
         return {
+            "throttle_time_ms": 0,  # v1 and later
             "topic_error_codes": [
                 {"topic": name, "error_code": int(code)} for name, code in results.items()
-            ]
+            ],
         }
+
+    # -- CreatePartitions ----------------------------------------------------------------------
+
+    async def create_partitions(self, request: Request) -> dict:
+        body = request.body
+        wanted = body["topic_partitions"]
+        counts = Counter(t["topic"] for t in wanted)
+        results: dict[str, tuple[ErrorCode, str | None]] = {}
+        grown: dict[str, int] = {}
+        for entry in wanted:
+            name, new = entry["topic"], entry["new_partitions"]
+            if counts[name] > 1:
+                results[name] = (ErrorCode.INVALID_REQUEST, f"topic {name!r} named twice")
+                continue
+            try:
+                await self._add_partitions(name, new["count"], new["assignment"], body)
+                results[name] = (ErrorCode.NONE, None)
+                if not body["validate_only"]:
+                    grown[name] = new["count"]
+                    log.info(
+                        "CreatePartitions from %s: %s now has %d partitions",
+                        request.client_id,
+                        name,
+                        new["count"],
+                    )
+            except KafkaError as error:
+                results[name] = (error.code, error.message)
+        if grown and body["timeout"] > 0:
+            await self._wait(
+                lambda: all(self._has_leaders(n, p) for n, p in grown.items()), body["timeout"]
+            )
+            for name, count in grown.items():
+                if not self._has_leaders(name, count):
+                    results[name] = (
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"{name!r} has {count} partitions but not all have leaders yet",
+                    )
+        return {
+            "throttle_time_ms": 0,
+            "topic_errors": [
+                {"topic": name, "error_code": int(code), "error_message": message}
+                for name, (code, message) in results.items()
+            ],
+        }
+
+    async def _add_partitions(
+        self, name: str, count: int, replicas: list[list[int]] | None, body: dict[str, Any]
+    ) -> None:
+        if not self.is_controller():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "this broker is not the controller")
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        assignment = None
+        if replicas is not None:
+            first = len(topic.assignment)
+            assignment = {first + i: list(r) for i, r in enumerate(replicas)}
+            if any(len(set(r)) != len(r) for r in replicas):
+                raise KafkaError(
+                    ErrorCode.INVALID_REPLICA_ASSIGNMENT, "an assignment names a broker twice"
+                )
+        await asyncio.to_thread(
+            topics.add_partitions,
+            self.zk(),
+            name,
+            count,
+            assignment,
+            validate_only=body["validate_only"],
+        )
 
     @staticmethod
     async def _wait(done: Callable[[], bool], timeout_ms: int) -> bool:

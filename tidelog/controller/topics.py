@@ -162,8 +162,19 @@ def alter_topic_config(
             config.pop(key, None)
         else:
             config[key] = value
+    return set_topic_config(zk, topic, config)
+
+
+def set_topic_config(
+    zk: KazooClient, topic: str, config: dict[str, str], *, validate_only: bool = False
+) -> dict[str, str]:
+    """Makes ``config`` the whole set of ``topic``'s overrides (AlterConfigs' meaning), checked
+    first (ConfigError naming a bad key or value); ``validate_only`` checks and writes nothing."""
+    if not zk.exists(zookeeper.topic_path(topic)):
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic!r}")
     check_remote_storage(zk, parse_config(config, TOPIC_KEYS))
-    zookeeper.write_topic_config(zk, topic, config)
+    if not validate_only:
+        zookeeper.write_topic_config(zk, topic, config)
     return config
 
 

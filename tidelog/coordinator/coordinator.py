@@ -704,6 +704,20 @@ class GroupCoordinator:
                 found[tp] = (committed.offset, committed.metadata, ErrorCode.NONE)
         return found
 
+    def fetch_group_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, tuple[int, str, ErrorCode]]]:
+        """OffsetFetch v2 and later: a group-wide error (nothing else with it), or the offsets
+        of ``partitions``, of every partition the group committed when None."""
+        try:
+            self._check_coordinator(group_id)
+        except KafkaError as error:
+            return error.code, {}
+        if partitions is None:
+            group = self.groups.get(group_id)
+            partitions = sorted(group.offsets) if group else []
+        return ErrorCode.NONE, self.fetch_offsets(group_id, partitions)
+
     async def expire_offsets(self) -> int:
         """Drops commits past their expire timestamp, and Empty groups with no commits left
         (tombstones in the log for both); returns how many offsets expired."""

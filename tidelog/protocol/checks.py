@@ -8,6 +8,8 @@ failure into an InvalidRequestException, and the socket server closes the channe
   are served).
 - Fetch v4 and later and ListOffsets v2 and later name an isolation level, 0 (read_uncommitted)
   or 1 (read_committed); any other value does not parse (IsolationLevel.forId).
+- FindCoordinator v1 and later name a coordinator type, 0 (group) or 1 (transaction); any other
+  does not parse (FindCoordinatorRequest.CoordinatorType.forId).
 
 Only the first bytes of a batch are read here (its length, magic and attributes, where
 records.record_batch places them); the log's validation reads the rest.
@@ -18,7 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from tidelog.protocol.schemas import ApiKey
+from tidelog.protocol.schemas import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, ApiKey
 from tidelog.protocol.types import ProtocolError
 from tidelog.records.format import Codec
 from tidelog.records.record_batch import (
@@ -34,6 +36,7 @@ _INT16 = struct.Struct(">h")
 _LOG_OVERHEAD = 12  # base offset and length: an entry is this many bytes plus its length
 _SMALLEST_ENTRY = 14  # the length of the smallest v0 message; a smaller length is corrupt
 ISOLATION_LEVELS = (0, 1)  # read_uncommitted, read_committed
+COORDINATOR_TYPES = (COORDINATOR_GROUP, COORDINATOR_TRANSACTION)
 
 
 def first_batch_attributes(records: bytes | memoryview) -> int:
@@ -87,7 +90,13 @@ def _check_isolation_level(first_version: int) -> Callable[[int, dict], None]:
     return check
 
 
+def _check_coordinator_type(version: int, body: dict) -> None:
+    if version >= 1 and body["coordinator_type"] not in COORDINATOR_TYPES:
+        raise ProtocolError(f"coordinator type {body['coordinator_type']}")
+
+
 CHECKS: dict[ApiKey, Callable[[int, dict], None]] = {
+    ApiKey.GROUP_COORDINATOR: _check_coordinator_type,
     ApiKey.PRODUCE: _check_produce,
     ApiKey.FETCH: _check_isolation_level(4),
     ApiKey.LIST_OFFSETS: _check_isolation_level(2),

@@ -1,6 +1,7 @@
 """The request and response schemas of the APIs tidelog serves, as data: those 0.9/0.10
-clients use, and the versions Kafka 0.11 to 2.1 added to the APIs that carry records and offsets
-(Produce, Fetch, ListOffsets, OffsetsForLeaderEpoch, ApiVersions).
+clients use, every version Kafka 0.11 to 2.1 added to them, and the admin APIs of those
+releases that clients call (DescribeConfigs, AlterConfigs, DeleteRecords, CreatePartitions,
+DescribeLogDirs).
 
 Field names follow Kafka's protocol guide (Kafka 2.1.0's clients/.../requests/*.java). Adding a
 version is adding a schema here.
@@ -45,6 +46,12 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     OFFSETS_FOR_LEADER_EPOCH = 23
+    # the admin APIs of Kafka 0.11 to 2.1 that clients' admin tools call
+    DELETE_RECORDS = 21
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
     # tidelog's own, between brokers only (never advertised to clients): incremental fetch
     # sessions in the spirit of KIP-227
     REPLICA_FETCH = 10001
@@ -571,6 +578,334 @@ DELETE_TOPICS_RESPONSE_V0 = schema(
 )
 
 
+# -- Kafka 0.11 to 2.1: Metadata, the group APIs and topic admin --------------------------------
+
+# Metadata v4 adds whether a topic named may be auto-created; v5-v7 are v4
+METADATA_REQUEST_V4 = schema(
+    ("topics", Array(STRING, nullable=True)), ("allow_auto_topic_creation", BOOLEAN)
+)
+_TOPIC_METADATA_V5 = schema(
+    ("error_code", INT16),
+    ("topic", STRING),
+    ("is_internal", BOOLEAN),
+    (
+        "partition_metadata",
+        Array((*_PARTITION_METADATA, ("offline_replicas", Array(INT32)))),
+    ),
+)
+# v7 adds each partition's leader epoch (KIP-320)
+_TOPIC_METADATA_V7 = schema(
+    ("error_code", INT16),
+    ("topic", STRING),
+    ("is_internal", BOOLEAN),
+    (
+        "partition_metadata",
+        Array(
+            schema(
+                ("error_code", INT16),
+                ("partition", INT32),
+                ("leader", INT32),
+                ("leader_epoch", INT32),
+                ("replicas", Array(INT32)),
+                ("isr", Array(INT32)),
+                ("offline_replicas", Array(INT32)),
+            )
+        ),
+    ),
+)
+
+
+def _metadata_response(topic: Schema) -> Schema:
+    """Metadata v3 and later: v2's fields after the throttle time."""
+    return schema(
+        ("throttle_time_ms", INT32),
+        ("brokers", Array(_BROKER_V1)),
+        ("cluster_id", NULLABLE_STRING),
+        ("controller_id", INT32),
+        ("topic_metadata", Array(topic)),
+    )
+
+
+METADATA_RESPONSE_V3 = _metadata_response(_TOPIC_METADATA_V1)
+METADATA_RESPONSE_V5 = _metadata_response(_TOPIC_METADATA_V5)
+METADATA_RESPONSE_V7 = _metadata_response(_TOPIC_METADATA_V7)
+
+
+def throttled(response: Schema) -> Schema:
+    """A response of Kafka 0.11 and later: the same fields after the throttle time (always 0
+    here: tidelog has no quotas)."""
+    return schema(("throttle_time_ms", INT32), *response)
+
+
+# FindCoordinator (GroupCoordinator renamed) v1 names the kind of coordinator: 0 a group's,
+# 1 a transactional id's; its answer adds an error message. v2 is v1.
+COORDINATOR_GROUP, COORDINATOR_TRANSACTION = 0, 1
+FIND_COORDINATOR_REQUEST_V1 = schema(("coordinator_key", STRING), ("coordinator_type", INT8))
+FIND_COORDINATOR_RESPONSE_V1 = schema(
+    ("throttle_time_ms", INT32),
+    ("error_code", INT16),
+    ("error_message", NULLABLE_STRING),
+    ("coordinator_id", INT32),
+    ("host", STRING),
+    ("port", INT32),
+)
+# OffsetCommit v3-v4 are v2 (v3 answers with the throttle time); v5 drops the retention time
+# (the broker's offsets.retention.minutes applies); v6 adds each offset's leader epoch
+OFFSET_COMMIT_REQUEST_V5 = _offset_commit_request(
+    schema(("partition", INT32), ("offset", INT64), ("metadata", NULLABLE_STRING)),
+    ("generation_id", INT32),
+    ("member_id", STRING),
+)
+OFFSET_COMMIT_REQUEST_V6 = _offset_commit_request(
+    schema(
+        ("partition", INT32),
+        ("offset", INT64),
+        ("committed_leader_epoch", INT32),
+        ("metadata", NULLABLE_STRING),
+    ),
+    ("generation_id", INT32),
+    ("member_id", STRING),
+)
+OFFSET_COMMIT_RESPONSE_V3 = throttled(OFFSET_COMMIT_RESPONSE_V0)
+# OffsetFetch v2 takes null topics (every partition the group committed) and answers a
+# group-wide error at the top; v3 adds the throttle time (v4 is v3); v5 each offset's epoch
+OFFSET_FETCH_REQUEST_V2 = schema(
+    ("group_id", STRING),
+    (
+        "topics",
+        Array(
+            schema(("topic", STRING), ("partitions", Array(schema(("partition", INT32))))),
+            nullable=True,
+        ),
+    ),
+)
+
+
+def _offset_fetch_response(*partition: tuple[str, object]) -> tuple[str, object]:
+    return (
+        "responses",
+        Array(schema(("topic", STRING), ("partition_responses", Array(schema(*partition))))),
+    )
+
+
+_OFFSET_FETCH_RESPONSES = _offset_fetch_response(
+    ("partition", INT32), ("offset", INT64), ("metadata", NULLABLE_STRING), ("error_code", INT16)
+)
+OFFSET_FETCH_RESPONSE_V2 = schema(_OFFSET_FETCH_RESPONSES, ("error_code", INT16))
+OFFSET_FETCH_RESPONSE_V3 = throttled(OFFSET_FETCH_RESPONSE_V2)
+OFFSET_FETCH_RESPONSE_V5 = schema(
+    ("throttle_time_ms", INT32),
+    _offset_fetch_response(
+        ("partition", INT32),
+        ("offset", INT64),
+        ("leader_epoch", INT32),
+        ("metadata", NULLABLE_STRING),
+        ("error_code", INT16),
+    ),
+    ("error_code", INT16),
+)
+# JoinGroup v2-v3, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups and ListGroups v1-v2: the
+# requests as before, the answers with the throttle time first
+JOIN_GROUP_RESPONSE_V2 = throttled(JOIN_GROUP_RESPONSE_V0)
+SYNC_GROUP_RESPONSE_V1 = throttled(SYNC_GROUP_RESPONSE_V0)
+HEARTBEAT_RESPONSE_V1 = throttled(HEARTBEAT_RESPONSE_V0)
+LEAVE_GROUP_RESPONSE_V1 = throttled(LEAVE_GROUP_RESPONSE_V0)
+DESCRIBE_GROUPS_RESPONSE_V1 = throttled(DESCRIBE_GROUPS_RESPONSE_V0)
+LIST_GROUPS_RESPONSE_V1 = throttled(LIST_GROUPS_RESPONSE_V0)
+# CreateTopics v2-v3 are v1 answered with the throttle time; DeleteTopics v1-v3 likewise
+CREATE_TOPICS_RESPONSE_V2 = throttled(CREATE_TOPICS_RESPONSE_V1)
+DELETE_TOPICS_RESPONSE_V1 = throttled(DELETE_TOPICS_RESPONSE_V0)
+
+# -- Admin APIs of Kafka 0.11 to 2.1 ------------------------------------------------------------
+
+# ConfigResource types (Kafka's ConfigResource.Type), and where a described value comes from
+# (DescribeConfigsResponse.ConfigSource, v1 and later)
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+CONFIG_SOURCE_TOPIC = 1  # a topic's override
+CONFIG_SOURCE_STATIC_BROKER = 4  # the broker's properties file
+CONFIG_SOURCE_DEFAULT = 5
+
+_DESCRIBE_CONFIGS_RESOURCES = (
+    "resources",
+    Array(
+        schema(
+            ("resource_type", INT8),
+            ("resource_name", STRING),
+            ("config_names", Array(STRING, nullable=True)),  # null: every key
+        )
+    ),
+)
+DESCRIBE_CONFIGS_REQUEST_V0 = schema(_DESCRIBE_CONFIGS_RESOURCES)
+# v1 adds whether each value's synonyms (the broker keys it falls back to) are wanted; v2 is v1
+DESCRIBE_CONFIGS_REQUEST_V1 = schema(_DESCRIBE_CONFIGS_RESOURCES, ("include_synonyms", BOOLEAN))
+
+
+def _describe_configs_response(*entry: tuple[str, object]) -> Schema:
+    return schema(
+        ("throttle_time_ms", INT32),
+        (
+            "resources",
+            Array(
+                schema(
+                    ("error_code", INT16),
+                    ("error_message", NULLABLE_STRING),
+                    ("resource_type", INT8),
+                    ("resource_name", STRING),
+                    ("config_entries", Array(schema(*entry))),
+                )
+            ),
+        ),
+    )
+
+
+DESCRIBE_CONFIGS_RESPONSE_V0 = _describe_configs_response(
+    ("config_name", STRING),
+    ("config_value", NULLABLE_STRING),
+    ("read_only", BOOLEAN),
+    ("is_default", BOOLEAN),
+    ("is_sensitive", BOOLEAN),
+)
+DESCRIBE_CONFIGS_RESPONSE_V1 = _describe_configs_response(
+    ("config_name", STRING),
+    ("config_value", NULLABLE_STRING),
+    ("read_only", BOOLEAN),
+    ("config_source", INT8),
+    ("is_sensitive", BOOLEAN),
+    (
+        "config_synonyms",
+        Array(
+            schema(
+                ("config_name", STRING),
+                ("config_value", NULLABLE_STRING),
+                ("config_source", INT8),
+            )
+        ),
+    ),
+)
+# AlterConfigs v1 is v0 (v1's throttled answers go out after the throttling)
+ALTER_CONFIGS_REQUEST_V0 = schema(
+    (
+        "resources",
+        Array(
+            schema(
+                ("resource_type", INT8),
+                ("resource_name", STRING),
+                (
+                    "config_entries",
+                    Array(schema(("config_name", STRING), ("config_value", NULLABLE_STRING))),
+                ),
+            )
+        ),
+    ),
+    ("validate_only", BOOLEAN),
+)
+ALTER_CONFIGS_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    (
+        "resources",
+        Array(
+            schema(
+                ("error_code", INT16),
+                ("error_message", NULLABLE_STRING),
+                ("resource_type", INT8),
+                ("resource_name", STRING),
+            )
+        ),
+    ),
+)
+# DeleteRecords v1 is v0; an offset of -1 means the high watermark
+DELETE_RECORDS_REQUEST_V0 = schema(
+    (
+        "topics",
+        Array(
+            schema(
+                ("topic", STRING),
+                ("partitions", Array(schema(("partition", INT32), ("offset", INT64)))),
+            )
+        ),
+    ),
+    ("timeout", INT32),
+)
+DELETE_RECORDS_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    (
+        "topics",
+        Array(
+            schema(
+                ("topic", STRING),
+                (
+                    "partitions",
+                    Array(
+                        schema(
+                            ("partition", INT32), ("low_watermark", INT64), ("error_code", INT16)
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+# CreatePartitions v1 is v0; an assignment (nullable) names the replicas of each new partition
+CREATE_PARTITIONS_REQUEST_V0 = schema(
+    (
+        "topic_partitions",
+        Array(
+            schema(
+                ("topic", STRING),
+                (
+                    "new_partitions",
+                    schema(
+                        ("count", INT32),
+                        ("assignment", Array(Array(INT32), nullable=True)),
+                    ),
+                ),
+            )
+        ),
+    ),
+    ("timeout", INT32),
+    ("validate_only", BOOLEAN),
+)
+CREATE_PARTITIONS_RESPONSE_V0 = throttled(CREATE_TOPICS_RESPONSE_V1)
+# DescribeLogDirs v1 is v0; null topics: every partition the broker holds
+DESCRIBE_LOG_DIRS_REQUEST_V0 = schema(
+    (
+        "topics",
+        Array(schema(("topic", STRING), ("partitions", Array(INT32))), nullable=True),
+    )
+)
+DESCRIBE_LOG_DIRS_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    (
+        "log_dirs",
+        Array(
+            schema(
+                ("error_code", INT16),
+                ("log_dir", STRING),
+                (
+                    "topics",
+                    Array(
+                        schema(
+                            ("topic", STRING),
+                            (
+                                "partitions",
+                                Array(
+                                    schema(
+                                        ("partition", INT32),
+                                        ("size", INT64),
+                                        ("offset_lag", INT64),
+                                        ("is_future", BOOLEAN),
+                                    )
+                                ),
+                            ),
+                        )
+                    ),
+                ),
+            )
+        ),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class Api:
     """One API: its request and response schema for each supported version (index = version)."""
@@ -594,8 +929,12 @@ APIS: dict[int, Api] = {
         ),
         Api(
             ApiKey.METADATA,
-            (METADATA_REQUEST_V0, METADATA_REQUEST_V1, METADATA_REQUEST_V1),
-            (METADATA_RESPONSE_V0, METADATA_RESPONSE_V1, METADATA_RESPONSE_V2),
+            (METADATA_REQUEST_V0, METADATA_REQUEST_V1, METADATA_REQUEST_V1, METADATA_REQUEST_V1)
+            + (METADATA_REQUEST_V4,) * 4,
+            (METADATA_RESPONSE_V0, METADATA_RESPONSE_V1, METADATA_RESPONSE_V2)
+            + (METADATA_RESPONSE_V3,) * 2
+            + (METADATA_RESPONSE_V5,) * 2
+            + (METADATA_RESPONSE_V7,),
         ),
         Api(
             ApiKey.PRODUCE,
@@ -635,35 +974,89 @@ APIS: dict[int, Api] = {
         ),
         Api(
             ApiKey.GROUP_COORDINATOR,
-            (GROUP_COORDINATOR_REQUEST_V0,),
-            (GROUP_COORDINATOR_RESPONSE_V0,),
+            (GROUP_COORDINATOR_REQUEST_V0,) + (FIND_COORDINATOR_REQUEST_V1,) * 2,
+            (GROUP_COORDINATOR_RESPONSE_V0,) + (FIND_COORDINATOR_RESPONSE_V1,) * 2,
         ),
         Api(
             ApiKey.JOIN_GROUP,
-            (JOIN_GROUP_REQUEST_V0, JOIN_GROUP_REQUEST_V1),
-            (JOIN_GROUP_RESPONSE_V0, JOIN_GROUP_RESPONSE_V0),
+            (JOIN_GROUP_REQUEST_V0,) + (JOIN_GROUP_REQUEST_V1,) * 3,
+            (JOIN_GROUP_RESPONSE_V0,) * 2 + (JOIN_GROUP_RESPONSE_V2,) * 2,
         ),
-        Api(ApiKey.SYNC_GROUP, (SYNC_GROUP_REQUEST_V0,), (SYNC_GROUP_RESPONSE_V0,)),
-        Api(ApiKey.HEARTBEAT, (HEARTBEAT_REQUEST_V0,), (HEARTBEAT_RESPONSE_V0,)),
-        Api(ApiKey.LEAVE_GROUP, (LEAVE_GROUP_REQUEST_V0,), (LEAVE_GROUP_RESPONSE_V0,)),
+        Api(
+            ApiKey.SYNC_GROUP,
+            (SYNC_GROUP_REQUEST_V0,) * 3,
+            (SYNC_GROUP_RESPONSE_V0,) + (SYNC_GROUP_RESPONSE_V1,) * 2,
+        ),
+        Api(
+            ApiKey.HEARTBEAT,
+            (HEARTBEAT_REQUEST_V0,) * 3,
+            (HEARTBEAT_RESPONSE_V0,) + (HEARTBEAT_RESPONSE_V1,) * 2,
+        ),
+        Api(
+            ApiKey.LEAVE_GROUP,
+            (LEAVE_GROUP_REQUEST_V0,) * 3,
+            (LEAVE_GROUP_RESPONSE_V0,) + (LEAVE_GROUP_RESPONSE_V1,) * 2,
+        ),
         Api(
             ApiKey.OFFSET_COMMIT,
-            (OFFSET_COMMIT_REQUEST_V0, OFFSET_COMMIT_REQUEST_V1, OFFSET_COMMIT_REQUEST_V2),
-            (OFFSET_COMMIT_RESPONSE_V0,) * 3,
+            (OFFSET_COMMIT_REQUEST_V0, OFFSET_COMMIT_REQUEST_V1)
+            + (OFFSET_COMMIT_REQUEST_V2,) * 3
+            + (OFFSET_COMMIT_REQUEST_V5, OFFSET_COMMIT_REQUEST_V6),
+            (OFFSET_COMMIT_RESPONSE_V0,) * 3 + (OFFSET_COMMIT_RESPONSE_V3,) * 4,
         ),
         Api(
             ApiKey.OFFSET_FETCH,
-            (OFFSET_FETCH_REQUEST_V0,) * 2,
-            (OFFSET_FETCH_RESPONSE_V0,) * 2,
+            (OFFSET_FETCH_REQUEST_V0,) * 2 + (OFFSET_FETCH_REQUEST_V2,) * 4,
+            (OFFSET_FETCH_RESPONSE_V0,) * 2
+            + (OFFSET_FETCH_RESPONSE_V2,)
+            + (OFFSET_FETCH_RESPONSE_V3,) * 2
+            + (OFFSET_FETCH_RESPONSE_V5,),
         ),
-        Api(ApiKey.DESCRIBE_GROUPS, (DESCRIBE_GROUPS_REQUEST_V0,), (DESCRIBE_GROUPS_RESPONSE_V0,)),
-        Api(ApiKey.LIST_GROUPS, (LIST_GROUPS_REQUEST_V0,), (LIST_GROUPS_RESPONSE_V0,)),
+        Api(
+            ApiKey.DESCRIBE_GROUPS,
+            (DESCRIBE_GROUPS_REQUEST_V0,) * 3,
+            (DESCRIBE_GROUPS_RESPONSE_V0,) + (DESCRIBE_GROUPS_RESPONSE_V1,) * 2,
+        ),
+        Api(
+            ApiKey.LIST_GROUPS,
+            (LIST_GROUPS_REQUEST_V0,) * 3,
+            (LIST_GROUPS_RESPONSE_V0,) + (LIST_GROUPS_RESPONSE_V1,) * 2,
+        ),
         Api(
             ApiKey.CREATE_TOPICS,
-            (CREATE_TOPICS_REQUEST_V0, CREATE_TOPICS_REQUEST_V1),
-            (CREATE_TOPICS_RESPONSE_V0, CREATE_TOPICS_RESPONSE_V1),
+            (CREATE_TOPICS_REQUEST_V0,) + (CREATE_TOPICS_REQUEST_V1,) * 3,
+            (CREATE_TOPICS_RESPONSE_V0, CREATE_TOPICS_RESPONSE_V1)
+            + (CREATE_TOPICS_RESPONSE_V2,) * 2,
         ),
-        Api(ApiKey.DELETE_TOPICS, (DELETE_TOPICS_REQUEST_V0,), (DELETE_TOPICS_RESPONSE_V0,)),
+        Api(
+            ApiKey.DELETE_TOPICS,
+            (DELETE_TOPICS_REQUEST_V0,) * 4,
+            (DELETE_TOPICS_RESPONSE_V0,) + (DELETE_TOPICS_RESPONSE_V1,) * 3,
+        ),
+        # the admin APIs of Kafka 0.11 to 2.1
+        Api(
+            ApiKey.DESCRIBE_CONFIGS,
+            (DESCRIBE_CONFIGS_REQUEST_V0,) + (DESCRIBE_CONFIGS_REQUEST_V1,) * 2,
+            (DESCRIBE_CONFIGS_RESPONSE_V0,) + (DESCRIBE_CONFIGS_RESPONSE_V1,) * 2,
+        ),
+        Api(
+            ApiKey.ALTER_CONFIGS, (ALTER_CONFIGS_REQUEST_V0,) * 2, (ALTER_CONFIGS_RESPONSE_V0,) * 2
+        ),
+        Api(
+            ApiKey.DELETE_RECORDS,
+            (DELETE_RECORDS_REQUEST_V0,) * 2,
+            (DELETE_RECORDS_RESPONSE_V0,) * 2,
+        ),
+        Api(
+            ApiKey.CREATE_PARTITIONS,
+            (CREATE_PARTITIONS_REQUEST_V0,) * 2,
+            (CREATE_PARTITIONS_RESPONSE_V0,) * 2,
+        ),
+        Api(
+            ApiKey.DESCRIBE_LOG_DIRS,
+            (DESCRIBE_LOG_DIRS_REQUEST_V0,) * 2,
+            (DESCRIBE_LOG_DIRS_RESPONSE_V0,) * 2,
+        ),
         Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
     ]
 }
@@ -674,9 +1067,8 @@ APIS: dict[int, Api] = {
 # 0.9.0.1, 0.10.0.1 and 0.11.0.0, each request class's schemaVersions() from 1.0.0 to 2.1.0). An
 # API not named was not served at all (a 0.9.0 broker has no ApiVersions and closes the
 # connection of a client that asks). A broker serves and advertises the lower of this and what
-# tidelog implements (APIS): every version of the APIs that carry records and offsets (Produce,
-# Fetch, ListOffsets, OffsetsForLeaderEpoch, ApiVersions); Metadata, the group APIs and topic
-# admin only up to their 0.10-era versions so far. Selected by broker.protocol.max.version.
+# tidelog implements (APIS): every version Kafka 2.1 served of each API in APIS. Selected by
+# broker.protocol.max.version.
 _RELEASE_0_9_0 = {
     ApiKey.PRODUCE: 1,
     ApiKey.FETCH: 1,
@@ -729,9 +1121,19 @@ _RELEASE_0_11_0 = {
     ApiKey.API_VERSIONS: 1,
     ApiKey.CREATE_TOPICS: 2,
     ApiKey.DELETE_TOPICS: 1,
+    ApiKey.DELETE_RECORDS: 0,
+    ApiKey.DESCRIBE_CONFIGS: 0,
+    ApiKey.ALTER_CONFIGS: 0,
 }
-_RELEASE_1_0 = {**_RELEASE_0_11_0, ApiKey.PRODUCE: 5, ApiKey.FETCH: 6, ApiKey.METADATA: 5}
-_RELEASE_1_1 = {**_RELEASE_1_0, ApiKey.FETCH: 7}
+_RELEASE_1_0 = {
+    **_RELEASE_0_11_0,
+    ApiKey.PRODUCE: 5,
+    ApiKey.FETCH: 6,
+    ApiKey.METADATA: 5,
+    ApiKey.CREATE_PARTITIONS: 0,
+    ApiKey.DESCRIBE_LOG_DIRS: 0,
+}
+_RELEASE_1_1 = {**_RELEASE_1_0, ApiKey.FETCH: 7, ApiKey.DESCRIBE_CONFIGS: 1}
 _RELEASE_2_0 = {
     **_RELEASE_1_1,
     ApiKey.PRODUCE: 6,
@@ -751,6 +1153,11 @@ _RELEASE_2_0 = {
     ApiKey.CREATE_TOPICS: 3,
     ApiKey.DELETE_TOPICS: 2,
     ApiKey.OFFSETS_FOR_LEADER_EPOCH: 1,
+    ApiKey.DELETE_RECORDS: 1,
+    ApiKey.DESCRIBE_CONFIGS: 2,
+    ApiKey.ALTER_CONFIGS: 1,
+    ApiKey.CREATE_PARTITIONS: 1,
+    ApiKey.DESCRIBE_LOG_DIRS: 1,
 }
 _RELEASE_2_1 = {
     **_RELEASE_2_0,
