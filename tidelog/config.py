@@ -677,14 +677,6 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
             "producer, uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, a topic's "
             "choice: set compression.type=zstd on such a topic)"
         )
-    if MESSAGE_FORMAT_VERSIONS[message_format] >= 2:
-        # the broker's format is also that of __consumer_offsets, a compacted topic
-        raise ConfigError(
-            f"log.message.format.version: {message_format!r} is not allowed as the broker's "
-            "format yet; allowed: 0.9.0, 0.10.0 (set message.format.version 0.11.0 to 2.1 on a "
-            "topic: the broker's format is also __consumer_offsets', which is compacted, and "
-            "the log cleaner does not rewrite v2 record batches yet)"
-        )
     if MESSAGE_FORMAT_VERSIONS[message_format] > INTER_BROKER_PROTOCOLS[protocol][1]:
         first = next(
             v
@@ -699,28 +691,13 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
 
 
 def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:
-    """What tidelog does not yet do with format v2 batches is refused by name: compaction
-    (the cleaner rewrites v0/v1 messages only) and the remote tier (its indexes are derived
-    from v0/v1 entries). ``values``: topic-level names, parsed."""
+    """A topic's format and codec that do not go together: zstd before format 2.1 (the log
+    cleaner and the remote tier take every format). ``values``: topic-level names, parsed."""
     if values.get("compression.type") == "zstd" and values["message.format.version"] != "2.1":
         raise ConfigError(
             f"{prefix}compression.type: 'zstd' is not allowed with {prefix}"
             f"message.format.version={values['message.format.version']}; allowed: producer, "
             "uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, as in Kafka)"
-        )
-    if MESSAGE_FORMAT_VERSIONS[values["message.format.version"]] < 2:
-        return
-    if "compact" in values["cleanup.policy"]:
-        raise ConfigError(
-            f"{prefix}message.format.version: {values['message.format.version']!r} is not "
-            f"allowed with {prefix}cleanup.policy=compact; allowed: 0.9.0, 0.10.0 (the log "
-            "cleaner does not rewrite v2 record batches yet)"
-        )
-    if values["remote.storage.enable"]:
-        raise ConfigError(
-            f"message.format.version: {values['message.format.version']!r} is not allowed "
-            "with remote.storage.enable=true; allowed: 0.9.0, 0.10.0 (the remote tier does not "
-            "index v2 record batches yet)"
         )
 
 
