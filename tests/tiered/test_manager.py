@@ -160,11 +160,13 @@ def test_remote_index_files_follow_the_issue_format_and_point_at_the_right_messa
         position += 4 + int.from_bytes(log_index.read_bytes()[position + 2 : position + 4], "big")
 
 
+@pytest.mark.parametrize("magic", [1, 2])
 @pytest.mark.parametrize("step", COPY_STEPS)
 def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
-    tmp_path, tier, clock, step
+    tmp_path, tier, clock, step, magic
 ):
-    broker = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=1)
+    config = remote_config(message_format_version=FORMATS[magic])
+    broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
     broker.fill(clock, 30)
 
     def crash(at: str, _segment) -> None:
@@ -178,7 +180,7 @@ def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
     assert len(visible) == (1 if step in ("finished", "indexed") else 0)
     broker.close()  # the process dies; a new leader (a later epoch) takes over on the same disk
 
-    again = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=2)
+    again = Broker(tmp_path / "leader", tier, clock, config, epoch=2)
     try:
         again.remote.run_task_now(KEY)
         listed = again.remote.metadata.list_segments(*KEY)
@@ -291,8 +293,12 @@ def test_a_minute_time_index_goes_to_the_tier_as_it_is_and_searches_there_agree(
         broker.close()
 
 
-def test_total_retention_deletes_remote_segments_and_their_index_files(tmp_path, tier, clock):
-    broker = Broker(tmp_path / "leader", tier, clock, remote_config(retention_ms=300_000))
+@pytest.mark.parametrize("magic", [1, 2])
+def test_total_retention_deletes_remote_segments_and_their_index_files(
+    tmp_path, tier, clock, magic
+):
+    config = remote_config(retention_ms=300_000, message_format_version=FORMATS[magic])
+    broker = Broker(tmp_path / "leader", tier, clock, config)
     try:
         broker.fill(clock, 40)
         broker.remote.run_task_now(KEY)
@@ -405,8 +411,11 @@ def test_frequent_tasks_list_the_tier_every_few_tasks_and_see_their_own_copies_b
         follower.close()
 
 
-def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):
-    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+@pytest.mark.parametrize("magic", [1, 2])
+def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock, magic):
+    config = remote_config(
+        local_retention_ms=-1, local_retention_bytes=0, message_format_version=FORMATS[magic]
+    )
     broker = Broker(tmp_path / "leader", tier, clock, config)
     broker.fill(clock, 40)
     broker.remote.run_task_now(KEY)
@@ -458,11 +467,17 @@ def test_retention_of_every_remote_segment_empties_the_remote_indexes(tmp_path, 
         broker.close()
 
 
+@pytest.mark.parametrize("magic", [1, 2])
 @pytest.mark.parametrize("step", DELETE_STEPS)
 def test_a_crash_at_any_step_of_a_remote_deletion_leaves_a_consistent_tier(
-    tmp_path, tier, clock, step
+    tmp_path, tier, clock, step, magic
 ):
-    config = remote_config(retention_bytes=20_000, local_retention_ms=-1, local_retention_bytes=0)
+    config = remote_config(
+        retention_bytes=20_000,
+        local_retention_ms=-1,
+        local_retention_bytes=0,
+        message_format_version=FORMATS[magic],
+    )
     broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
     broker.fill(clock, 40)
 
