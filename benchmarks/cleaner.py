@@ -2,6 +2,7 @@
 bytes rewritten per byte reclaimed on a skewed (Zipf) key workload.
 
     .venv/bin/python benchmarks/cleaner.py [--megabytes N] [--keys N] [--rounds N] [--format 2]
+        [--compression gzip|snappy|lz4|zstd]
 
 - baseline, in the same run: copying the log's segment files with shutil.copyfile (what
   rewriting them costs with no work per message);
@@ -13,7 +14,8 @@ bytes rewritten per byte reclaimed on a skewed (Zipf) key workload.
   cleans, a full one every FULL_CLEAN_EVERY), on the same appends; and the log's size after.
 
 ``--format 2`` writes format v2 record batches (100 records each, as a producer batches them)
-where the default writes v1 message sets, so the cleaner's batch rewrite is what is measured.
+where the default writes v1 message sets, so the cleaner's batch rewrite is what is measured;
+``--compression`` compresses each batch (or v1 wrapper) with that codec (zstd: v2 only).
 Each clean also gives its CPU seconds (this process's user + system time), which a loaded
 machine disturbs less than MB/s. Everything is in this process on a temporary directory;
 nothing is asserted.
@@ -33,7 +35,7 @@ from tidelog.log.cleaner import FULL_CLEAN_EVERY, Cleaner, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap
-from tidelog.records.format import Record, build_message_set
+from tidelog.records.format import Codec, Record, build_message_set
 from tidelog.records.record_batch import encode_batch
 
 MB = 1024 * 1024
@@ -50,6 +52,9 @@ def config_of(message_format: int) -> LogConfig:
     )
 
 
+CODEC = Codec.NONE  # --compression
+
+
 def fill(partition_log: Log, megabytes: float, key_of) -> None:  # type: ignore[no-untyped-def]
     """Appends ``megabytes`` of keyed messages, 100 per batch; ``key_of()`` picks each key."""
     target = partition_log.size_in_bytes + megabytes * MB
@@ -57,7 +62,10 @@ def fill(partition_log: Log, megabytes: float, key_of) -> None:  # type: ignore[
     v2 = partition_log.config.magic == 2
     while partition_log.size_in_bytes < target:
         batch = [Record(b"key-%d" % key_of(), VALUE, now) for _ in range(100)]
-        data = encode_batch(batch) if v2 else build_message_set(batch, magic=1)
+        if v2:
+            data = encode_batch(batch, codec=CODEC)
+        else:
+            data = build_message_set(batch, magic=1, codec=CODEC)
         partition_log.append_as_leader(data)
     partition_log.roll("the benchmark cleans everything")
     partition_log.high_watermark = partition_log.log_end_offset
@@ -79,9 +87,16 @@ def main() -> None:
     parser.add_argument(
         "--format", type=int, choices=(1, 2), default=1, help="message format of the logs"
     )
+    parser.add_argument(
+        "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
+    )
     args = parser.parse_args()
+    if args.compression == "zstd" and args.format != 2:
+        parser.error("--compression zstd needs --format 2 (zstd came with message format v2)")
+    global CODEC
+    CODEC = Codec[args.compression.upper()]
     config = config_of(args.format)
-    print(f"message format v{args.format}")
+    print(f"message format v{args.format}, compression {args.compression}")
     chance = random.Random(7)
     clock = SystemClock()
     offset_map = OffsetMap(16 * MB)  # room for far more keys than the workloads use
@@ -101,7 +116,8 @@ def main() -> None:
         print(
             f"{'one clean, uniform keys':44} {rate:8.1f} MB/s  ({rate / copy_rate:.3f} of the "
             f"copy; {100 * stats.size_reduction:.1f}% smaller; {cpu:.2f} CPU s, "
-            f"{stats.bytes_read / MB / max(cpu, 1e-9):.1f} MB per CPU s)"
+            f"{stats.bytes_read / MB / max(cpu, 1e-9):.1f} MB and "
+            f"{stats.messages_read / max(cpu, 1e-9):,.0f} records per CPU s)"
         )
 
         partition_log.close()
