@@ -695,48 +695,14 @@ def _keep_to_release(raw: Mapping[str, str], values: dict[str, Any]) -> None:
         )
 
 
-# where a topic that takes the broker's log.message.format.version is kept at v1 instead of v2:
-# the log cleaner and the remote tier rewrite and index v0/v1 entries only
-KEPT_AT_V1_FORMAT = "0.10.0"
-
-
-def topic_format(
-    broker_format: str, cleanup_policy: tuple[str, ...] | list[str], remote_storage: bool
-) -> str:
-    """The message format of a topic without its own message.format.version, on brokers of
-    ``broker_format``: the broker's, except that a compacted or remote-tiered topic (and so
-    ``__consumer_offsets``) stays at KEPT_AT_V1_FORMAT when the broker's is v2, until the cleaner
-    and the tier handle batches (an explicit v2 there is refused: check_format_supported)."""
-    if MESSAGE_FORMAT_VERSIONS[broker_format] >= 2 and (
-        "compact" in cleanup_policy or remote_storage
-    ):
-        return KEPT_AT_V1_FORMAT
-    return broker_format
-
-
 def check_format_supported(values: Mapping[str, Any], prefix: str = "") -> None:
-    """What tidelog does not yet do with format v2 batches is refused by name: compaction
-    (the cleaner rewrites v0/v1 messages only) and the remote tier (its indexes are derived
-    from v0/v1 entries). ``values``: topic-level names, parsed."""
+    """A topic's format and codec that do not go together: zstd before format 2.1 (the log
+    cleaner and the remote tier take every format). ``values``: topic-level names, parsed."""
     if values.get("compression.type") == "zstd" and values["message.format.version"] != "2.1":
         raise ConfigError(
             f"{prefix}compression.type: 'zstd' is not allowed with {prefix}"
             f"message.format.version={values['message.format.version']}; allowed: producer, "
             "uncompressed, gzip, snappy, lz4 (zstd needs message format 2.1, as in Kafka)"
-        )
-    if MESSAGE_FORMAT_VERSIONS[values["message.format.version"]] < 2:
-        return
-    if "compact" in values["cleanup.policy"]:
-        raise ConfigError(
-            f"{prefix}message.format.version: {values['message.format.version']!r} is not "
-            f"allowed with {prefix}cleanup.policy=compact; allowed: 0.9.0, 0.10.0 (the log "
-            "cleaner does not rewrite v2 record batches yet)"
-        )
-    if values["remote.storage.enable"]:
-        raise ConfigError(
-            f"message.format.version: {values['message.format.version']!r} is not allowed "
-            "with remote.storage.enable=true; allowed: 0.9.0, 0.10.0 (the remote tier does not "
-            "index v2 record batches yet)"
         )
 
 

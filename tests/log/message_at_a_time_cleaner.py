@@ -1,19 +1,25 @@
 """The log cleaner's map and filter as they were before they worked in bulk: one message at a
 time, a Python object per compressed inner message, one offset map probe per message. Kept
 as the reference that the bulk cleaner must match byte for byte
-(tests/log/test_cleaner_equivalence.py); the wrapper rewrite and the segment swap are shared."""
+(tests/log/test_cleaner_equivalence.py); the wrapper rewrite and the segment swap are shared.
+A format v2 batch is read into record objects and, when some of its records go, written again
+from them (reference_batch), as Kafka 2.1's MemoryRecords.filterTo and MemoryRecordsBuilder do:
+same base offset, last offset delta, epoch, producer fields and attributes, each survivor's
+time counted from the first survivor's (LogAppendTime: the batch's), its codec again."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from collections.abc import Iterator
 
-from tidelog.log.cleaner import READ_CHUNK, CleanAborted, Cleaner, CleanStats
-from tidelog.log.compaction import FilterStats, _filter_wrapper
+from tidelog.log.cleaner import READ_CHUNK, ActiveProducers, CleanAborted, Cleaner, CleanStats
+from tidelog.log.compaction import FilterStats, KeepsEmpty, _filter_wrapper
 from tidelog.log.log import Log
 from tidelog.log.offset_map import SLOT, OffsetMap
 from tidelog.log.segment import LogSegment
+from tidelog.records.compression import compress
 from tidelog.records.format import (
     CODEC_MASK,
     INT32,
@@ -21,9 +27,18 @@ from tidelog.records.format import (
     MESSAGE_OVERHEAD,
     OFFSET_AND_SIZE,
     iter_inner,
+    iter_shallow,
     key_position,
     read_entry,
     view_at,
+)
+from tidelog.records.record_batch import (
+    HEADER,
+    BatchHeader,
+    encode_record,
+    read_header,
+    read_records,
+    set_crc,
 )
 
 ENTRY_PREFIX = struct.Struct(">qiIbB")  # offset, size, crc, magic, attributes
@@ -65,8 +80,87 @@ def whole_entries_length(chunk: bytes) -> int:
     return position
 
 
+def reference_batch(
+    header: BatchHeader, records: list, first_timestamp: int, max_timestamp: int
+) -> bytes:
+    """A batch like ``header``'s around ``records`` (BatchRecord objects, their own offsets
+    and timestamps), the way Kafka's builder writes it."""
+    body = b"".join(
+        encode_record(
+            record.offset - header.base_offset,
+            record.timestamp - first_timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
+        for record in records
+    )
+    if header.codec and records:
+        body = compress(header.codec, body, 2)
+    batch = bytearray(
+        HEADER.pack(
+            header.base_offset,
+            49 + len(body),
+            header.partition_leader_epoch,
+            2,
+            0,
+            header.attributes if records else header.attributes & ~CODEC_MASK,
+            header.last_offset_delta,
+            first_timestamp,
+            max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            len(records),
+        )
+    )
+    batch += body
+    set_crc(batch, 0, len(batch))
+    return bytes(batch)
+
+
+def filter_batch(
+    buffer: memoryview,
+    position: int,
+    end: int,
+    offset_map: OffsetMap,
+    retain_deletes: bool,
+    stats: FilterStats,
+    keeps_empty: KeepsEmpty | None,
+) -> bytes:
+    header = read_header(buffer, position)
+    batch = bytes(buffer[position:end])
+    records = read_records(batch, read_header(batch, 0))
+    if header.timestamp_type == 1:  # LogAppendTime: the batch's time is every record's
+        records = [dataclasses.replace(r, timestamp=header.max_timestamp) for r in records]
+    stats.messages_read += len(records)
+    if header.is_control:
+        stats.messages_kept += len(records)
+        return batch
+    kept = []
+    for record in records:
+        if record.key is None or (record.value is None and not retain_deletes):
+            continue
+        if latest(offset_map, record.key) <= record.offset:
+            kept.append(record)
+    stats.messages_kept += len(kept)
+    if len(kept) == len(records):
+        return batch
+    if not kept:
+        if (
+            header.producer_id >= 0
+            and keeps_empty
+            and keeps_empty(header.producer_id, header.last_sequence)
+        ):
+            return reference_batch(header, [], -1, header.max_timestamp)
+        return b""
+    return reference_batch(
+        header, kept, kept[0].timestamp, max([-1] + [record.timestamp for record in kept])
+    )
+
+
 def filter_entries(
-    data: bytes, offset_map: OffsetMap, retain_deletes: bool
+    data: bytes, offset_map: OffsetMap, retain_deletes: bool, keeps_empty: KeepsEmpty | None
 ) -> tuple[bytearray, FilterStats]:
     buffer = memoryview(data)
     out = bytearray()
@@ -78,7 +172,13 @@ def filter_entries(
         if end > limit or magic not in MESSAGE_OVERHEAD:
             read_entry(buffer, position, limit)
         stats.bytes_read += end - position
-        if not attributes & CODEC_MASK:
+        if magic == 2:
+            kept_batch = filter_batch(
+                buffer, position, end, offset_map, retain_deletes, stats, keeps_empty
+            )
+            out += kept_batch
+            stats.bytes_kept += len(kept_batch)
+        elif not attributes & CODEC_MASK:
             stats.messages_read += 1
             key_at = position + LOG_OVERHEAD + key_position(magic)
             (key_length,) = INT32.unpack_from(buffer, key_at)
@@ -101,10 +201,29 @@ def filter_entries(
     return out, stats
 
 
+class WholeLogProducers(ActiveProducers):
+    """Each producer id's last sequence, from every batch of the log read as objects."""
+
+    def __call__(self, producer_id: int, last_sequence: int) -> bool:
+        if self.last_sequences is None:
+            self.last_sequences = {}
+            for segment in self.partition_log.segments:
+                data = segment.log_path.read_bytes()[: segment.size]
+                for entry in iter_shallow(data):
+                    if entry.magic == 2:
+                        batch = read_header(data, entry.position)
+                        if batch.producer_id != -1:
+                            self.last_sequences[batch.producer_id] = batch.last_sequence
+        return self.last_sequences.get(producer_id) == last_sequence
+
+
 class MessageAtATimeCleaner(Cleaner):
     """Cleaner with the map and filter above (and a chunk size of its own)."""
 
     chunk_size = READ_CHUNK
+
+    def _active_producers(self, partition_log: Log) -> ActiveProducers:
+        return WholeLogProducers(partition_log)
 
     def _map_segment(self, segment: LogSegment, stats: CleanStats) -> None:
         for chunk in entries(segment, self.chunk_size):
@@ -113,7 +232,13 @@ class MessageAtATimeCleaner(Cleaner):
             position = 0
             while position + LOG_OVERHEAD <= len(buffer):
                 offset, size, _, magic, attributes = ENTRY_PREFIX.unpack_from(buffer, position)
-                if attributes & CODEC_MASK:
+                if magic == 2:
+                    batch = read_header(buffer, position)
+                    for inner in iter_inner(view_at(buffer, position)):
+                        stats.map_messages_read += 1
+                        if inner.key is not None and not batch.is_control:
+                            self.offset_map.put(inner.key, inner.offset)
+                elif attributes & CODEC_MASK:
                     for inner in iter_inner(view_at(buffer, position)):
                         stats.map_messages_read += 1
                         if inner.key is not None:
@@ -127,11 +252,16 @@ class MessageAtATimeCleaner(Cleaner):
                 position += LOG_OVERHEAD + size
 
     def _kept_chunks(
-        self, partition_log: Log, segment: LogSegment, retain_deletes: bool, stats: CleanStats
+        self,
+        partition_log: Log,
+        segment: LogSegment,
+        retain_deletes: bool,
+        stats: CleanStats,
+        producers: ActiveProducers,
     ) -> Iterator[bytearray]:
         for chunk in entries(segment, self.chunk_size):
             if self.aborted is not None and self.aborted.is_set():
                 raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
-            kept, filtered = filter_entries(chunk, self.offset_map, retain_deletes)
+            kept, filtered = filter_entries(chunk, self.offset_map, retain_deletes, producers)
             stats.add(filtered)
             yield kept

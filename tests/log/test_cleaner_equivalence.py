@@ -1,9 +1,10 @@
 """The bulk cleaner, with its native loops and with the Python ones, writes exactly what the
 message-at-a-time cleaner wrote: the same segment files, indexes and all, the same figures, and
-the same failure when a segment's keys overflow the offset map. Logs are generated: formats v0
-and v1 (mixed in one log, as after an upgrade), every codec, null keys and tombstones, sparse
-offsets (a compacted leader's), LogAppendTime wrappers, messages larger than a read chunk,
-offset maps small enough to fill."""
+the same failure when a segment's keys overflow the offset map. Logs are generated: formats v0,
+v1 and v2 (mixed in one log, as after an upgrade), every codec (zstd in v2), null keys and
+tombstones, sparse offsets (a compacted leader's), LogAppendTime wrappers and batches, record
+headers, v2 batches with and without a producer id (the last batch of a producer id stays when
+a clean empties it), messages larger than a read chunk, offset maps small enough to fill."""
 
 from __future__ import annotations
 
@@ -26,24 +27,32 @@ from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.records.format import (
     MESSAGE_SET_CODECS,
+    Codec,
     Record,
     TimestampType,
     build_message_set,
 )
+from tidelog.records.record_batch import BatchRecordInput, encode_batch
 
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "index.interval.bytes": "100"}
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l"]
 
+HEADERS = st.lists(
+    st.tuples(st.sampled_from(["h", "trace"]), st.none() | st.binary(max_size=4)), max_size=2
+)
 BATCHES = st.lists(
     st.tuples(
-        st.sampled_from([0, 1]),  # format
-        st.sampled_from(list(MESSAGE_SET_CODECS)),
-        st.booleans(),  # LogAppendTime (v1)
+        st.sampled_from([0, 1, 2]),  # format
+        st.sampled_from([*MESSAGE_SET_CODECS, Codec.ZSTD]),  # zstd: v2 only
+        st.booleans(),  # LogAppendTime (v1, v2)
         st.integers(min_value=0, max_value=3),  # offsets skipped before the batch
+        st.sampled_from([-1, -1, 7, 8]),  # v2: producer id
         st.lists(
             st.tuples(
                 st.none() | st.sampled_from(KEYS),
                 st.none() | st.binary(max_size=12) | st.just(b"x" * 700),
+                HEADERS,
+                st.integers(min_value=-3, max_value=3),  # v2: the record's time, around now
             ),
             min_size=1,
             max_size=7,
@@ -56,11 +65,36 @@ BATCHES = st.lists(
 
 def append(partition_log: Log, batches, clock: ManualClock) -> None:
     offset = partition_log.log_end_offset
-    for magic, codec, log_append_time, skipped, records in batches:
+    sequences = {7: 0, 8: 5}
+    for magic, codec, log_append_time, skipped, producer_id, records in batches:
         offset += skipped
+        if magic == 2:
+            now = clock.milliseconds()
+            partition_log.append_as_follower(
+                encode_batch(
+                    [BatchRecordInput(k, v, now + t, tuple(h)) for k, v, h, t in records],
+                    base_offset=offset,
+                    codec=codec,
+                    timestamp_type=TimestampType.LOG_APPEND_TIME
+                    if log_append_time
+                    else TimestampType.CREATE_TIME,
+                    max_timestamp=now + 99 if log_append_time else None,
+                    producer_id=producer_id,
+                    producer_epoch=0 if producer_id >= 0 else -1,
+                    base_sequence=sequences.get(producer_id, -1),
+                    partition_leader_epoch=offset % 3,
+                )
+            )
+            if producer_id >= 0:
+                sequences[producer_id] += len(records)
+            offset += len(records)
+            clock.advance(7)
+            continue
+        if codec == Codec.ZSTD:
+            codec = Codec.GZIP
         partition_log.append_as_follower(
             build_message_set(
-                [Record(k, v, clock.milliseconds() + i) for i, (k, v) in enumerate(records)],
+                [Record(k, v, clock.milliseconds() + i) for i, (k, v, _, _) in enumerate(records)],
                 magic=magic,
                 codec=codec,
                 base_offset=offset,

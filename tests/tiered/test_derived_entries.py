@@ -1,5 +1,6 @@
 """derive_entries (the segment's own indexes and a few headers per range) against build_entries
-(a walk over every entry's header) on generated segments, and reads through derived entries."""
+(a walk over every entry's header) on generated segments of formats v0, v1 and v2, and reads
+through derived entries."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from tidelog.clock import ManualClock
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.records.format import Codec, iter_deep
+from tidelog.records.record_batch import BatchRecordInput, encode_batch
 from tidelog.tiered.remote_index import RemoteLogIndex, build_entries, derive_entries
 
 URI = "file:///tier/t-0/x.log"
@@ -33,7 +35,7 @@ def generated_log(
     config = LogConfig(
         segment_bytes=20_000,
         index_interval_bytes=index_interval_bytes,
-        message_format_version={0: "0.9.0", 1: "0.10.0"}[magic],
+        message_format_version={0: "0.9.0", 1: "0.10.0", 2: "2.1"}[magic],
     )
     log = Log(directory, config, clock=clock)
     for _ in range(250):
@@ -44,15 +46,20 @@ def generated_log(
             "shuffled": lambda _, now=now: now - chance.randrange(0, 10_000),
             "equal": lambda _: 1_000,
         }[timestamps]
-        log.append_as_leader(
-            message_set(
-                chance.randrange(1, 31),
-                magic=magic,
+        count, value_size = chance.randrange(1, 31), chance.randrange(20, 400)
+        if magic == 2:
+            data = encode_batch(
+                [
+                    BatchRecordInput(b"key", chance.randbytes(value_size), stamp(n))
+                    for n in range(count)
+                ],
                 codec=codec,
-                timestamp=stamp,
-                value_size=chance.randrange(20, 400),
             )
-        )
+        else:
+            data = message_set(
+                count, magic=magic, codec=codec, timestamp=stamp, value_size=value_size
+            )
+        log.append_as_leader(data)
     log.roll()
     return log
 
@@ -61,7 +68,15 @@ def generated_log(
 @pytest.mark.parametrize("index_interval_bytes", [64, 4096, 10**9])  # dense, usual, empty
 @pytest.mark.parametrize(
     ("magic", "codec"),
-    [(0, Codec.NONE), (0, Codec.GZIP), (1, Codec.NONE), (1, Codec.SNAPPY), (1, Codec.GZIP)],
+    [
+        (0, Codec.NONE),
+        (0, Codec.GZIP),
+        (1, Codec.NONE),
+        (1, Codec.SNAPPY),
+        (1, Codec.GZIP),
+        (2, Codec.NONE),
+        (2, Codec.ZSTD),
+    ],
 )
 def test_derived_entries_are_those_of_a_walk_over_every_entry(
     tmp_path, magic, codec, index_interval_bytes, timestamps
@@ -110,13 +125,14 @@ def test_a_time_index_entry_its_data_contradicts_is_not_believed(tmp_path):
     log.close()
 
 
-def test_reads_through_derived_entries_find_every_message(tmp_path):
+@pytest.mark.parametrize(("magic", "codec"), [(1, Codec.SNAPPY), (2, Codec.LZ4)])
+def test_reads_through_derived_entries_find_every_message(tmp_path, magic, codec):
     """Every offset and timestamp search through remote indexes of derived entries lands where
     it does through walked ones, and the range it names holds the message sought."""
     log = generated_log(
         tmp_path / "log",
-        magic=1,
-        codec=Codec.SNAPPY,
+        magic=magic,
+        codec=codec,
         index_interval_bytes=512,
         timestamps="shuffled",
     )

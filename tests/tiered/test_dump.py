@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.tiered.test_manager import KEY, Broker, remote_config
 
 
@@ -18,8 +20,12 @@ def dump_log(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_remote_indexes_dump_as_json_and_verify_against_the_remote_data(tmp_path, clock):
-    broker = Broker(tmp_path / "leader", tmp_path / "remote", clock, remote_config())
+@pytest.mark.parametrize("message_format", ["0.10.0", "2.1"])
+def test_remote_indexes_dump_as_json_and_verify_against_the_remote_data(
+    tmp_path, clock, message_format
+):
+    config = remote_config(message_format_version=message_format)
+    broker = Broker(tmp_path / "leader", tmp_path / "remote", clock, config)
     try:
         broker.fill(clock, 40)
         broker.remote.run_task_now(KEY)

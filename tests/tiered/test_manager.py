@@ -1,5 +1,7 @@
 """The remote log manager over a real file:// tier: copies, crashes between its steps,
-remote reads, timestamp search, retention, followers building their indexes from the tier."""
+remote reads, timestamp search, retention, followers building their indexes from the tier;
+on formats v0 and v1, and v2 (record batches: an entry's offset field is its first offset, a
+read from inside a batch returns the batch)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.records.format import Codec, iter_deep
+from tidelog.records.record_batch import BatchRecordInput, encode_batch
 from tidelog.tiered.manager import COPY_STEPS, DELETE_STEPS, CopyInterrupted, RemoteLogManager
 from tidelog.tiered.metadata import SegmentState
 from tidelog.tiered.storage import RemoteStorageManager
@@ -54,13 +57,24 @@ class Broker:
             leader_epoch_of=lambda *_: self.epoch,
         )
 
-    def fill(self, clock, batches: int, codec: Codec = Codec.NONE, magic: int = 1) -> None:
+    def fill(
+        self, clock, batches: int, codec: Codec = Codec.NONE, magic: int | None = None
+    ) -> None:
+        magic = self.log.config.magic if magic is None else magic
         for _ in range(batches):
             clock.advance(10)
-            self.log.append_as_leader(
-                message_set(5, codec=codec, magic=magic, timestamp=clock.milliseconds()),
-                leader_epoch=max(self.epoch, 0),
-            )
+            now = clock.milliseconds()
+            if magic == 2:  # records 1 ms apart, with a header
+                data = encode_batch(
+                    [
+                        BatchRecordInput(b"key", b"%03d" % n * 30, now + n, (("n", b"%d" % n),))
+                        for n in range(5)
+                    ],
+                    codec=codec,
+                )
+            else:
+                data = message_set(5, codec=codec, magic=magic, timestamp=now)
+            self.log.append_as_leader(data, leader_epoch=max(self.epoch, 0))
         self.log.high_watermark = self.log.log_end_offset
 
     def close(self) -> None:
@@ -73,9 +87,15 @@ def tier(tmp_path):
     return tmp_path / "remote"
 
 
+FORMATS = {0: "0.9.0", 1: "0.10.0", 2: "2.1"}
+
+
 @pytest.fixture
-def leader(tmp_path, tier, clock):
-    broker = Broker(tmp_path / "leader", tier, clock, remote_config())
+def leader(request, tmp_path, tier, clock):
+    """A leader of format v1, or of the format ``indirect`` parametrization names."""
+    magic = getattr(request, "param", 1)
+    config = remote_config(message_format_version=FORMATS[magic])
+    broker = Broker(tmp_path / "leader", tier, clock, config)
     yield broker
     broker.close()
 
@@ -84,6 +104,7 @@ def remote_files(tier: Path, suffix: str) -> list[Path]:
     return sorted((tier / "t-0").glob(f"*{suffix}"))
 
 
+@pytest.mark.parametrize("leader", [1, 2], indirect=True)
 def test_rolled_segments_below_the_high_watermark_are_copied_with_indexes(leader, tier, clock):
     leader.fill(clock, 40)
     active = leader.log.active_segment
@@ -100,6 +121,7 @@ def test_rolled_segments_below_the_high_watermark_are_copied_with_indexes(leader
     assert leader.log.highest_offset_in_remote_storage == listed[-1].end_offset
 
 
+@pytest.mark.parametrize("leader", [1, 2], indirect=True)
 def test_remote_index_files_follow_the_issue_format_and_point_at_the_right_messages(
     leader, tier, clock
 ):
@@ -138,11 +160,13 @@ def test_remote_index_files_follow_the_issue_format_and_point_at_the_right_messa
         position += 4 + int.from_bytes(log_index.read_bytes()[position + 2 : position + 4], "big")
 
 
+@pytest.mark.parametrize("magic", [1, 2])
 @pytest.mark.parametrize("step", COPY_STEPS)
 def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
-    tmp_path, tier, clock, step
+    tmp_path, tier, clock, step, magic
 ):
-    broker = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=1)
+    config = remote_config(message_format_version=FORMATS[magic])
+    broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
     broker.fill(clock, 30)
 
     def crash(at: str, _segment) -> None:
@@ -156,7 +180,7 @@ def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
     assert len(visible) == (1 if step in ("finished", "indexed") else 0)
     broker.close()  # the process dies; a new leader (a later epoch) takes over on the same disk
 
-    again = Broker(tmp_path / "leader", tier, clock, remote_config(), epoch=2)
+    again = Broker(tmp_path / "leader", tier, clock, config, epoch=2)
     try:
         again.remote.run_task_now(KEY)
         listed = again.remote.metadata.list_segments(*KEY)
@@ -185,11 +209,19 @@ def remote_messages(broker: Broker, below: int) -> dict[int, int]:
 
 
 @pytest.mark.parametrize(
-    ("magic", "codec"), [(0, Codec.NONE), (1, Codec.NONE), (0, Codec.GZIP), (1, Codec.SNAPPY)]
+    ("magic", "codec"),
+    [
+        (0, Codec.NONE),
+        (1, Codec.NONE),
+        (0, Codec.GZIP),
+        (1, Codec.SNAPPY),
+        (2, Codec.NONE),
+        (2, Codec.ZSTD),
+    ],
 )
 def test_data_deleted_locally_is_read_back_from_the_tier(tmp_path, tier, clock, magic, codec):
     config = remote_config(
-        message_format_version={0: "0.9.0", 1: "0.10.0"}[magic],
+        message_format_version=FORMATS[magic],
         local_retention_ms=-1,
         local_retention_bytes=0,  # by size: v0 segments carry no timestamps
     )
@@ -203,12 +235,19 @@ def test_data_deleted_locally_is_read_back_from_the_tier(tmp_path, tier, clock, 
         assert broker.log.log_start_offset == 0 < local_start
 
         assert list(remote_messages(broker, local_start)) == list(range(local_start))
+        for offset in range(local_start):  # a read from inside a batch or wrapper holds it
+            data = asyncio.run(broker.remote.read(KEY, broker.log, offset, 1, True))
+            assert offset in {m.offset for m in iter_deep(data)}, offset
+        if magic == 2:
+            [first] = [m for m in iter_deep(data) if m.offset == local_start - 1]
+            assert first.headers == (("n", b"4"),)
         with pytest.raises(Exception, match="OFFSET_OUT_OF_RANGE|outside"):
             broker.log.read(0, 1000)
     finally:
         broker.close()
 
 
+@pytest.mark.parametrize("leader", [1, 2], indirect=True)
 def test_timestamp_search_covers_the_remote_part(leader, clock):
     leader.fill(clock, 40)
     leader.remote.run_task_now(KEY)
@@ -254,8 +293,12 @@ def test_a_minute_time_index_goes_to_the_tier_as_it_is_and_searches_there_agree(
         broker.close()
 
 
-def test_total_retention_deletes_remote_segments_and_their_index_files(tmp_path, tier, clock):
-    broker = Broker(tmp_path / "leader", tier, clock, remote_config(retention_ms=300_000))
+@pytest.mark.parametrize("magic", [1, 2])
+def test_total_retention_deletes_remote_segments_and_their_index_files(
+    tmp_path, tier, clock, magic
+):
+    config = remote_config(retention_ms=300_000, message_format_version=FORMATS[magic])
+    broker = Broker(tmp_path / "leader", tier, clock, config)
     try:
         broker.fill(clock, 40)
         broker.remote.run_task_now(KEY)
@@ -277,10 +320,11 @@ def test_total_retention_deletes_remote_segments_and_their_index_files(tmp_path,
         broker.close()
 
 
+@pytest.mark.parametrize("leader", [1, 2], indirect=True)
 def test_a_follower_builds_its_remote_indexes_from_the_tier(leader, tmp_path, tier, clock):
     leader.fill(clock, 40)
     leader.remote.run_task_now(KEY)
-    follower = Broker(tmp_path / "follower", tier, clock, remote_config(), epoch=None)
+    follower = Broker(tmp_path / "follower", tier, clock, leader.log.config, epoch=None)
     try:
         follower.remote.run_task_now(KEY)
         mine = sorted(follower.log.directory.glob("*.remoteLogIndex"))
@@ -295,8 +339,13 @@ def test_a_follower_builds_its_remote_indexes_from_the_tier(leader, tmp_path, ti
         follower.close()
 
 
-def test_a_rebuilt_broker_serves_the_remote_part_before_its_first_task(tmp_path, tier, clock):
-    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+@pytest.mark.parametrize("magic", [1, 2])
+def test_a_rebuilt_broker_serves_the_remote_part_before_its_first_task(
+    tmp_path, tier, clock, magic
+):
+    config = remote_config(
+        local_retention_ms=-1, local_retention_bytes=0, message_format_version=FORMATS[magic]
+    )
     leader = Broker(tmp_path / "leader", tier, clock, config)
     rebuilt = Broker(tmp_path / "rebuilt", tier, clock, config, epoch=None)
     try:
@@ -362,8 +411,11 @@ def test_frequent_tasks_list_the_tier_every_few_tasks_and_see_their_own_copies_b
         follower.close()
 
 
-def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock):
-    config = remote_config(local_retention_ms=-1, local_retention_bytes=0)
+@pytest.mark.parametrize("magic", [1, 2])
+def test_a_lost_log_start_checkpoint_is_restored_from_the_tier(tmp_path, tier, clock, magic):
+    config = remote_config(
+        local_retention_ms=-1, local_retention_bytes=0, message_format_version=FORMATS[magic]
+    )
     broker = Broker(tmp_path / "leader", tier, clock, config)
     broker.fill(clock, 40)
     broker.remote.run_task_now(KEY)
@@ -415,11 +467,17 @@ def test_retention_of_every_remote_segment_empties_the_remote_indexes(tmp_path, 
         broker.close()
 
 
+@pytest.mark.parametrize("magic", [1, 2])
 @pytest.mark.parametrize("step", DELETE_STEPS)
 def test_a_crash_at_any_step_of_a_remote_deletion_leaves_a_consistent_tier(
-    tmp_path, tier, clock, step
+    tmp_path, tier, clock, step, magic
 ):
-    config = remote_config(retention_bytes=20_000, local_retention_ms=-1, local_retention_bytes=0)
+    config = remote_config(
+        retention_bytes=20_000,
+        local_retention_ms=-1,
+        local_retention_bytes=0,
+        message_format_version=FORMATS[magic],
+    )
     broker = Broker(tmp_path / "leader", tier, clock, config, epoch=1)
     broker.fill(clock, 40)
 

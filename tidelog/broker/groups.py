@@ -24,6 +24,7 @@ from tidelog.log.log import Log
 from tidelog.protocol.frames import Request
 from tidelog.protocol.schemas import COORDINATOR_GROUP, COORDINATOR_TRANSACTION, ApiKey
 from tidelog.records.format import Record, build_message_set
+from tidelog.records.record_batch import MAGIC, BatchRecordInput, encode_batch
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,13 @@ class ReplicatedOffsetsLog:
     async def append(self, partition: int, entries: list[tuple[bytes, bytes | None]]) -> int:
         partition_log = self.replicas.leader_log(OFFSETS_TOPIC, partition)
         now = self.replicas.clock.milliseconds()
-        data = build_message_set(
-            [Record(key, value, now) for key, value in entries], magic=partition_log.config.magic
-        )
+        magic = partition_log.config.magic
+        if magic == MAGIC:  # the log's own format, as Kafka's GroupMetadataManager writes
+            data = encode_batch([BatchRecordInput(key, value, now) for key, value in entries])
+        else:
+            data = build_message_set(
+                [Record(key, value, now) for key, value in entries], magic=magic
+            )
         info = self.replicas.append(OFFSETS_TOPIC, partition, memoryview(data), self.acks)
         if self.acks == -1:
             await self.replicas.wait_for_replication(

@@ -84,7 +84,7 @@ def colliding_topics(topic: str, existing: list[str]) -> list[str]:
 
 
 def check_remote_storage(zk: KazooClient, values: dict) -> None:
-    """A format v2 topic where tidelog cannot keep it (check_format_supported), and Kafka's
+    """A format and codec that do not go together (check_format_supported), and Kafka's
     refusals of remote.storage.enable=true: on a compacted topic, and on a cluster
     whose brokers do not have the tier (remote.log.storage.system.enable)."""
     check_format_supported(values)

@@ -4,9 +4,12 @@
  *
  * Each function walks entries from `position` while they are plain messages it can take as
  * they are: whole before `limit`, of magic 0 or 1, uncompressed, at least as large as their
- * magic's fixed fields, with key (and value length) inside the entry. It stops at the first
- * entry that is anything else (a compressed wrapper, a partial or corrupt entry) and returns
- * where it stopped: the Python loop handles that entry, then calls again.
+ * magic's fixed fields, with key (and value length) inside the entry; or format v2 batches
+ * that are whole, uncompressed and not control batches, whose records all read inside them.
+ * It stops at the first entry that is anything else (a compressed wrapper or batch, a partial
+ * or corrupt entry, a batch emptied that has a producer id) and returns where it stopped: the
+ * Python loop handles that entry, then calls again. A v2 batch some of whose records survive is
+ * written again here as compaction.filter_batch writes it (the reference).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,6 +41,130 @@ static int32_t read_int32(const unsigned char *p)
 {
     return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
                      (uint32_t)p[3]);
+}
+
+/* Format v2 (tidelog/records/record_batch.py has the layout). */
+#define BATCH_HEADER 61
+#define V2_ATTRIBUTES_AT 21
+#define V2_FIRST_TIMESTAMP_AT 27
+#define V2_MAX_TIMESTAMP_AT 35
+#define V2_PRODUCER_ID_AT 43
+#define V2_COUNT_AT 57
+#define V2_CRC_AT 17
+#define TIMESTAMP_TYPE_BIT 0x08
+#define CONTROL_BIT 0x20
+
+static uint32_t crc32c_table[256];
+
+static void crc32c_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0x82f63b78u ^ (c >> 1) : c >> 1;
+        crc32c_table[n] = c;
+    }
+}
+
+static uint32_t crc32c(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xffffffffu;
+    while (n-- > 0)
+        c = crc32c_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
+static void write_int32(unsigned char *p, int32_t value)
+{
+    uint32_t v = (uint32_t)value;
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* A zigzag varint at *at, before limit; 0 when it runs past limit or ten bytes. */
+static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, int64_t *value)
+{
+    uint64_t result = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*at >= limit)
+            return 0;
+        unsigned char byte = data[(*at)++];
+        result |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) {
+            *value = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int put_varint(unsigned char *out, int64_t value)
+{
+    uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
+    int n = 0;
+    while (v > 0x7f) {
+        out[n++] = (unsigned char)((v & 0x7f) | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return n;
+}
+
+/* One record of a batch's uncompressed records section, as the walks need it. */
+typedef struct {
+    Py_ssize_t start, end, attributes_at, offset_delta_at, key_at;
+    int64_t timestamp_delta, offset_delta, key_length, value_length;
+} record_t;
+
+/* The record at *at (before limit); 0 if any of its fields reads outside it. */
+static int next_record(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, record_t *r)
+{
+    int64_t length;
+    r->start = *at;
+    if (!varint(data, at, limit, &length) || length < 1 || length > limit - *at)
+        return 0;
+    r->end = *at + (Py_ssize_t)length;
+    r->attributes_at = *at;
+    Py_ssize_t p = *at + 1;
+    if (!varint(data, &p, r->end, &r->timestamp_delta))
+        return 0;
+    r->offset_delta_at = p;
+    if (!varint(data, &p, r->end, &r->offset_delta) || !varint(data, &p, r->end, &r->key_length))
+        return 0;
+    if (r->key_length < -1 || (r->key_length > 0 && r->key_length > r->end - p))
+        return 0;
+    r->key_at = p;
+    if (r->key_length > 0)
+        p += (Py_ssize_t)r->key_length;
+    if (!varint(data, &p, r->end, &r->value_length) || r->value_length < -1)
+        return 0;
+    *at = r->end;
+    return 1;
+}
+
+/* The v2 batch at `position` if the walks take it (whole, uncompressed, not control): its end,
+ * base offset and record count; 0 otherwise. */
+static int plain_batch(const unsigned char *data, Py_ssize_t position, Py_ssize_t limit,
+                       Py_ssize_t *end, int64_t *base_offset, int32_t *count)
+{
+    if (limit - position < BATCH_HEADER)
+        return 0;
+    int32_t size = read_int32(data + position + 8);
+    if (size < BATCH_HEADER - LOG_OVERHEAD || size > limit - position - LOG_OVERHEAD)
+        return 0;
+    if (data[position + 16] != 2)
+        return 0;
+    int attributes = (data[position + V2_ATTRIBUTES_AT] << 8) | data[position + V2_ATTRIBUTES_AT + 1];
+    if (attributes & (CODEC_MASK | CONTROL_BIT))
+        return 0;
+    *count = read_int32(data + position + V2_COUNT_AT);
+    if (*count < 0)
+        return 0;
+    *end = position + LOG_OVERHEAD + size;
+    *base_offset = read_int64(data + position);
+    return 1;
 }
 
 /* The plain entry at `position`: its end, offset, and where its key length field sits; 0 if
@@ -82,7 +209,40 @@ static PyObject *map_plain(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "a position or limit outside the buffer");
         return NULL;
     }
-    while (plain_entry(data, position, limit, &end, &offset, &key_length_at)) {
+    for (;;) {
+        int32_t records;
+        if (plain_batch(data, position, limit, &end, &offset, &records)) {
+            /* check the whole batch first: one that does not read is Python's to report */
+            Py_ssize_t at = position + BATCH_HEADER;
+            record_t r;
+            int32_t n = 0;
+            while (n < records && next_record(data, &at, end, &r))
+                n++;
+            if (n != records || at != end)
+                break;
+            at = position + BATCH_HEADER;
+            for (n = 0; n < records; n++) {
+                next_record(data, &at, end, &r);
+                if (r.key_length < 0)
+                    continue;
+                Py_ssize_t key_start = r.key_at;
+                PyObject *key = PyBytes_FromStringAndSize((const char *)data + key_start,
+                                                          (Py_ssize_t)r.key_length);
+                PyObject *value = key ? PyLong_FromLongLong(offset + r.offset_delta) : NULL;
+                int failed = !value || PyDict_SetItem(latest, key, value) < 0;
+                Py_XDECREF(key);
+                Py_XDECREF(value);
+                if (failed) {
+                    PyBuffer_Release(&view);
+                    return NULL;
+                }
+            }
+            count += records;
+            position = end;
+            continue;
+        }
+        if (!plain_entry(data, position, limit, &end, &offset, &key_length_at))
+            break;
         int32_t key_length = read_int32(data + key_length_at);
         count++;
         if (key_length >= 0) {
@@ -114,6 +274,83 @@ static int append_run(PyObject *out, const unsigned char *data, Py_ssize_t start
     return 0;
 }
 
+/* The latest offset of the key at data[at:at+length]: remembered[key], else get(key); -2 on
+ * an error (raised). */
+static int64_t latest_offset_of(const unsigned char *data, Py_ssize_t at, Py_ssize_t length,
+                                PyObject *remembered, PyObject *get)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)data + at, length);
+    if (!key)
+        return -2;
+    PyObject *latest = PyDict_GetItemWithError(remembered, key);
+    if (latest)
+        Py_INCREF(latest);
+    else if (!PyErr_Occurred())
+        latest = PyObject_CallOneArg(get, key);
+    Py_DECREF(key);
+    if (!latest)
+        return -2;
+    int64_t offset = PyLong_AsLongLong(latest);
+    Py_DECREF(latest);
+    if (offset == -1 && PyErr_Occurred())
+        return -2;
+    return offset;
+}
+
+/* Appends to `out` the batch at `position` (ending at `end`) written again around its
+ * `count` survivors, as compaction.filter_batch writes it; -1 on an error (raised). */
+static int append_rebuilt(PyObject *out, const unsigned char *data, Py_ssize_t position,
+                          Py_ssize_t end, const record_t *survivors, int32_t count)
+{
+    int attributes = (data[position + V2_ATTRIBUTES_AT] << 8) | data[position + V2_ATTRIBUTES_AT + 1];
+    int log_append_time = attributes & TIMESTAMP_TYPE_BIT;
+    int64_t first_timestamp = read_int64(data + position + V2_FIRST_TIMESTAMP_AT);
+    int64_t max_timestamp = read_int64(data + position + V2_MAX_TIMESTAMP_AT);
+    int64_t shift = log_append_time ? 0 : survivors[0].timestamp_delta;
+    Py_ssize_t bound = BATCH_HEADER;
+    for (int32_t i = 0; i < count; i++)
+        bound += survivors[i].end - survivors[i].start + 30;
+    Py_ssize_t had = PyByteArray_GET_SIZE(out);
+    if (PyByteArray_Resize(out, had + bound) < 0)
+        return -1;
+    unsigned char *batch = (unsigned char *)PyByteArray_AS_STRING(out) + had;
+    memcpy(batch, data + position, BATCH_HEADER);
+    Py_ssize_t at = BATCH_HEADER;
+    int64_t new_max = -1;
+    for (int32_t i = 0; i < count; i++) {
+        const record_t *r = &survivors[i];
+        int64_t new_delta = log_append_time ? 0 : r->timestamp_delta - shift;
+        if (!log_append_time && first_timestamp + r->timestamp_delta > new_max)
+            new_max = first_timestamp + r->timestamp_delta;
+        if (new_delta == r->timestamp_delta && data[r->attributes_at] == 0) {
+            memcpy(batch + at, data + r->start, r->end - r->start);
+            at += r->end - r->start;
+            continue;
+        }
+        unsigned char delta[10];
+        int delta_size = put_varint(delta, new_delta);
+        Py_ssize_t rest = r->end - r->offset_delta_at;
+        at += put_varint(batch + at, 1 + delta_size + rest);
+        batch[at++] = 0;
+        memcpy(batch + at, delta, delta_size);
+        at += delta_size;
+        memcpy(batch + at, data + r->offset_delta_at, rest);
+        at += rest;
+    }
+    if (log_append_time)
+        write_int64(batch + V2_FIRST_TIMESTAMP_AT, max_timestamp);
+    else {
+        write_int64(batch + V2_FIRST_TIMESTAMP_AT, first_timestamp + shift);
+        write_int64(batch + V2_MAX_TIMESTAMP_AT, new_max);
+    }
+    if (log_append_time)
+        write_int64(batch + V2_MAX_TIMESTAMP_AT, max_timestamp);
+    write_int32(batch + 8, (int32_t)(at - LOG_OVERHEAD));
+    write_int32(batch + V2_COUNT_AT, count);
+    write_int32(batch + V2_CRC_AT, (int32_t)crc32c(batch + V2_ATTRIBUTES_AT, at - V2_ATTRIBUTES_AT));
+    return PyByteArray_Resize(out, had + at);
+}
+
 static PyObject *filter_plain(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer view;
@@ -132,7 +369,54 @@ static PyObject *filter_plain(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     }
     Py_ssize_t run_start = position, run_end = position;
-    while (plain_entry(data, position, limit, &end, &offset, &key_length_at)) {
+    record_t *survivors = NULL;
+    for (;;) {
+        int32_t records;
+        if (plain_batch(data, position, limit, &end, &offset, &records)) {
+            PyMem_Free(survivors);
+            survivors = PyMem_Malloc(sizeof(record_t) * (records ? records : 1));
+            if (!survivors) {
+                PyErr_NoMemory();
+                goto error;
+            }
+            Py_ssize_t at = position + BATCH_HEADER;
+            int32_t n, count = 0;
+            record_t r;
+            for (n = 0; n < records && next_record(data, &at, end, &r); n++) {
+                if (r.key_length < 0 || (!retain_deletes && r.value_length < 0))
+                    continue;
+                int64_t latest = latest_offset_of(data, r.key_at, (Py_ssize_t)r.key_length,
+                                                  remembered, get);
+                if (latest == -2)
+                    goto error;
+                if (latest <= offset + r.offset_delta)
+                    survivors[count++] = r;
+            }
+            if (n != records || at != end)
+                break; /* a batch that does not read: Python reports it */
+            if (count == 0 && records > 0 && read_int64(data + position + V2_PRODUCER_ID_AT) != -1)
+                break; /* emptied, with a producer id: Python asks whether it stays */
+            read += records;
+            kept += count;
+            if (count == records) {
+                if (run_end != position) {
+                    if (append_run(out, data, run_start, run_end) < 0)
+                        goto error;
+                    run_start = position;
+                }
+                run_end = end;
+            } else {
+                if (append_run(out, data, run_start, run_end) < 0)
+                    goto error;
+                if (count && append_rebuilt(out, data, position, end, survivors, count) < 0)
+                    goto error;
+                run_start = run_end = end;
+            }
+            position = end;
+            continue;
+        }
+        if (!plain_entry(data, position, limit, &end, &offset, &key_length_at))
+            break;
         int32_t key_length = read_int32(data + key_length_at);
         read++;
         if (key_length >= 0) { /* a compacted log keeps only keyed messages */
@@ -167,9 +451,11 @@ static PyObject *filter_plain(PyObject *Py_UNUSED(module), PyObject *args)
     }
     if (append_run(out, data, run_start, run_end) < 0)
         goto error;
+    PyMem_Free(survivors);
     PyBuffer_Release(&view);
     return Py_BuildValue("nnn", position, read, kept);
 error:
+    PyMem_Free(survivors);
     PyBuffer_Release(&view);
     return NULL;
 }
@@ -311,4 +597,8 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__entry_walk(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__entry_walk(void)
+{
+    crc32c_init();
+    return PyModule_Create(&module);
+}

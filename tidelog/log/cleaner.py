@@ -35,6 +35,8 @@ from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
 from tidelog.log.segment import LogSegment
 from tidelog.records.format import INT32, LOG_OVERHEAD, corrupt, read_entry
+from tidelog.records.record_batch import HEADER as BATCH_HEADER
+from tidelog.records.record_batch import NO_PRODUCER_ID
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +218,47 @@ class SegmentChunks:
             raise corrupt(f"{self.segment.log_path}: {len(pending)} bytes after the last entry")
 
 
+class ActiveProducers:
+    """Whether a v2 batch a clean emptied stays as an empty batch: when its last sequence is
+    the last sequence of its producer id in the whole log (Kafka 2.1 asks the producer state
+    for activeProducersWithLastSequence; tidelog keeps no producer state before idempotent
+    producers, so the log's batch headers are read for it, once per clean and only when an
+    emptied batch with a producer id is met). Producer ids do not expire here (Kafka drops a
+    producer transactional.id.expiration.ms after its last write)."""
+
+    def __init__(self, partition_log: Log) -> None:
+        self.partition_log = partition_log
+        self.last_sequences: dict[int, int] | None = None
+
+    def __call__(self, producer_id: int, last_sequence: int) -> bool:
+        if self.last_sequences is None:
+            self.last_sequences = producer_last_sequences(self.partition_log)
+        return self.last_sequences.get(producer_id) == last_sequence
+
+
+def producer_last_sequences(partition_log: Log) -> dict[int, int]:
+    """Each producer id's last sequence: that of its last v2 batch in the log."""
+    found: dict[int, int] = {}
+    for segment in list(partition_log.segments):
+        chunks = SegmentChunks(segment)
+        for chunk in chunks:
+            position = 0
+            while position + LOG_OVERHEAD <= len(chunk):
+                (size,) = INT32.unpack_from(chunk, position + 8)
+                if position + LOG_OVERHEAD + size > len(chunk):
+                    break
+                if chunk[position + 16] == 2:
+                    fields = BATCH_HEADER.unpack_from(chunk, position)
+                    producer_id, base_sequence = fields[9], fields[11]
+                    if producer_id != NO_PRODUCER_ID:
+                        found[producer_id] = (
+                            -1 if base_sequence < 0 else (base_sequence + fields[6]) % 2**31
+                        )
+                position += LOG_OVERHEAD + size
+            chunks.used(position)
+    return found
+
+
 class Cleaner:
     """Cleans one log at a time with its own offset map (Kafka's Cleaner)."""
 
@@ -312,8 +355,16 @@ class Cleaner:
                 latest.clear()
         self.offset_map.put_all(latest)
 
+    def _active_producers(self, partition_log: Log) -> ActiveProducers:
+        return ActiveProducers(partition_log)
+
     def _kept_chunks(
-        self, partition_log: Log, segment: LogSegment, retain_deletes: bool, stats: CleanStats
+        self,
+        partition_log: Log,
+        segment: LogSegment,
+        retain_deletes: bool,
+        stats: CleanStats,
+        producers: ActiveProducers,
     ) -> Iterator[bytearray]:
         """What survives of ``segment``, chunk by chunk."""
         chunks = SegmentChunks(segment)
@@ -321,7 +372,7 @@ class Cleaner:
             if self.aborted is not None and self.aborted.is_set():
                 raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
             kept, filtered = filter_entries(
-                chunk, self.offset_map, retain_deletes, partial_tail=True
+                chunk, self.offset_map, retain_deletes, partial_tail=True, keeps_empty=producers
             )
             chunks.used(filtered.bytes_read)
             stats.add(filtered)
@@ -339,10 +390,11 @@ class Cleaner:
         """Recopies ``group`` into one ``.cleaned`` segment and swaps it in; CleanAborted if
         the log changed under the clean (then nothing of this group is swapped in)."""
         cleaned = partition_log.new_segment_file(group[0].base_offset, CLEANED_SUFFIX)
+        producers = self._active_producers(partition_log)
         try:
             for old in group:
                 retain_deletes = old.last_modified_ms > delete_horizon
-                for kept in self._kept_chunks(partition_log, old, retain_deletes, stats):
+                for kept in self._kept_chunks(partition_log, old, retain_deletes, stats, producers):
                     if kept:
                         cleaned.append_entries(kept)
             following = segments.index(group[-1]) + 1

@@ -7,11 +7,23 @@ none of whose messages survive is dropped; otherwise it is rewritten with only t
 compressed with the same codec: v0 inner offsets stay absolute, v1 inner offsets become
 relative to the first survivor (keeping the gaps between survivors, as Kafka's cleaner writes
 them) and the wrapper takes the last survivor's offset, so every message keeps its offset.
+
+A format v2 batch is filtered record by record, as Kafka 2.1's cleaner does it
+(MemoryRecords.filterTo): a batch all of whose records survive is copied as it is; one none of
+whose records survive is dropped, unless it is the last batch of a producer id (not -1), which
+stays as an empty batch (its header only: no records, no codec, first timestamp -1) so that the
+producer's last sequence is not lost; otherwise it is rewritten with the survivors: the same
+base offset, last offset delta, partition leader epoch, attributes, producer id, epoch and base
+sequence, the survivors' offset deltas and headers as they were, their timestamp deltas counted
+from the first survivor's time (LogAppendTime: every delta 0 and both timestamps the batch's),
+compressed again with the batch's codec. Control batches (transaction markers, which no
+producer can write to tidelog yet) are copied as they are and map no key.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tidelog.log.offset_map import OffsetMap, native
@@ -27,12 +39,30 @@ from tidelog.records.format import (
     NO_TIMESTAMP,
     OFFSET_AND_SIZE,
     TIMESTAMP_TYPE_BIT,
+    V2_ATTRIBUTES,
+    V2_CRC_FROM,
+    V2_LAST_OFFSET_DELTA_AT,
+    Buffer,
     Codec,
     corrupt,
     encode_message,
     key_position,
     read_entry,
 )
+from tidelog.records.record_batch import (
+    CONTROL_BIT,
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    NO_PRODUCER_ID,
+    read_varint,
+    set_crc,
+    write_varint,
+)
+
+# Whether a v2 batch emptied by a clean stays (as a header) for its producer's sake: called
+# with the batch's producer id and last sequence (Kafka's activeProducersWithLastSequence test).
+KeepsEmpty = Callable[[int, int], bool]
 
 # An entry up to a v1 message's key length: offset, size, (crc,) magic, attributes, timestamp,
 # key length. A v0 message's key length sits 8 bytes earlier. Data is read with PADDING after
@@ -94,7 +124,8 @@ def _entry_at(
 ) -> tuple[int, int, int, int, int, int] | None:
     """(offset, end, magic, attributes, where the key starts, key length) of the entry at
     ``position`` in data read with PADDING after ``limit`` (key fields meaningless for a
-    compressed wrapper); None for an entry cut at ``limit`` when ``partial_tail``. Raises
+    compressed wrapper and a v2 batch, whose offset is its last and attributes its int16);
+    None for an entry cut at ``limit`` when ``partial_tail``. Raises
     CORRUPT_MESSAGE for an entry too short or of an unknown magic, or cut otherwise."""
     offset, size, magic, attributes, _, key_length = ENTRY_HEADER.unpack_from(padded, position)
     end = position + LOG_OVERHEAD + size
@@ -102,6 +133,12 @@ def _entry_at(
         if partial_tail and end > limit and size >= MESSAGE_OVERHEAD[0]:
             return None
         read_entry(padded, position, limit)  # raises the precise error
+    if magic == MAGIC:
+        if size < MESSAGE_OVERHEAD[MAGIC]:
+            read_entry(padded, position, limit)
+        (attributes,) = V2_ATTRIBUTES.unpack_from(padded, position + V2_CRC_FROM)
+        (delta,) = INT32.unpack_from(padded, position + V2_LAST_OFFSET_DELTA_AT)
+        return offset + delta, end, magic, attributes, 0, 0
     if magic:
         return offset, end, magic, attributes, position + V1_KEY_AT, key_length
     (key_length,) = INT32.unpack_from(padded, position + V0_KEY_AT - 4)
@@ -114,11 +151,12 @@ def filter_entries(
     retain_deletes: bool,
     *,
     partial_tail: bool = False,
+    keeps_empty: KeepsEmpty | None = None,
 ) -> tuple[bytearray, FilterStats]:
     """The surviving entries of ``data`` (whole entries of one segment, already validated when
     they were appended), and what was read and kept. With ``partial_tail`` the data may end in
     part of an entry, which is left for the caller to read whole: stats.bytes_read says where
-    the whole entries ended.
+    the whole entries ended. ``keeps_empty`` says which emptied v2 batches stay (None: none).
 
     The loop unpacks one struct per entry and copies each run of consecutive survivors as one
     slice; a key's latest offset is the offset map's (which remembers the keys it was asked
@@ -156,6 +194,23 @@ def filter_entries(
         if entry is None:
             break
         offset, end, magic, attributes, key_at, key_length = entry
+        if magic == MAGIC:
+            kept_batch = filter_batch(
+                view, position, end, offset_map, retain_deletes, stats, keeps_empty
+            )
+            if len(kept_batch) == end - position:  # whole: one more entry of the run
+                if run_end != position:
+                    if run_end > run_start:
+                        out += view[run_start:run_end]
+                    run_start = position
+                run_end = end
+            else:
+                if run_end > run_start:
+                    out += view[run_start:run_end]
+                run_start = run_end = end
+                out += kept_batch
+            position = end
+            continue
         if attributes & CODEC_MASK:
             if run_end > run_start:
                 out += view[run_start:run_end]
@@ -207,7 +262,9 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
         if entry is None:
             break
         offset, end, magic, attributes, key_at, key_length = entry
-        if attributes & CODEC_MASK:
+        if magic == MAGIC:
+            count += batch_keys(padded, position, end, latest)
+        elif attributes & CODEC_MASK:
             for inner_offset, key in inner_keys(padded, position, offset, magic, attributes):
                 count += 1
                 if key is not None:
@@ -320,3 +377,195 @@ def _filter_wrapper(
         magic, None, compress(codec, bytes(rebuilt), magic), timestamp, attributes
     )
     return OFFSET_AND_SIZE.pack(survivors[-1][0], len(wrapper)) + wrapper
+
+
+# -- format v2 ---------------------------------------------------------------------------------
+
+
+def _records_of(buffer: bytes | memoryview, position: int, end: int, attributes: int) -> Buffer:
+    """The records section of the v2 batch at ``position``, decompressed."""
+    section = buffer[position + HEADER_SIZE : end]
+    codec = attributes & CODEC_MASK
+    return decompress(codec, section, MAGIC) if codec else section
+
+
+def _walk_records(section: Buffer, count: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """(start, end, where the key's length starts, timestamp delta, offset delta, key length) of
+    each of the ``count`` records of an uncompressed records section (validated on append, so
+    only what would read outside the section is checked)."""
+    position, limit = 0, len(section)
+    for _ in range(count):
+        start = position
+        length, position = read_varint(section, position, limit)
+        end = position + length
+        if length < 1 or end > limit:
+            raise corrupt(f"record length {length} does not fit its batch")
+        timestamp_delta, position = read_varint(section, position + 1, end)
+        offset_delta, key_at = read_varint(section, position, end)
+        key_length, _ = read_varint(section, key_at, end)
+        yield start, end, key_at, timestamp_delta, offset_delta, key_length
+        position = end
+
+
+def batch_keys(
+    buffer: bytes | memoryview, position: int, end: int, latest: dict[bytes, int]
+) -> int:
+    """Puts each keyed record of the v2 batch at ``position`` into ``latest`` with its offset
+    (a control batch's none); returns how many records the batch holds."""
+    base_offset, _, _, _, _, attributes, _, _, _, _, _, _, count = HEADER.unpack_from(
+        buffer, position
+    )
+    if attributes & CONTROL_BIT:
+        return count
+    section = _records_of(buffer, position, end, attributes)
+    for _, _, key_at, _, offset_delta, key_length in _walk_records(section, count):
+        if key_length >= 0:
+            key_start = key_at + _varint_size(section, key_at)
+            latest[bytes(section[key_start : key_start + key_length])] = base_offset + offset_delta
+    return count
+
+
+def _varint_size(data: Buffer, position: int) -> int:
+    size = 1
+    while data[position] & 0x80:
+        position += 1
+        size += 1
+    return size
+
+
+def filter_batch(
+    buffer: memoryview,
+    position: int,
+    end: int,
+    offset_map: OffsetMap,
+    retain_deletes: bool,
+    stats: FilterStats,
+    keeps_empty: KeepsEmpty | None,
+) -> bytes | memoryview:
+    """The v2 batch at ``position`` as it survives: whole, rewritten, emptied or gone (b"")."""
+    (
+        base_offset,
+        _,
+        _,
+        _,
+        _,
+        attributes,
+        last_offset_delta,
+        first_timestamp,
+        max_timestamp,
+        producer_id,
+        _,
+        base_sequence,
+        count,
+    ) = HEADER.unpack_from(buffer, position)
+    if attributes & CONTROL_BIT:
+        stats.messages_read += count
+        stats.messages_kept += count
+        return buffer[position:end]
+    section = _records_of(buffer, position, end, attributes)
+    remembered, latest = offset_map.remembered.get, offset_map.get
+    survivors = []  # (start, end, timestamp delta)
+    for start, stop, key_at, timestamp_delta, offset_delta, key_length in _walk_records(
+        section, count
+    ):
+        if key_length < 0:
+            continue  # a compacted log keeps only keyed messages
+        key_start = key_at + _varint_size(section, key_at)
+        value_at = key_start + key_length
+        if not retain_deletes and read_varint(section, value_at, stop)[0] < 0:
+            continue
+        key = bytes(section[key_start:value_at])
+        key_latest = remembered(key)
+        if key_latest is None:
+            key_latest = latest(key)
+        if key_latest <= base_offset + offset_delta:
+            survivors.append((start, stop, timestamp_delta))
+    stats.messages_read += count
+    stats.messages_kept += len(survivors)
+    if len(survivors) == count:
+        return buffer[position:end]
+    if not survivors:
+        if producer_id == NO_PRODUCER_ID or keeps_empty is None:
+            return b""
+        last_sequence = -1 if base_sequence < 0 else (base_sequence + last_offset_delta) % 2**31
+        if not keeps_empty(producer_id, last_sequence):
+            return b""
+        return _rebuilt(buffer, position, b"", 0, NO_TIMESTAMP, max_timestamp, Codec.NONE)
+    log_append_time = bool(attributes & TIMESTAMP_TYPE_BIT)
+    shift = 0 if log_append_time else survivors[0][2]
+    records = bytearray()
+    for start, stop, timestamp_delta in survivors:
+        # each record as Kafka's builder writes it again: attributes 0, its time from the
+        # first survivor's (LogAppendTime: the batch's own, delta 0), offset delta and the rest
+        # as they were
+        new_delta = 0 if log_append_time else timestamp_delta - shift
+        attributes_at = start + _varint_size(section, start)
+        if new_delta == timestamp_delta and section[attributes_at] == 0:
+            records += section[start:stop]
+            continue
+        body = bytearray(b"\x00")
+        write_varint(body, new_delta)
+        _, offset_delta_at = read_varint(section, attributes_at + 1, stop)
+        body += section[offset_delta_at:stop]
+        write_varint(records, len(body))
+        records += body
+    if log_append_time:
+        new_first = new_max = max_timestamp
+    else:
+        new_first = first_timestamp + shift
+        new_max = max(
+            (first_timestamp + timestamp_delta for _, _, timestamp_delta in survivors),
+            default=NO_TIMESTAMP,
+        )
+        new_max = max(new_max, NO_TIMESTAMP)
+    codec = Codec(attributes & CODEC_MASK)
+    body_bytes = compress(codec, records, MAGIC) if codec else bytes(records)
+    return _rebuilt(buffer, position, body_bytes, len(survivors), new_first, new_max, codec)
+
+
+def _rebuilt(
+    buffer: memoryview,
+    position: int,
+    records: bytes,
+    count: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    codec: Codec,
+) -> bytes:
+    """The header of the batch at ``position`` around ``records``: its base offset, partition
+    leader epoch, last offset delta, producer fields and attributes but for the codec kept."""
+    (
+        base_offset,
+        _,
+        epoch,
+        magic,
+        _,
+        attributes,
+        last_offset_delta,
+        _,
+        _,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        _,
+    ) = HEADER.unpack_from(buffer, position)
+    batch = bytearray(
+        HEADER.pack(
+            base_offset,
+            HEADER_SIZE - LOG_OVERHEAD + len(records),
+            epoch,
+            magic,
+            0,
+            (attributes & ~CODEC_MASK) | codec,
+            last_offset_delta,
+            first_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
+    batch += records
+    set_crc(batch, 0, len(batch))
+    return bytes(batch)

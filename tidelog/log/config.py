@@ -13,7 +13,6 @@ from tidelog.config import (
     TOPIC_KEYS,
     parse_config,
     topic_defaults,
-    topic_format,
 )
 from tidelog.records.format import Codec, TimestampType
 from tidelog.records.validation import RecordsPolicy
@@ -70,12 +69,6 @@ class LogConfig:
         if overrides:
             parsed = parse_config(overrides, TOPIC_KEYS)
             values.update({name: parsed[name] for name in overrides})
-        if not overrides or "message.format.version" not in overrides:
-            values["message.format.version"] = topic_format(
-                values["message.format.version"],
-                values["cleanup.policy"],
-                values["remote.storage.enable"],
-            )
         if (broker or {}).get("broker.protocol.max.version") == "0.9.0":
             values["message.format.version"] = "0.9.0"  # a 0.9 broker writes format v0 only
         return cls(**{name.replace(".", "_"): value for name, value in values.items()})

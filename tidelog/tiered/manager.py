@@ -22,7 +22,13 @@ from tidelog.log.log import Log, TimestampOffset
 from tidelog.log.manager import LogManager
 from tidelog.log.segment import LogSegment
 from tidelog.log.workers import WorkerPool
-from tidelog.records.format import LOG_OVERHEAD, OFFSET_AND_SIZE, iter_deep
+from tidelog.records.format import (
+    INT32,
+    LOG_OVERHEAD,
+    OFFSET_AND_SIZE,
+    V2_LAST_OFFSET_DELTA_AT,
+    iter_deep,
+)
 from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadata, SegmentState
 from tidelog.tiered.remote_index import (
     RemoteLogIndex,
@@ -638,10 +644,14 @@ def first_at_or_after(data: bytes, start: int, timestamp: int) -> TimestampOffse
 
 def trim_entries(data: bytes, offset: int, max_bytes: int, min_one_message: bool) -> bytes:
     """The entries of ``data`` from the first whose (last) offset is >= ``offset``, cut at
-    ``max_bytes`` unless ``min_one_message`` needs the first one whole."""
+    ``max_bytes`` unless ``min_one_message`` needs the first one whole. A v2 batch's offset
+    field is its base offset: its last is read from its header, so the batch that holds
+    ``offset`` is the first one kept."""
     position = 0
     while position + LOG_OVERHEAD <= len(data):
         entry_offset, size = OFFSET_AND_SIZE.unpack_from(data, position)
+        if position + V2_LAST_OFFSET_DELTA_AT + 4 <= len(data) and data[position + 16] == 2:
+            entry_offset += INT32.unpack_from(data, position + V2_LAST_OFFSET_DELTA_AT)[0]
         if entry_offset >= offset:
             break
         position += LOG_OVERHEAD + size

@@ -9,8 +9,8 @@ Canary: it keeps preferred leadership of at most ``leaders`` partitions (the oth
 replicas reordered so another broker comes first; no data moves), leadership goes to the
 preferred replicas, and the canary restarts with the new log.message.format.version. Messages
 appended afterwards to the partitions it leads are in the new format on every replica
-(followers copy their leader's bytes); all others stay in the old one. Compacted and tiered
-topics stay at v1 on a v2 broker (config.topic_format), topics with their own format keep it.
+(followers copy their leader's bytes); all others stay in the old one. Topics with their own
+format keep it.
 
 Rollback, as the design has it: stop the canary, delete its copies of the partitions it led,
 set the old format, restart, let it re-replicate from the new leaders; the replica order from

@@ -17,7 +17,7 @@ from pathlib import Path
 from tidelog.cluster.faults import topic_view
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.rolling import RollableCluster
-from tidelog.config import MESSAGE_FORMAT_VERSIONS, broker_config, topic_format
+from tidelog.config import MESSAGE_FORMAT_VERSIONS, broker_config
 from tidelog.controller import zookeeper
 
 ENTRY_HEAD = struct.Struct(">qiIb")  # offset, size, crc (v0/v1), magic
@@ -214,8 +214,7 @@ def formats_since(cluster: RollableCluster, marks: dict[str, int]) -> dict[str, 
 
 def expected_formats(cluster: RollableCluster, broker_format: int) -> dict[str, int]:
     """Each topic's format (magic): its message.format.version override, or the brokers'
-    (``broker_format``), which a compacted or remote-tiered topic keeps at v1 if it is v2
-    (config.topic_format). A negative ``broker_format`` stays negative: "the brokers'"."""
+    (``broker_format``). A negative ``broker_format`` stays negative: "the brokers'"."""
     with zookeeper.session(cluster.zookeeper) as client:
         cache = zookeeper.read_cluster(client)
     out = {}
@@ -224,10 +223,5 @@ def expected_formats(cluster: RollableCluster, broker_format: int) -> dict[str, 
         if version is not None:
             out[name] = MESSAGE_FORMAT_VERSIONS[version]
             continue
-        policy = topic.config.get("cleanup.policy", "delete").split(",")
-        tiered = topic.config.get("remote.storage.enable", "false") == "true"
-        if broker_format >= 2 and ("compact" in policy or tiered):
-            out[name] = MESSAGE_FORMAT_VERSIONS[topic_format("2.1", policy, tiered)]
-        else:
-            out[name] = broker_format
+        out[name] = broker_format
     return out
