@@ -27,6 +27,7 @@ from tidelog.clock import Clock, SystemClock
 from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.control_plane import ControlPlane
+from tidelog.controller.producer_ids import ProducerIdRequests
 from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
 from tidelog.coordinator.records import OFFSETS_TOPIC
@@ -124,6 +125,8 @@ class BrokerNode:
             self.metadata, lambda: self.zk, lambda: self.controller_epoch is not None
         )
         self.handler.register(self.topic_admin.handlers())
+        self.producer_ids = ProducerIdRequests(self.broker_id, lambda: self.zk)
+        self.handler.register(self.producer_ids.handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),

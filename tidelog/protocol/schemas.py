@@ -44,6 +44,7 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSETS_FOR_LEADER_EPOCH = 23
     # tidelog's own, between brokers only (never advertised to clients): incremental fetch
     # sessions in the spirit of KIP-227
@@ -570,6 +571,20 @@ DELETE_TOPICS_RESPONSE_V0 = schema(
     ("topic_error_codes", Array(schema(("topic", STRING), ("error_code", INT16))))
 )
 
+# -- Idempotent producers (KIP-98) ---------------------------------------------------------------
+
+# Kafka 2.1's InitProducerIdRequest/Response: v1 is v0 (a throttled answer goes out before the
+# throttling); a transactional id is null for an idempotent producer without transactions
+INIT_PRODUCER_ID_REQUEST_V0 = schema(
+    ("transactional_id", NULLABLE_STRING), ("transaction_timeout_ms", INT32)
+)
+INIT_PRODUCER_ID_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    ("error_code", INT16),
+    ("producer_id", INT64),
+    ("producer_epoch", INT16),
+)
+
 
 @dataclass(frozen=True)
 class Api:
@@ -664,6 +679,11 @@ APIS: dict[int, Api] = {
             (CREATE_TOPICS_RESPONSE_V0, CREATE_TOPICS_RESPONSE_V1),
         ),
         Api(ApiKey.DELETE_TOPICS, (DELETE_TOPICS_REQUEST_V0,), (DELETE_TOPICS_RESPONSE_V0,)),
+        Api(
+            ApiKey.INIT_PRODUCER_ID,
+            (INIT_PRODUCER_ID_REQUEST_V0,) * 2,
+            (INIT_PRODUCER_ID_RESPONSE_V0,) * 2,
+        ),
         Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
     ]
 }
@@ -729,6 +749,7 @@ _RELEASE_0_11_0 = {
     ApiKey.API_VERSIONS: 1,
     ApiKey.CREATE_TOPICS: 2,
     ApiKey.DELETE_TOPICS: 1,
+    ApiKey.INIT_PRODUCER_ID: 0,
 }
 _RELEASE_1_0 = {**_RELEASE_0_11_0, ApiKey.PRODUCE: 5, ApiKey.FETCH: 6, ApiKey.METADATA: 5}
 _RELEASE_1_1 = {**_RELEASE_1_0, ApiKey.FETCH: 7}
@@ -751,6 +772,7 @@ _RELEASE_2_0 = {
     ApiKey.CREATE_TOPICS: 3,
     ApiKey.DELETE_TOPICS: 2,
     ApiKey.OFFSETS_FOR_LEADER_EPOCH: 1,
+    ApiKey.INIT_PRODUCER_ID: 1,
 }
 _RELEASE_2_1 = {
     **_RELEASE_2_0,
