@@ -160,6 +160,16 @@ class ProducerStateManager:
         """A leader's check of a producer's batches (ValidationType.Full): the duplicate they
         repeat, if one does (the whole append is then answered with it); KafkaError if one may
         not be appended; None if all may."""
+        if len(batches) == 1:  # what clients send: one batch per partition
+            producer_id, epoch, first_seq, _, _, _ = batches[0]
+            current = self.producers.get(producer_id)
+            if (
+                current is not None
+                and epoch == current.epoch
+                and current.batches
+                and first_seq == current.batches[-1][1] + 1
+            ):
+                return None  # the next in sequence: no retained batch can be its duplicate
         working: dict[int, tuple[int, int]] = {}  # producer id -> epoch, last sequence so far
         for producer_id, epoch, first_seq, last_seq, _, _ in batches:
             current = self.producers.get(producer_id)
@@ -213,7 +223,10 @@ class ProducerStateManager:
             entry = producers.get(producer_id)
             if entry is None:
                 entry = producers[producer_id] = ProducerStateEntry(producer_id, epoch)
-            entry.add(epoch, first_seq, last_seq, last_offset, timestamp)
+            elif entry.epoch != epoch:
+                entry.batches.clear()
+                entry.epoch = epoch
+            entry.batches.append((first_seq, last_seq, last_offset, timestamp))
         self.map_end_offset = end_offset
 
     # -- retention, expiry, truncation -----------------------------------------------------------
