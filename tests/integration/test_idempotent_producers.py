@@ -35,7 +35,9 @@ OVERRIDES = {
     "replica.lag.time.max.ms": "3000",
     "replica.fetch.backoff.ms": "500",
     "log.retention.check.interval.ms": "300",
+    "producer.id.expiration.check.interval.ms": "300",
 }
+WEEK_MS = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms's default
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +69,14 @@ def init_producer_id(cluster: LocalCluster, broker_id: int, transactional_id=Non
         return request(connection, ApiKey.INIT_PRODUCER_ID, 1, body)
 
 
-def produce(cluster: LocalCluster, topic: str, producer: tuple[int, int], sequence: int) -> dict:
+def produce(
+    cluster: LocalCluster, topic: str, producer: tuple[int, int], sequence: int, age_ms: int = 0
+) -> dict:
     """One batch of two records from ``producer`` (id, epoch) at ``sequence``, acks=all, to
-    the leader; its partition's answer."""
+    the leader, timestamped ``age_ms`` ago; its partition's answer."""
+    at = int(time.time() * 1000) - age_ms
     records = encode_batch(
-        [BatchRecordInput(b"k", b"m-%d" % (sequence + n), int(time.time() * 1000)) for n in (0, 1)],
+        [BatchRecordInput(b"k", b"m-%d" % (sequence + n), at) for n in (0, 1)],
         producer_id=producer[0],
         producer_epoch=producer[1],
         base_sequence=sequence,
@@ -196,6 +201,22 @@ def test_unknown_producer_id_once_retention_took_the_last_batch_and_librdkafka_r
     # librdkafka was refused too (its last batch went with the same segments), and started over
     refusals = cluster.broker(broker).log_path.read_text().count("UNKNOWN_PRODUCER_ID")
     assert refusals >= 2
+
+
+def test_a_producer_idle_past_transactional_id_expiration_ms_is_forgotten(cluster):
+    topic = new_topic(cluster, replicas=1, retention_ms="-1")  # the batch stays: only expiry
+    broker = leader_of(cluster, topic)
+    answer = init_producer_id(cluster, broker)
+    producer = (answer["producer_id"], answer["producer_epoch"])
+    # expiry goes by the producer's last batch's timestamp: one a week and a minute old
+    assert offset_of(produce(cluster, topic, producer, 0, age_ms=WEEK_MS + 60000)) == 0
+
+    wait_until(
+        lambda: f"{topic}-0: 1 producer ids expired" in cluster.broker(broker).log_path.read_text(),
+        30,
+        f"broker {broker} to expire the producer of {topic}",
+    )
+    assert produce(cluster, topic, producer, 2)["error_code"] == ErrorCode.UNKNOWN_PRODUCER_ID
 
 
 def produce_start(cluster: LocalCluster, topic: str) -> int:

@@ -476,7 +476,15 @@ class Log:
     def remove_expired_producers(self) -> int:
         """Forgets the producer ids idle longer than transactional.id.expiration.ms."""
         with self.lock:
-            return self.producer_state.remove_expired(self.clock.milliseconds())
+            expired = self.producer_state.remove_expired(self.clock.milliseconds())
+        if expired:
+            log.info(
+                "%s: %d producer ids expired (transactional.id.expiration.ms %d)",
+                self.directory,
+                expired,
+                self.producer_state.expiration_ms,
+            )
+        return expired
 
     def roll_if_idle(self) -> bool:
         """Rolls a non-empty active segment whose largest timestamp is older than segment.ms."""
