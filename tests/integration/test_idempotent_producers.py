@@ -6,8 +6,10 @@ kafka-python producers under leader SIGKILLs that lose, repeat and reorder nothi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import struct
 import threading
 import time
 from pathlib import Path
@@ -24,8 +26,9 @@ from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
 from tidelog.errors import ErrorCode
+from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.protocol.schemas import ApiKey
-from tidelog.records.record_batch import BatchRecordInput, encode_batch
+from tidelog.records.record_batch import BatchRecordInput, encode_batch, read_header
 
 _names = iter(range(1_000_000))
 OVERRIDES = {
@@ -228,6 +231,41 @@ def produce_start(cluster: LocalCluster, topic: str) -> int:
     with connect(cluster, leader_of(cluster, topic)) as connection:
         answer = request(connection, ApiKey.LIST_OFFSETS, 1, body)
     return answer["responses"][0]["partition_responses"][0]["offset"]
+
+
+def test_tidelogs_perf_producer_sends_each_partition_one_unbroken_sequence(cluster):
+    topic = new_topic(cluster, partitions=3)
+    settings = ProducerSettings(
+        topic, 3000, 100, acks=-1, batch_size=2000, message_format=2, idempotent=True
+    )
+
+    summary, errors = asyncio.run(
+        run_producer(cluster.bootstrap_servers, settings, progress=lambda _: None)
+    )
+
+    assert errors == {} and summary.records == 3000
+    for partition in range(3):
+        path = next(
+            Path(cluster.directory).glob(
+                f"broker-{leader_of(cluster, topic, partition)}/logs/{topic}-{partition}"
+            )
+        )
+        headers = [
+            read_header(data, position)
+            for segment in sorted(path.glob("*.log"))
+            for data in [segment.read_bytes()]
+            for position in batch_positions(data)
+        ]
+        assert len({h.producer_id for h in headers}) == 1 and headers[0].producer_id >= 0
+        assert [h.base_sequence for h in headers] == [h.base_offset for h in headers]
+
+
+def batch_positions(data: bytes) -> list[int]:
+    positions, position = [], 0
+    while position + 12 <= len(data):
+        positions.append(position)
+        position += 12 + struct.unpack_from(">i", data, position + 8)[0]
+    return positions
 
 
 class KafkaPythonProducer:
