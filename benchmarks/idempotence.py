@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from confluent_kafka import Producer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import create_topic
 from tidelog.clock import ManualClock

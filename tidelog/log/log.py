@@ -515,6 +515,11 @@ class Log:
         # active segment
         self.producer_state.map_end_offset = max(self.producer_state.map_end_offset, next_base)
         self.producer_state.take_snapshot()
+        # and keeps only those a recovery may start from (Kafka's minSnapshotsOffsetToRetain):
+        # from the segment before the active one, or the one holding the recovery point
+        recovering = self.segments.floor(self.recovery_point)
+        keep_from = min(old.base_offset, recovering.base_offset if recovering else 0)
+        self.producer_state.delete_snapshots_below(keep_from)
 
         def flush_rolled() -> None:
             old.flush()

@@ -241,9 +241,7 @@ class ProducerStateManager:
         ]:
             del self.producers[producer_id]
         self.map_end_offset = max(self.map_end_offset, log_start_offset)
-        for offset, path in self.snapshot_files():
-            if offset < log_start_offset:
-                path.unlink(missing_ok=True)
+        self.delete_snapshots_below(log_start_offset)
         latest = self.latest_snapshot_offset()
         self.last_snapshot_offset = log_start_offset if latest is None else latest
 
@@ -287,6 +285,11 @@ class ProducerStateManager:
             if stem.isdigit():
                 found.append((int(stem), path))
         return sorted(found)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for snapshot_offset, path in self.snapshot_files():
+            if snapshot_offset < offset:
+                path.unlink(missing_ok=True)
 
     def latest_snapshot_offset(self) -> int | None:
         files = self.snapshot_files()
