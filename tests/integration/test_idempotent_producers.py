@@ -153,6 +153,7 @@ def test_a_retry_is_answered_with_its_first_offset_across_restarts_and_a_leader_
     assert produce(cluster, topic, (producer[0], -1), 8)["error_code"] == (
         ErrorCode.INVALID_PRODUCER_EPOCH
     )
+    assert produce(cluster, topic, producer, -1)["error_code"] == ErrorCode.CORRUPT_MESSAGE
 
 
 def test_a_new_leader_knows_the_batches_it_replicated(cluster):
