@@ -474,6 +474,11 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         _key("offsets.topic.segment.bytes", _int, 104857600, _at_least(14, INT_MAX)),
         _key("offsets.retention.minutes", _int, 1440, _at_least(1, INT_MAX)),
         _key("offsets.retention.check.interval.ms", _int, 600000, _at_least(1)),
+        # idempotent producers (KIP-98): how long a partition keeps a producer id's state after
+        # its last batch (Kafka 2.1 expires producer ids by this), and how often it looks
+        # (Kafka 2.1's fixed 10 minutes; the setting is Kafka 3.4's name for it)
+        _key("transactional.id.expiration.ms", _int, 604800000, _at_least(1, INT_MAX)),
+        _key("producer.id.expiration.check.interval.ms", _int, 600000, _at_least(1, INT_MAX)),
         _key("offsets.commit.timeout.ms", _int, 5000, _at_least(1, INT_MAX)),
         _key("offsets.commit.required.acks", _int, -1, (lambda v: v in (-1, 1), "-1 or 1")),
         _key("offsets.load.buffer.size", _int, 5242880, _at_least(1, INT_MAX)),

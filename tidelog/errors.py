@@ -55,9 +55,16 @@ class ErrorCode(IntEnum):
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    # idempotent producers (KIP-98): a batch whose sequence does not follow the producer's last
+    # (45), one from an older epoch than the partition has seen (47), and one from a producer
+    # whose state this partition no longer has (59: expired or truncated away)
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
     # a Produce of transactional batches: tidelog has no transaction coordinator, and answers as
     # Kafka answers a producer that may not use transactions
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    UNKNOWN_PRODUCER_ID = 59
     # incremental fetch sessions between brokers (KIP-227's codes)
     FETCH_SESSION_ID_NOT_FOUND = 70
     INVALID_FETCH_SESSION_EPOCH = 71

@@ -261,6 +261,10 @@ NEW_VERSIONS = [
         for v in range(1, 3)
     ],
     *[(ApiKey.API_VERSIONS, v, {}) for v in (1, 2)],
+    *[
+        (ApiKey.INIT_PRODUCER_ID, v, {"transactional_id": None, "transaction_timeout_ms": 60000})
+        for v in (0, 1)
+    ],
 ]
 NEW_IDS = [f"{api_key.name}-v{version}" for api_key, version, _ in NEW_VERSIONS]
 
@@ -306,6 +310,7 @@ APIS_MAX = {
     ApiKey.LIST_OFFSETS: 4,
     ApiKey.OFFSETS_FOR_LEADER_EPOCH: 2,
     ApiKey.API_VERSIONS: 2,
+    ApiKey.INIT_PRODUCER_ID: 1,
 }
 
 
@@ -313,7 +318,7 @@ def _grown_first_array(api_key: ApiKey, version: int, frame: bytes) -> bytes:
     """The request body with its first array's item count raised by 1000 (where the body has an
     array: the topics of all but ApiVersions, whose body is empty and gets stray bytes)."""
     body = frame[4 + 10 + 3 :]
-    if api_key == ApiKey.API_VERSIONS:
+    if api_key in (ApiKey.API_VERSIONS, ApiKey.INIT_PRODUCER_ID):  # no array: stray bytes
         return body + b"\x00\x00\x00\x01"
     # the topics array follows the fixed fields before it
     offset = {

@@ -169,7 +169,7 @@ async def aiokafka_consume(bootstrap: str, topic: str, group: str | None, count:
 
 def test_kafka_python_pinned_to_0_10_produces_to_and_reads_a_v2_topic(cluster_2_1):
     topic = new_v2_topic(cluster_2_1)
-    new = KafkaProducer(bootstrap_servers=cluster_2_1.bootstrap_servers, enable_idempotence=False)
+    new = KafkaProducer(bootstrap_servers=cluster_2_1.bootstrap_servers)  # idempotent
     old = KafkaProducer(bootstrap_servers=cluster_2_1.bootstrap_servers, api_version=(0, 10))
     try:
         for n in range(4):

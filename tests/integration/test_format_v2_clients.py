@@ -95,14 +95,12 @@ def test_librdkafka_produces_batches_with_headers_and_reads_them_back(cluster_2_
 
 def test_kafka_python_finds_release_2_1_on_its_own(cluster_2_1):
     topic = new_topic(cluster_2_1)
-    # kafka-python 3 turns idempotence on against 0.11+; InitProducerId is issue 24's
+    # kafka-python 3 turns idempotence on against 0.11+ (InitProducerId, then sequences)
     producer = KafkaProducer(
-        bootstrap_servers=cluster_2_1.bootstrap_servers,
-        acks="all",
-        compression_type="gzip",
-        enable_idempotence=False,
+        bootstrap_servers=cluster_2_1.bootstrap_servers, acks="all", compression_type="gzip"
     )
     assert producer.config["api_version"] >= (2, 1)
+    assert producer.config["enable_idempotence"]
     sent = [
         producer.send(topic, key=b"k", value=b"v%d" % n, headers=[("n", b"%d" % n)])
         for n in range(20)

@@ -25,6 +25,23 @@ def test_no_acknowledged_batch_is_lost_and_no_replica_diverges(replicated_2_1, f
     scenario(replicated_2_1, failure=failure, target="leader", message_format="2.1", cycles=1)
 
 
+@pytest.mark.parametrize("failure", ["hard_bounce", "truncation_failover"])
+def test_an_idempotent_producer_retrying_through_leader_failures_gets_no_duplicates(
+    replicated_2_1, failure
+):
+    report = scenario(
+        replicated_2_1,
+        failure=failure,
+        target="leader",
+        message_format="2.1",
+        cycles=1,
+        idempotent=True,
+    )
+
+    assert report.duplicates == [] and report.out_of_order == []
+    assert report.sequence_refusals == []
+
+
 def test_log_append_time_in_batches_stays_monotonic_under_a_slower_clock(replicated_2_1):
     report = scenario(
         replicated_2_1, failure="clock_skew", target="leader", message_format="2.1", cycles=1

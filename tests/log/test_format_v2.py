@@ -154,8 +154,10 @@ def test_dump_log_prints_batches_and_their_records_as_kafkas_dump_log_segments(m
         producer_id=42,
         producer_epoch=1,
         base_sequence=7,
+        partition_leader_epoch=2,
     )
-    log.append_as_leader(sent, leader_epoch=2)
+    # as a follower: a leader would refuse sequence 7 from a producer it has no record of
+    log.append_as_follower(sent)
     log.close()
     segment = str(log.segments[0].log_path)
 

@@ -52,6 +52,16 @@ NO_LIMIT = 2**31 - 1
 UNDEFINED_EPOCH = -1
 
 
+# the refusals of an idempotent producer's batch (tidelog/log/producer_state.py)
+PRODUCER_STATE_ERRORS = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+    }
+)
+
+
 class Pending:
     """A response body still to come: ``finish`` turns the result of ``future`` into it. The
     future runs (or is completed) on its own, whether or not anyone awaits it yet, so a
@@ -343,6 +353,7 @@ class RequestHandler:
         )
         if acks == 0:
             return None
+        self._fill_log_start_of_refused(responses)
         body = {"responses": responses, "throttle_time_ms": 0}
         if not waiting:
             return body
@@ -357,6 +368,19 @@ class RequestHandler:
             return body
 
         return Pending(replicated, finish)
+
+    def _fill_log_start_of_refused(self, responses: list[dict]) -> None:
+        """As Kafka 2.1: a batch refused by the producer state is answered with the log start
+        offset, by which an idempotent producer tells whether its state went with its data
+        (retention) and it may reset its sequences."""
+        for topic in responses:
+            for response in topic["partition_responses"]:
+                if response["error_code"] in PRODUCER_STATE_ERRORS:
+                    partition = self.replicas.partitions.get(
+                        (topic["topic"], response["partition"])
+                    )
+                    if partition is not None:
+                        response["log_start_offset"] = partition.log.log_start_offset
 
     @staticmethod
     def _transactions_refused(request: Request) -> KafkaError | None:

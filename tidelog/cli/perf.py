@@ -43,6 +43,12 @@ def add(commands) -> None:
         metavar="KEY=VALUE",
         help="a header on every record (repeatable; --message-format 2)",
     )
+    produce.add_argument(
+        "--idempotent",
+        action="store_true",
+        help="an idempotent producer (--message-format 2): a producer id from InitProducerId "
+        "and a sequence per partition on every batch",
+    )
     produce.add_argument("--batch-size", type=int, default=16384, help="bytes per batch")
     produce.add_argument("--linger-ms", type=float, default=0)
     produce.add_argument(
@@ -100,6 +106,8 @@ def _produce_options_problem(args: argparse.Namespace) -> str | None:
             return f"--header {text!r}: expected KEY=VALUE"
     if args.message_format == 1 and (args.header or args.compression == "zstd"):
         return "--header and --compression zstd need --message-format 2 (record batches)"
+    if args.message_format == 1 and getattr(args, "idempotent", False):
+        return "--idempotent needs --message-format 2 (record batches)"
     return None
 
 
@@ -125,6 +133,7 @@ def produce_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, boo
         linger_ms=args.linger_ms,
         message_format=args.message_format,
         headers=headers,
+        idempotent=getattr(args, "idempotent", False),
     )
     run_dir = Path(args.out) if args.out else None
     started_at = rundata.now()

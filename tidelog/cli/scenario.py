@@ -128,6 +128,15 @@ def _add_replication(kinds) -> None:
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
     replication.add_argument(
+        "--idempotent",
+        action="store_true",
+        help=(
+            "an idempotent producer (needs --format 2.1): a producer id from InitProducerId, "
+            "each message sent again until acknowledged with its sequence; the verdict then "
+            "holds the brokers to no duplicates and each partition's order"
+        ),
+    )
+    replication.add_argument(
         "--compacted",
         action="store_true",
         help=(
@@ -218,7 +227,13 @@ def run_replication(args: argparse.Namespace) -> int:
         seed=args.seed,
         disk_errors=DiskErrorSettings(disk_error_ops, args.disk_error_probability),
         compacted=args.compacted,
+        idempotent=args.idempotent,
     )
+    if args.idempotent and args.format != "2.1":
+        return fail(
+            "scenario replication",
+            f"--idempotent needs record batches: --format {args.format}; allowed: --format 2.1",
+        )
     if not 0 <= args.link_loss < 1:
         return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
     if args.netns and args.compose:

@@ -1,8 +1,10 @@
 """The delivery oracle every scenario shares: produce numbered messages, then check them.
 
 The producer sends each message once (never again after an error, so a message in the log twice
-is a real duplicate) and records the offset of every acknowledged one. The check consumes every
-partition to its high watermark and reports:
+is a real duplicate) and records the offset of every acknowledged one; an idempotent one (KIP-98)
+sends each again until it is acknowledged, with the same producer id and sequence, as Kafka's
+idempotent producers retry, and the brokers must keep every message once and in order. The
+check consumes every partition to its high watermark and reports:
 
 - lost: acknowledged, and not in the final read although it read past the message's offset, or
   a consumer saw it before; unseen: acknowledged and never seen by any consumer, the final read
@@ -11,7 +13,8 @@ partition to its high watermark and reports:
 - with a consumer polling during the run (``DeliveryConsumer``): polls whose offsets went
   backwards (nonmonotonic) or jumped over offsets (skipped), and offsets at which two reads
   found different messages (inconsistent offsets);
-- duplicates, and messages out of order within a partition;
+- duplicates, and messages out of order within a partition; an idempotent producer's
+  sequences refused by a broker;
 - diverged: in-sync replicas whose logs differ below the high watermark, message by message;
 - time index entries that do not agree with their log; LogAppendTime that went backwards.
 """
@@ -29,10 +32,19 @@ from tidelog.cluster.availability import Availability
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.dump import dump_index_file
 from tidelog.log.files import TIME_INDEX_SUFFIX, segment_files
-from tidelog.protocol.client import Client
+from tidelog.protocol.client import Client, PartitionLeader
 from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Codec, Record, TimestampType, build_message_set, iter_deep
 from tidelog.records.record_batch import BatchRecordInput, encode_batch
+
+# what a broker answers a sequence it will not take: the idempotent producer starts over
+SEQUENCE_REFUSALS = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -63,10 +75,19 @@ class DeliveryProducer:
     produce_version: int = 2
     codec: Codec = Codec.NONE
     keys: int = 0
+    # InitProducerId, a sequence per partition, each message retried until acknowledged (one
+    # in flight: a partition's order is the order sent); needs produce_version 3
+    idempotent: bool = False
     acked: list[Acked] = field(default_factory=list)
     sent_per_partition: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     failed: int = 0
     sent: int = 0
+    # idempotent: the producer id and epoch (-1: none yet), each partition's next sequence,
+    # and how often a broker refused a sequence and the producer started over with a new id
+    producer: tuple[int, int] = (-1, -1)
+    sequences: dict[int, int] = field(default_factory=dict)
+    resets: list[str] = field(default_factory=list)
+    last_error: int = 0
     _gate: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def hold(self) -> None:
@@ -106,18 +127,74 @@ class DeliveryProducer:
                     )
                     sequence[target.partition] += 1
                     self.sent += 1
-                    if not await self._send(client, target.partition, target.leader, value, key):
+                    if self.idempotent:
+                        partitions = await self._send_until_acked(
+                            client, stop, partitions, target.partition, value, key
+                        )
+                    elif not await self._send(client, target.partition, target.leader, value, key):
                         partitions = None  # ask for the leaders again
         finally:
             await client.close()
 
+    async def _send_until_acked(
+        self,
+        client: Client,
+        stop: asyncio.Event,
+        partitions: list[PartitionLeader] | None,
+        partition: int,
+        value: bytes,
+        key: bytes,
+    ) -> list[PartitionLeader] | None:
+        """Sends one message, again after each failure with the same sequence, until it is
+        acknowledged or the run stops; returns the leaders known then. A refused sequence
+        (which a broker that keeps its producer state never gives this producer) is recorded
+        in ``resets`` and the producer starts over with a new producer id."""
+        while not stop.is_set():
+            try:
+                if partitions is None:
+                    partitions = await client.partitions(self.topic, wait=5)
+                if self.producer[0] < 0:
+                    self.producer = await client.init_producer_id(partitions[0].leader)
+                    self.sequences.clear()
+            except (OSError, ConnectionError, TimeoutError, KafkaError, KeyError):
+                partitions = None
+                await asyncio.sleep(0.2)
+                continue
+            leader = next(p.leader for p in partitions if p.partition == partition)
+            sequence = self.sequences.get(partition, 0)
+            if await self._send(client, partition, leader, value, key, sequence):
+                self.sequences[partition] = (sequence + 1) % 2**31
+                return partitions
+            if self.last_error in SEQUENCE_REFUSALS:
+                self.resets.append(
+                    f"partition {partition} sequence {sequence} of producer {self.producer[0]}: "
+                    f"{ErrorCode(self.last_error).name}"
+                )
+                self.producer = (-1, -1)
+            partitions = None  # ask for the leaders again
+            await asyncio.sleep(0.1)
+        return partitions
+
     async def _send(
-        self, client: Client, partition: int, leader: int, value: bytes, key: bytes
+        self,
+        client: Client,
+        partition: int,
+        leader: int,
+        value: bytes,
+        key: bytes,
+        sequence: int = -1,
     ) -> bool:
         version = await self.version_for(client, leader)
         now_ms = int(time.time() * 1000)
         if version >= 3:  # a v2 record batch, as every producer of 0.11 on sends
-            records = encode_batch([BatchRecordInput(key, value, now_ms)], codec=self.codec)
+            producer_id, epoch = self.producer if sequence >= 0 else (-1, -1)
+            records = encode_batch(
+                [BatchRecordInput(key, value, now_ms)],
+                codec=self.codec,
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=sequence,
+            )
         else:
             records = build_message_set(
                 [Record(key, value, now_ms)], magic=1 if version >= 2 else 0, codec=self.codec
@@ -141,8 +218,10 @@ class DeliveryProducer:
             if stale is not None:
                 await stale.close()
             self.failed += 1
+            self.last_error = -1
             return False
         answer = response["responses"][0]["partition_responses"][0]
+        self.last_error = answer["error_code"]
         if answer["error_code"] == ErrorCode.NONE:
             self.acked.append(
                 Acked(partition, answer["base_offset"], value, time.time(), latency_ms, key)
@@ -273,6 +352,8 @@ class DeliveryReport:
     never_produced: list[str] = field(default_factory=list)
     duplicates: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
+    # an idempotent producer's sequences that a broker refused (its state lost or wrong)
+    sequence_refusals: list[str] = field(default_factory=list)
     diverged: list[str] = field(default_factory=list)
     time_index: list[str] = field(default_factory=list)
     timestamps_backwards: list[str] = field(default_factory=list)
@@ -292,6 +373,7 @@ class DeliveryReport:
         "never_produced",
         "duplicates",
         "out_of_order",
+        "sequence_refusals",
         "diverged",
         "time_index",
         "timestamps_backwards",
@@ -457,6 +539,7 @@ async def verify(
                         f"{_text(message.value)} at the end"
                     )
     if producer is not None:
+        report.sequence_refusals = list(producer.resets)
         for number, messages in consumed.items():
             sent = producer.sent_per_partition.get(number, 0)
             for message in messages:

@@ -51,6 +51,9 @@ class ScenarioSettings:
     seed: int | None = None  # power_loss: where in each file's unwritten part it is cut
     disk_errors: faults.DiskErrorSettings = field(default_factory=faults.DiskErrorSettings)
     compacted: bool = False  # a compacted topic, keyed messages, the per-key audit
+    # an idempotent producer (format 2.1): every message retried until acknowledged, and the
+    # verdict's duplicates and order checks hold across the faults (KIP-98's promise)
+    idempotent: bool = False
 
 
 # Broker settings that make failures quick to detect in a scenario.
@@ -182,6 +185,7 @@ async def run_scenario(
         settings.rate,
         keys=COMPACTED_KEYS if settings.compacted else 0,
         produce_version=3 if settings.message_format == "2.1" else 2,
+        idempotent=settings.idempotent,
     )
     stop = asyncio.Event()
     producing_from = time.time()

@@ -29,6 +29,7 @@ from tidelog.config import connection_overrides, host_and_port
 from tidelog.controller import controller, topics, zookeeper
 from tidelog.controller.config_admin import ConfigRequests
 from tidelog.controller.control_plane import ControlPlane
+from tidelog.controller.producer_ids import ProducerIdRequests
 from tidelog.controller.topic_admin import TopicAdminRequests
 from tidelog.coordinator.coordinator import CoordinatorSettings, GroupCoordinator
 from tidelog.coordinator.records import OFFSETS_TOPIC
@@ -129,6 +130,8 @@ class BrokerNode:
         self.config_admin = ConfigRequests(self.broker_id, config, lambda: self.zk)
         self.handler.register(self.config_admin.handlers())
         self.handler.register(LogDirRequests(self.logs).handlers())
+        self.producer_ids = ProducerIdRequests(self.broker_id, lambda: self.zk)
+        self.handler.register(self.producer_ids.handlers())
         quotas = ConnectionQuotas(
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),

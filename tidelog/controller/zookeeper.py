@@ -8,6 +8,7 @@ familiar cluster:
     /brokers/topics/{t}/partitions/{p}/state     leader, leader_epoch, isr, controller_epoch
     /config/topics/{t}                           {"version":1,"config":{...}}
     /controller, /controller_epoch, /cluster/id, /admin/delete_topics
+    /latest_producer_id_block                    {"version":1,"broker":1,"block_start":"0",...}
 
 Every operation is blocking (kazoo) and safe to call again; callers in asyncio run them in a
 thread.
@@ -44,6 +45,10 @@ CLUSTER_ID = "/cluster/id"
 DELETE_TOPICS = "/admin/delete_topics"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+LATEST_PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+# producer ids a broker takes at a time (Kafka's ProducerIdManager.PidBlockSize)
+PRODUCER_ID_BLOCK_SIZE = 1000
+LONG_MAX = 2**63 - 1
 
 Watcher = Callable[..., object]
 # partitions created per ZooKeeper transaction: about 250 bytes each, well inside the 1 MB a
@@ -729,3 +734,42 @@ def change_broker_config(zk: KazooClient, broker_id: int, changes: dict[str, str
     else:
         zk.set(path, document)
     return True
+
+
+# -- producer ids (KIP-98) -------------------------------------------------------------------------
+
+
+def claim_producer_id_block(
+    zk: KazooClient, broker_id: int, size: int = PRODUCER_ID_BLOCK_SIZE
+) -> tuple[int, int]:
+    """Takes the next ``size`` producer ids for ``broker_id``: (first, last), both included.
+
+    As Kafka's ProducerIdManager: the block after the one in /latest_producer_id_block
+    (0..size-1 if there is none), written back only if the node is still at the version read,
+    so two brokers never take the same block; a lost race reads again. Ids are never reused
+    across the cluster's life (a block is taken, used or not)."""
+    while True:
+        try:
+            data, stat = zk.get(LATEST_PRODUCER_ID_BLOCK)
+        except NoNodeError:
+            data, stat = b"", None
+        if data:
+            document = _json(data)
+            start = int(document["block_end"]) + 1
+        else:
+            start = 0
+        end = start + size - 1
+        if end > LONG_MAX - size:
+            raise RuntimeError(f"producer ids exhausted: the last block ended at {start - 1}")
+        block = _dump(
+            {"version": 1, "broker": broker_id, "block_start": str(start), "block_end": str(end)}
+        )
+        try:
+            if stat is None:
+                zk.create(LATEST_PRODUCER_ID_BLOCK, block, makepath=True)
+            else:
+                zk.set(LATEST_PRODUCER_ID_BLOCK, block, version=stat.version)
+        except (NodeExistsError, BadVersionError):
+            continue  # another broker took a block meanwhile: the next one is ours
+        log.info("broker %d took producer ids %d to %d", broker_id, start, end)
+        return start, end

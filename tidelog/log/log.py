@@ -28,6 +28,12 @@ from tidelog.log.files import (
 )
 from tidelog.log.index_file import CorruptIndexError
 from tidelog.log.leader_epoch import LeaderEpochCache
+from tidelog.log.producer_state import (
+    DuplicateBatch,
+    ProducerStateManager,
+    file_batches,
+    producer_batches,
+)
 from tidelog.log.segment import FileSlice, LogSegment
 from tidelog.log.segments import LogSegments
 from tidelog.records.format import (
@@ -49,6 +55,8 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 EARLIEST_LOCAL_TIMESTAMP = -4  # Kafka's sentinel for the local log start (KIP-405)
 LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+# transactional.id.expiration.ms's default: how long a producer id's state outlives its last batch
+PRODUCER_ID_EXPIRATION_MS = 604800000
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,7 @@ class Log:
         needs_recovery: bool = True,
         background: Callable[[Callable[[], None]], object] | None = None,
         log_start_offset: int | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = Path(directory)
         # Runs a rolled segment's flush off the append path (LogManager gives a thread); without
@@ -171,6 +180,8 @@ class Log:
         self.last_appended_timestamp = max(s.max_timestamp for s in self.segments)
         self.leader_epochs = LeaderEpochCache(self.directory)
         self.leader_epochs.truncate_from_end(self.log_end_offset)  # a recovery may have cut
+        self.producer_state = ProducerStateManager(self.directory, producer_id_expiration_ms)
+        self._load_producer_state(clean_shutdown=not needs_recovery)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -192,6 +203,35 @@ class Log:
         if not self.config.remote_storage_enable:
             checkpointed = max(checkpointed, local_start)
         return min(checkpointed, self.log_end_offset)
+
+    def _load_producer_state(self, *, clean_shutdown: bool = False) -> None:
+        """Brings the producer state to the log end: from the latest snapshot at or below it,
+        replaying the batches above. A log with no snapshot after a clean shutdown was written
+        before producer ids (Kafka's shortcut too): its state starts empty at the log end."""
+        state = self.producer_state
+        end = self.log_end_offset
+        now = self.clock.milliseconds()
+        state.truncate_and_reload(self.log_start_offset, end, now)
+        if clean_shutdown and state.latest_snapshot_offset() is None:
+            state.map_end_offset = end
+        elif state.map_end_offset < end:
+            replayed = 0
+            for segment in self.segments.from_offset(state.map_end_offset):
+                start = segment.translate_offset(state.map_end_offset)
+                if start is None:
+                    continue
+                batches = list(file_batches(segment.file.fileno(), start[1], segment.size))
+                state.apply(batches, state.map_end_offset)
+                replayed += len(batches)
+            state.map_end_offset = end
+            if replayed:
+                log.info(
+                    "%s: producer state rebuilt: %d producer ids from %d batches",
+                    self.directory,
+                    len(state.producers),
+                    replayed,
+                )
+        state.take_snapshot()
 
     def _load(self, recovery_point: int, needs_recovery: bool) -> None:
         self._recover_swaps()
@@ -270,6 +310,7 @@ class Log:
             if offset <= self.log_start_offset:
                 return False
             self.log_start_offset = offset
+            self.producer_state.truncate_head(offset)
         log.info("%s: log start offset now %d: %s", self.directory, offset, reason)
         return True
 
@@ -324,6 +365,11 @@ class Log:
             last_appended_timestamp=self.last_appended_timestamp,
             partition_leader_epoch=-1 if leader_epoch is None else leader_epoch,
         )
+        batches = producer_batches(validated.buffer, len(validated.buffer))
+        if batches:
+            duplicate = self.producer_state.check(batches)
+            if duplicate is not None:
+                return self._duplicate(duplicate)
         info = LogAppendInfo(
             validated.first_offset,
             validated.last_offset,
@@ -335,7 +381,20 @@ class Log:
         if leader_epoch is not None:
             self.leader_epochs.assign(leader_epoch, info.first_offset)
         self._append(info, validated.buffer)
+        self.producer_state.apply(batches, self.log_end_offset)
         return info
+
+    def _duplicate(self, duplicate: DuplicateBatch) -> LogAppendInfo:
+        """What a duplicate batch is answered with, as Kafka 2.1's Log.append answers it: the
+        original batch's offsets, its timestamp as the log append time; nothing is written."""
+        return LogAppendInfo(
+            duplicate.first_offset,
+            duplicate.last_offset,
+            duplicate.timestamp,
+            duplicate.last_offset,
+            duplicate.timestamp,
+            0,
+        )
 
     def append_as_follower(
         self, buffer: bytes | bytearray | memoryview, leader_epoch: int | None = None
@@ -369,6 +428,7 @@ class Log:
         elif leader_epoch is not None:
             self.leader_epochs.assign(leader_epoch, self.log_end_offset)
         self._append(info, memoryview(buffer)[: scan.end])
+        self.producer_state.apply(producer_batches(buffer, scan.end), self.log_end_offset)
         return info
 
     def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:
@@ -413,6 +473,19 @@ class Log:
         with self.lock:
             return sum(segment.release_idle_indexes() for segment in self.segments)
 
+    def remove_expired_producers(self) -> int:
+        """Forgets the producer ids idle longer than transactional.id.expiration.ms."""
+        with self.lock:
+            expired = self.producer_state.remove_expired(self.clock.milliseconds())
+        if expired:
+            log.info(
+                "%s: %d producer ids expired (transactional.id.expiration.ms %d)",
+                self.directory,
+                expired,
+                self.producer_state.expiration_ms,
+            )
+        return expired
+
     def roll_if_idle(self) -> bool:
         """Rolls a non-empty active segment whose largest timestamp is older than segment.ms."""
         segment = self.active_segment
@@ -438,6 +511,15 @@ class Log:
         new = self._new_segment(next_base)
         old.on_roll(next_base)
         self.segments.add(new)
+        # Kafka 2.1 snapshots the producer state at every roll: a restart replays at most the
+        # active segment
+        self.producer_state.map_end_offset = max(self.producer_state.map_end_offset, next_base)
+        self.producer_state.take_snapshot()
+        # and keeps only those a recovery may start from (Kafka's minSnapshotsOffsetToRetain):
+        # from the segment before the active one, or the one holding the recovery point
+        recovering = self.segments.floor(self.recovery_point)
+        keep_from = min(old.base_offset, recovering.base_offset if recovering else 0)
+        self.producer_state.delete_snapshots_below(keep_from)
 
         def flush_rolled() -> None:
             old.flush()
@@ -557,6 +639,7 @@ class Log:
             dropped.delete()
         removed = self.active_segment.truncate_to(offset)
         self.leader_epochs.truncate_from_end(self.log_end_offset)
+        self._load_producer_state()  # the state above the new log end goes
         log.info(
             "%s: truncated to offset %d (log end now %d, %d bytes removed from the last segment)",
             self.directory,
@@ -575,6 +658,7 @@ class Log:
                 segment.delete()
             self.segments.reset(self._new_segment(offset))  # never empty to another thread
             self.leader_epochs.clear()
+            self.producer_state.clear(offset)
             self.log_start_offset = offset if log_start_offset is None else log_start_offset
             self.recovery_point = offset
             self.high_watermark = offset
@@ -653,6 +737,7 @@ class Log:
             self.segments.remove(segment)
             if not self.config.remote_storage_enable:
                 self.log_start_offset = max(self.log_start_offset, self.local_log_start_offset)
+                self.producer_state.truncate_head(self.log_start_offset)
             self._delete_files(segment)
             deleted += 1
             log.info(
@@ -769,6 +854,9 @@ class Log:
     def close(self) -> None:
         """A clean close: indexes trimmed to their entries, everything flushed."""
         self.flush()
+        with self.lock:
+            self.producer_state.map_end_offset = self.log_end_offset
+            self.producer_state.take_snapshot()
         active = self.active_segment
         active.index.trim()
         active.time_index.trim()

@@ -93,6 +93,11 @@ class LogManager:
         )
         self.scheduler.schedule("segment roll", ROLL_CHECK_INTERVAL_MS, self.roll_idle_segments)
         self.scheduler.schedule(
+            "producer id expiration",
+            config["producer.id.expiration.check.interval.ms"],
+            self.remove_expired_producers,
+        )
+        self.scheduler.schedule(
             "idle index release", INDEX_IDLE_CHECK_INTERVAL_MS, self.release_idle_indexes
         )
         # the scheduler runs on the event loop: the files are written on the background pool
@@ -142,6 +147,7 @@ class LogManager:
                 needs_recovery=not clean,
                 background=self._in_background,
                 log_start_offset=log_starts.get(partition),
+                producer_id_expiration_ms=self.broker_config["transactional.id.expiration.ms"],
             )
             opened.high_watermark = min(
                 max(high_watermarks.get(partition, 0), opened.log_start_offset),
@@ -218,6 +224,7 @@ class LogManager:
             clock=self.clock,
             needs_recovery=False,
             background=self._in_background,
+            producer_id_expiration_ms=self.broker_config["transactional.id.expiration.ms"],
         )
 
     def add_new(self, key: TopicPartition, directory: Path, opened: Log) -> Log:
@@ -272,6 +279,9 @@ class LogManager:
 
     def cleanup_logs(self) -> int:
         return sum(partition_log.delete_old_segments() for _, partition_log in self)
+
+    def remove_expired_producers(self) -> int:
+        return sum(partition_log.remove_expired_producers() for _, partition_log in self)
 
     def roll_idle_segments(self) -> int:
         return sum(partition_log.roll_if_idle() for _, partition_log in self)

@@ -8,6 +8,9 @@ it was due to its acknowledgement. Message sets are cut from a ring of encoded m
 payload, or ``keys`` keyed messages with payloads drawn from ``seed``), so there is no Python
 object per record. A produce that fails (an error code, or a leader that went away) counts its
 records as failed, as Kafka's producer does with retries=0, and the leaders are looked up again.
+With ``idempotent`` (record batches only) the batches carry a producer id from InitProducerId and
+each partition's sequence; after a failure the producer takes a new producer id and starts its
+sequences again (it does not retry, so the failed batch's sequence is never sent again).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class ProducerSettings:
     # 1: v1 message sets in Produce v2; 2: v2 record batches in Produce v3 (a 0.11+ broker)
     message_format: int = 1
     headers: tuple[tuple[str, bytes], ...] = ()  # on every record (format 2 only)
+    idempotent: bool = False  # a producer id and sequences (format 2 only)
 
 
 # Errors after which the partition's leader is looked up again (the broker's or the connection's)
@@ -145,7 +149,13 @@ class MessageRing:
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def batch(
-        self, first: int, count: int, now_ms: int, codec: Codec, headers: Sequence[Header] = ()
+        self,
+        first: int,
+        count: int,
+        now_ms: int,
+        codec: Codec,
+        headers: Sequence[Header] = (),
+        producer: tuple[int, int, int] = (-1, -1, -1),
     ) -> bytes:
         """Records first..first+count-1 as one v2 batch (offset deltas 0..count-1, all of
         ``now_ms``), each record's key, value and headers encoded once per ring pass."""
@@ -166,7 +176,7 @@ class MessageRing:
             write_varint(body, len(head) + len(tail))
             body += head
             body += tail
-        return encode_batch_body(bytes(body), count, now_ms, codec)
+        return encode_batch_body(bytes(body), count, now_ms, codec, producer)
 
     def message_set(self, first: int, count: int, now_ms: int, codec: Codec) -> bytes:
         """Records first..first+count-1, uncompressed or in one wrapper with relative inner
@@ -280,9 +290,15 @@ async def run_producer(
     batch_number = 0
     leaders_moved = False  # a produce failed in a way that says: look the leaders up again
     looked_up = start
+    # idempotent: (producer id, epoch), each partition's next sequence; a failure asks for a
+    # new producer id (None) before the next batch
+    producer: tuple[int, int] | None = None
+    sequences: dict[int, int] = {}
 
     def failed(name: str, count: int) -> None:
+        nonlocal producer
         errors[name] = errors.get(name, 0) + count
+        producer = None  # idempotent: this partition's sequence has a gap now
 
     async def complete(
         future, count: int, first_due: float, spacing: float, partition: int
@@ -345,8 +361,23 @@ async def run_producer(
         partition = partitions[batch_number % len(partitions)]
         batch_number += 1
         now_ms = int(time.time() * 1000)
+        sequence = (-1, -1, -1)
+        if settings.idempotent:
+            if producer is None:
+                try:
+                    producer = await client.init_producer_id(partition.leader)
+                except (ConnectionError, OSError, KafkaError) as error:
+                    slots.release()
+                    failed(f"InitProducerId: {error}", 0)
+                    leaders_moved = True
+                    await asyncio.sleep(METADATA_REFRESH_INTERVAL)
+                    continue
+                sequences.clear()
+            next_sequence = sequences.get(partition.partition, 0)
+            sequences[partition.partition] = (next_sequence + count) % 2**31
+            sequence = (*producer, next_sequence)
         if settings.message_format == 2:
-            records = ring.batch(sent, count, now_ms, settings.codec, settings.headers)
+            records = ring.batch(sent, count, now_ms, settings.codec, settings.headers, sequence)
         else:
             records = ring.message_set(sent, count, now_ms, settings.codec)
         body = {

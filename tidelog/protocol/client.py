@@ -118,6 +118,17 @@ class Client:
             )
         return self.connections[broker_id]
 
+    async def init_producer_id(self, broker_id: int) -> tuple[int, int]:
+        """A new producer id and epoch for an idempotent producer, from ``broker_id``
+        (InitProducerId v0, served from release 0.11.0 on); KafkaError if it refuses."""
+        connection = await self.connection(broker_id)
+        body = {"transactional_id": None, "transaction_timeout_ms": 60000}
+        answer = await connection.request(ApiKey.INIT_PRODUCER_ID, 0, body)
+        code = ErrorCode(answer["error_code"])
+        if code != ErrorCode.NONE:
+            raise KafkaError(code, f"InitProducerId from broker {broker_id}")
+        return answer["producer_id"], answer["producer_epoch"]
+
     async def close(self) -> None:
         for connection in self.connections.values():
             await connection.close()

@@ -45,6 +45,7 @@ class ApiKey(IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
     OFFSETS_FOR_LEADER_EPOCH = 23
     # the admin APIs of Kafka 0.11 to 2.1 that clients' admin tools call
     DELETE_RECORDS = 21
@@ -577,6 +578,20 @@ DELETE_TOPICS_RESPONSE_V0 = schema(
     ("topic_error_codes", Array(schema(("topic", STRING), ("error_code", INT16))))
 )
 
+# -- Idempotent producers (KIP-98) ---------------------------------------------------------------
+
+# Kafka 2.1's InitProducerIdRequest/Response: v1 is v0 (a throttled answer goes out before the
+# throttling); a transactional id is null for an idempotent producer without transactions
+INIT_PRODUCER_ID_REQUEST_V0 = schema(
+    ("transactional_id", NULLABLE_STRING), ("transaction_timeout_ms", INT32)
+)
+INIT_PRODUCER_ID_RESPONSE_V0 = schema(
+    ("throttle_time_ms", INT32),
+    ("error_code", INT16),
+    ("producer_id", INT64),
+    ("producer_epoch", INT16),
+)
+
 
 # -- Kafka 0.11 to 2.1: Metadata, the group APIs and topic admin --------------------------------
 
@@ -1057,6 +1072,11 @@ APIS: dict[int, Api] = {
             (DESCRIBE_LOG_DIRS_REQUEST_V0,) * 2,
             (DESCRIBE_LOG_DIRS_RESPONSE_V0,) * 2,
         ),
+        Api(
+            ApiKey.INIT_PRODUCER_ID,
+            (INIT_PRODUCER_ID_REQUEST_V0,) * 2,
+            (INIT_PRODUCER_ID_RESPONSE_V0,) * 2,
+        ),
         Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
     ]
 }
@@ -1124,6 +1144,7 @@ _RELEASE_0_11_0 = {
     ApiKey.DELETE_RECORDS: 0,
     ApiKey.DESCRIBE_CONFIGS: 0,
     ApiKey.ALTER_CONFIGS: 0,
+    ApiKey.INIT_PRODUCER_ID: 0,
 }
 _RELEASE_1_0 = {
     **_RELEASE_0_11_0,
@@ -1158,6 +1179,7 @@ _RELEASE_2_0 = {
     ApiKey.ALTER_CONFIGS: 1,
     ApiKey.CREATE_PARTITIONS: 1,
     ApiKey.DESCRIBE_LOG_DIRS: 1,
+    ApiKey.INIT_PRODUCER_ID: 1,
 }
 _RELEASE_2_1 = {
     **_RELEASE_2_0,

@@ -32,6 +32,7 @@ from tidelog.records.format import (
 from tidelog.records.record_batch import (
     ATTRIBUTES_AT,
     CONTROL_BIT,
+    HEADER_SIZE,
     INT16,
     INT32,
     INT64,
@@ -39,6 +40,7 @@ from tidelog.records.record_batch import (
     MAGIC_AT,
     MAX_TIMESTAMP_AT,
     PARTITION_LEADER_EPOCH_AT,
+    PRODUCER_ID_AT,
     TRANSACTIONAL_BIT,
     check_batch,
     check_records,
@@ -106,6 +108,11 @@ def validate_batches(
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 "transactions are not served by tidelog (no transaction coordinator)",
             )
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise corrupt(
+                f"invalid sequence number {header.base_sequence} in a batch of producer id "
+                f"{header.producer_id}"
+            )
         count = header.record_count
         if count < 1 or count != header.last_offset_delta + 1:
             raise corrupt(
@@ -146,6 +153,22 @@ def validate_batches(
     return out, offset - 1, max_timestamp, offset_of_max, converted
 
 
+def idempotent(buffer: bytes | bytearray | memoryview) -> bool:
+    """Whether any v2 batch of ``buffer`` carries a producer id (walks entry headers only)."""
+    position, limit = 0, len(buffer)
+    while limit - position >= HEADER_SIZE:
+        (size,) = OFFSET_AND_SIZE.unpack_from(buffer, position)[1:]
+        if size < 0:
+            return False
+        if (
+            buffer[position + MAGIC_AT] == MAGIC
+            and INT64.unpack_from(buffer, position + PRODUCER_ID_AT)[0] >= 0
+        ):
+            return True
+        position += LOG_OVERHEAD + size
+    return False
+
+
 def any_older_entry(buffer: bytes | bytearray) -> bool:
     """Whether any entry of ``buffer`` is a v0/v1 message (walks entry headers only)."""
     position, limit = 0, len(buffer)
@@ -174,6 +197,12 @@ def down_converted(buffer: bytes | bytearray, to_magic: int, now: int) -> bytear
     UNSUPPORTED_FOR_MESSAGE_FORMAT rather than losing them."""
     require_whole_entries(buffer)
     from tidelog.records.format import iter_deep
+
+    if idempotent(buffer):
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+            "idempotent records need message format 0.11.0 or later (message.format.version)",
+        )
 
     if any(message.headers for message in iter_deep(buffer)):
         raise KafkaError(

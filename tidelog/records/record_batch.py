@@ -385,11 +385,15 @@ def encode_batch(
 
 
 def encode_batch_body(
-    records: bytes, count: int, timestamp: int, codec: Codec = Codec.NONE
+    records: bytes,
+    count: int,
+    timestamp: int,
+    codec: Codec = Codec.NONE,
+    producer: tuple[int, int, int] = (NO_PRODUCER_ID, -1, -1),
 ) -> bytes:
     """A batch around ``count`` records already encoded (offset deltas 0..count-1, all of
-    ``timestamp``), compressed with ``codec``: what a producer that keeps encoded records
-    (tidelog's perf producer) sends."""
+    ``timestamp``), compressed with ``codec``, from ``producer`` (id, epoch, base sequence):
+    what a producer that keeps encoded records (tidelog's perf producer) sends."""
     from tidelog.records.compression import compress
 
     body = records if codec == Codec.NONE else compress(codec, records, MAGIC)
@@ -404,9 +408,7 @@ def encode_batch_body(
             count - 1,
             timestamp,
             timestamp,
-            NO_PRODUCER_ID,
-            -1,
-            -1,
+            *producer,
             count,
         )
     )
