@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -387,6 +388,19 @@ class ComposeCluster:
         with zookeeper.session(self.zookeeper) as client:
             return set(zookeeper.read_brokers(client))
 
+    def wait_registered(self, broker_ids: list[int], timeout: float = 60.0) -> None:
+        """Waits until every one of ``broker_ids`` is registered in ZooKeeper."""
+        wait_until(
+            lambda: set(broker_ids) <= self.registered_brokers(),
+            timeout,
+            f"brokers {broker_ids} to register",
+            interval=0.3,
+        )
+
+    def log_dirs(self, broker_id: int) -> list[Path]:
+        """The broker's log dir on this host: its volume (link_log_dirs)."""
+        return [(self.directory / self.broker(broker_id).service / "logs").resolve()]
+
     def status(self) -> list[dict]:
         """Each broker as the engine and ZooKeeper see it."""
         registered = self.registered_brokers()
@@ -429,6 +443,23 @@ class ComposeCluster:
                     f"broker {broker_id}'s container to exit",
                     interval=0.2,
                 )
+
+    def kill_paused(self, broker_id: int) -> None:
+        """Kills a paused broker without letting it run again: SIGKILL to its container's first
+        process while the freezer holds it (the signal waits in the kernel), then unpause,
+        which delivers it before any of the broker's own code runs (``docker kill`` refuses a
+        paused container)."""
+        container = self.container(self.broker(broker_id).service)
+        pid = self.inspect(self.broker(broker_id).service)["State"]["Pid"]
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+        run_docker(["docker", "unpause", container], 60)
+        wait_until(
+            lambda: self.health(broker_id) in ("exited", "dead"),
+            60,
+            f"broker {broker_id}'s container to exit",
+            interval=0.2,
+        )
 
     def partition_broker(self, broker_id: int) -> None:
         """Takes the broker off the compose network: it reaches neither ZooKeeper nor the other

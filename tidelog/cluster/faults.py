@@ -250,14 +250,16 @@ def inject(
 def power_loss(
     cluster: Cluster, broker_ids: list[int], *, session_timeout_s: float, rng: random.Random
 ) -> str:
-    """The machines of ``broker_ids`` lose power at once: each broker is killed (SIGKILL), and
+    """The machines of ``broker_ids`` lose power at once: each broker is killed (SIGKILL; a
+    compose broker's container frozen, and killed once its volume's files are cut), and
     once the cluster has seen them gone (their sessions expired, and, while other brokers
     live, their leadership moved) every segment and index file is cut back to what the kernel
     had written to the disk plus a random part of the rest (power.py); then they start again."""
-    if not isinstance(cluster, LocalCluster):
-        raise ClusterError("power_loss needs a local cluster (its log dirs on this disk)")
+    # a compose broker is frozen, not killed, until its files are cut: a container's exit
+    # unmounts its overlay, which syncs the filesystem the volumes are on as well
+    stop = signal.SIGSTOP if isinstance(cluster, ComposeCluster) else signal.SIGKILL
     for broker_id in broker_ids:
-        cluster.signal_broker(broker_id, signal.SIGKILL)
+        cluster.signal_broker(broker_id, stop)
     survivors = [b for b in cluster.broker_ids if b not in broker_ids and cluster.broker(b).alive]
 
     def gone(zk) -> bool:
@@ -273,8 +275,10 @@ def power_loss(
     )
     cuts: list[power.Cut] = []
     for broker_id in broker_ids:
-        log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
-        cuts += power.lose_unwritten([Path(d) for d in log_dirs], rng)
+        cuts += power.lose_unwritten(broker_log_dirs(cluster, broker_id), rng)
+    if isinstance(cluster, ComposeCluster):
+        for broker_id in broker_ids:
+            cluster.kill_paused(broker_id)
     for broker_id in broker_ids:
         cluster.start_broker(broker_id, wait=False)
     cluster.wait_registered(broker_ids)
@@ -283,6 +287,16 @@ def power_loss(
         f"power loss of brokers {broker_ids}: killed, {len(cuts)} files cut back to what was on "
         f"the disk ({dropped} bytes dropped), restarted"
     )
+
+
+def broker_log_dirs(cluster: Cluster, broker_id: int) -> list[Path]:
+    """Where the broker's log dirs are on this host: its log.dirs, or a compose broker's
+    volume (the same page cache: the kernel is the host's)."""
+    if isinstance(cluster, ComposeCluster):
+        return cluster.log_dirs(broker_id)
+    return [
+        Path(d) for d in read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
+    ]
 
 
 HALTED = "Halting due to unrecoverable I/O error"
