@@ -94,3 +94,42 @@ def test_a_column_mostly_dashes_is_left_to_the_csv():
     shown = without_sparse_columns(runs)
     assert "records/s" not in shown.columns and "largest window p99 (ms)" in shown.columns
     assert all(cell != NOT_MEASURED for row in shown.rows for cell in row)
+
+
+def test_runs_of_different_kinds_are_rows_told_apart_by_what_differs():
+    """A perf run and a scenario (the README's example): one row each in every table, by kind,
+    case and workload; nothing they share repeated in a column."""
+    runs = [
+        Run("acks1", Path("runs/acks1"), rundata.RunMetadata("perf-produce", "normal", "acks=1")),
+        Run("hard-bounce", Path("runs/hard-bounce"),
+            rundata.RunMetadata("scenario-replication", "hard_bounce", "acks=all")),
+    ]  # fmt: skip
+    data = ReportData(runs, window_seconds=1.0)
+    for run in runs:
+        meta = run.metadata
+        group = {"run": run.label, "case": meta.case, "workload": meta.workload, "tiered": False}
+        data.starts[tuple(group.values())] = START
+        data.latency.append(
+            group | {"records": 10, "p99_ms": 3.0, "avg_p99_ms": 2.5, "avg_p95_ms": 2.0}
+        )
+        data.throughput_summary.append(group | {"mean_records_per_s": 5.0, "mean_mb_per_s": 0.1})
+    (_, scenario) = data.latency
+    data.events.append(
+        {k: scenario[k] for k in ("run", "case", "workload", "tiered")}
+        | {"at": START, "kind": "hard_bounce", "target": "broker 1", "duration_ms": 800.0,
+           "detail": ""}
+    )  # fmt: skip
+    assert Parts.of(data).shown == ["kind", "case", "workload"]
+    tables = {t.name: without_sparse_columns(t) for t in page_tables(data)}
+    assert set(tables) == {"runs", "events_page", "times"}
+    runs_table = tables["runs"]
+    assert runs_table.columns[:3] == ["kind", "case", "workload"]
+    assert [row[:3] for row in runs_table.rows] == [
+        ["perf-produce", "normal", "acks=1"],
+        ["scenario-replication", "hard_bounce", "acks=all"],
+    ]
+    assert {"p99 (ms)", "average window p99 (ms)", "records/s"} <= set(runs_table.columns)
+    assert "p50 (ms)" not in runs_table.columns  # neither measured it
+    (design,) = design_tables(data)  # the perf run stands for the design's normal traffic
+    assert [row[:2] for row in design.rows] == [["1 normal traffic", "acks=1"]]
+    assert summary_tables(data) == []  # no part ran with and without the tier
