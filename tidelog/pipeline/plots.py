@@ -142,7 +142,9 @@ def _panels(
 
     where = {key: panel(key) for key in keys}
     rows = sorted({row for row, _ in where.values()})
-    columns = sorted({column for _, column in where.values()})
+    columns = sorted(
+        {column for _, column in where.values()}, key=lambda case: part_order(("", case, "", True))
+    )
     size = (FIGURE_SIZE[0], height(len(rows)))
     figure = Figure(figsize=size, dpi=DPI, layout="constrained")
     grid = figure.subplots(len(rows), len(columns), squeeze=False, sharex=sharex, sharey=sharey)
