@@ -283,3 +283,13 @@ def test_every_figure_loads_at_a_laptops_size(seen):
         assert image["shown"] <= WINDOW[0] - 40 and image["height"] <= WINDOW[1], image
     # latency over time is one figure of small multiples, not one plot per run
     assert len([i for i in images if i["alt"].startswith("latency_over_time")]) == 1
+
+
+def test_report_md_has_the_pages_sections_in_the_pages_order(report, seen):
+    _, report_dir = report
+    sections = [
+        line[4:] for line in (report_dir / "report.md").read_text().splitlines()
+        if line.startswith("### ")
+    ]  # fmt: skip
+    assert sections == [h["text"] for h in seen["headings"][1:]]
+    assert sections[0].startswith("Summary") and sections[1] == "The design's table"

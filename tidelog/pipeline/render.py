@@ -421,7 +421,8 @@ def times_table(data: ReportData, parts: Parts, facts: dict[str, str]) -> Table 
         rows.append((key, shown, took, own))
     if not rows:
         return None
-    differing = sorted({name for *_, own in rows for name in own} - {"date"})
+    # the date is in the start's column, the kind (when it differs) in the parts' own
+    differing = sorted({name for *_, own in rows for name in own} - {"date", "kind"})
     rows.sort(key=lambda r: (r[1], parts.order(r[0])))
     return Table(
         "times",
@@ -447,14 +448,14 @@ def _facts_of(run) -> dict[str, str]:
     started = _time(meta.started_at)
     found = {
         "kind": meta.kind,
-        "command": str(meta.settings.get("command", "")),
-        "seed": str(meta.settings.get("seed", "")),
-        "profile": str(meta.profile.get("name", "")),
+        "command": meta.settings.get("command"),
+        "seed": meta.settings.get("seed"),
+        "profile": meta.profile.get("name"),
         "machine": f"{machine.get('cores')} cores, {machine.get('os')}, Python "
         f"{machine.get('python')}",
         "date": started.strftime("%Y-%m-%d") if started else "",
     }
-    return {name: value for name, value in found.items() if value}
+    return {name: str(value) for name, value in found.items() if value not in (None, "")}
 
 
 def shared_facts(data: ReportData) -> dict[str, str]:
