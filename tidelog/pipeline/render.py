@@ -579,19 +579,20 @@ img { display: block; max-width: 100%; height: auto; margin-bottom: 1em; border:
 
 
 def _facts_text(data: ReportData, facts: dict[str, str]) -> list[str]:
+    """The lines above the summary: the runs by name (a run directory's), what they share."""
     parts = len({(r.label, r.metadata.case, r.metadata.workload, r.metadata.tiered)
                  for r in data.runs})  # fmt: skip
-    runs = f"{parts} runs" if parts == len(data.labels) else (
-        f"{len(data.labels)} run(s) of {parts} parts (case x workload x tiered)"
-    )  # fmt: skip
-    lines = [
-        f"{runs}; every one: " + "; ".join(f"{name} {value}" for name, value in facts.items()) + "."
-    ]
-    lines.append(
+    labels = ", ".join(data.labels)
+    if parts == len(data.labels):
+        runs = f"{parts} run{'s' if parts > 1 else ''} ({labels})"
+    else:
+        runs = f"{len(data.labels)} run(s) ({labels}) of {parts} parts (case x workload x tiered)"
+    shared = "; ".join(f"{name} {value}" for name, value in facts.items())
+    return [
+        f"{runs}; {'every one' if parts > 1 else 'its'}: {shared}.",
         f"Percentiles are exact (nearest rank); windows are {data.window_seconds:g} s; "
-        f"'{NOT_MEASURED}' marks what a run did not measure. {THINNED}"
-    )
-    return lines
+        f"'{NOT_MEASURED}' marks what a run did not measure. {THINNED}",
+    ]
 
 
 def write_report(data: ReportData, out: str | Path) -> list[Path]:
