@@ -9,8 +9,9 @@ BIN := $(VENV)/bin
 # debootstrap (its base images where no registry is reachable) for scripts/docker-engine.sh;
 # gcc for the log cleaner's C loops (setup.py); iproute2 (ip, tc) and iptables for a cluster in
 # network namespaces and its network faults (cluster up --netns); fiu-utils (libfiu's preload)
-# for the disk_errors scenario.
-APT_PACKAGES := zookeeper kcat docker.io debootstrap gcc iproute2 iptables fiu-utils
+# for the disk_errors scenario; chromium (headless) to look at the report page as a reader does
+# (tests/pipeline/test_report_page.py).
+APT_PACKAGES := zookeeper kcat docker.io debootstrap gcc iproute2 iptables fiu-utils chromium
 STAMP := $(VENV)/.installed
 
 .PHONY: install test lint format bench demo clean

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import html
 import math
 import random
 import re
@@ -22,9 +23,10 @@ from tidelog import rundata
 from tidelog.cluster.local import LocalCluster
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
 from tidelog.controller import topics, zookeeper
+from tidelog.perf.cases.table import HEADER
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.perf.stats import percentile
-from tidelog.pipeline.plots import PIXELS
+from tidelog.pipeline.plots import DPI, PIXELS, height
 from tidelog.pipeline.render import write_report
 from tidelog.pipeline.report import compute, load_runs
 
@@ -82,30 +84,29 @@ def read_csv(path) -> list[dict[str, str]]:
 def test_the_report_has_every_table_cell_and_every_plot(runs, built):
     data, out, written = built
     names = {path.name for path in written}
-    plots = {
-        "latency_over_time_perf.png",
-        "latency_over_time_scenario.png",
-        "throughput_over_time.png",
-        "latency_cdf.png",
-    }
-    tables = {"design", "comparison", "latency", "throughput", "delivery", "events"}
+    plots = {"latency_over_time.png", "throughput_over_time.png", "latency_cdf.png"}
+    tables = {"design", "runs", "latency", "throughput", "delivery", "events"}
     assert plots | {f"{t}.csv" for t in tables} | {"report.md", "report.html"} <= names
 
     for plot in plots:
         assert (out / plot).stat().st_size > 10_000, plot  # lines, labels, not a blank canvas
         assert png_size(out / plot) == PIXELS, plot
-    for table in tables - {"design", "comparison"}:
+    for table in tables - {"design", "runs"}:
         for row in read_csv(out / f"{table}.csv"):
             assert all(value != "" for value in row.values()), (table, row)
 
-    design = {(r["test case"], r["workload"]): r for r in read_csv(out / "design.csv")}
-    measured = design[("1 normal traffic", "acks=1")]["perf: without"]
-    assert re.fullmatch(r"\d+\.\d / \d+\.\d ms", measured), measured
-    assert all(all(v for v in row.values()) for row in design.values())
-    comparison = read_csv(out / "comparison.csv")
-    assert {"perf", "scenario", "scenario / perf"} <= set(comparison[0])
-    throughput = [r for r in comparison if (r["case"], r["figure"]) == ("all", "records/s")]
-    assert float(throughput[0]["scenario / perf"]) > 0
+    # the perf run stands for the design's normal traffic, acks=1, without the tier
+    (design,) = read_csv(out / "design.csv")
+    assert list(design) == HEADER
+    assert (design["test case"], design["workload"]) == ("1 normal traffic", "acks=1")
+    assert re.fullmatch(r"\d+\.\d / \d+\.\d", design["without (run)"]), design
+    assert (design["tiered (run)"], design["ratio (run)"]) == ("-", "-")
+    # a row per run, told apart by what differs in their metadata: kind, case, workload
+    runs_table = {r["case"]: r for r in read_csv(out / "runs.csv")}
+    assert set(runs_table) == {"normal", "hard_bounce"}
+    assert {"kind", "case", "workload"} <= set(runs_table["normal"])
+    assert "tiered" not in runs_table["normal"]  # neither run had the tier: said once
+    assert float(runs_table["hard_bounce"]["records/s"]) > 0
 
     delivery = read_csv(out / "delivery.csv")
     verdict = rundata.read_metadata(runs[1]).verdict
@@ -119,8 +120,8 @@ def test_the_report_has_every_table_cell_and_every_plot(runs, built):
     page = (out / "report.html").read_text()
     assert page.count('src="data:image/png;base64,') == len(plots)
     assert "<img" in page and 'src="latency' not in page  # nothing outside the page
-    for title in ["The runs side by side", "Delivery per partition", "reference figures"]:
-        assert title in page
+    for title in ["a row per run", "Delivery per partition", "The design's table"]:
+        assert html.escape(title) in page
     assert len(data.windows) > 4
 
 
@@ -246,14 +247,14 @@ def test_consumer_lag_and_rebuild_tables_match_the_raw_rows(cases, spark, tmp_pa
         with_tiered["max_p99_ms"] / without["max_p99_ms"]
     )
 
-    design = {(r["test case"], r["workload"]): r for r in read_csv(tmp_path / "design.csv")}
-    rebuild = design[("3 rebuild a broker (data wiped)", "acks=all")]
-    assert rebuild["reference: with tiered"] == "56 / 23 ms; 2 min"
-    assert rebuild["tiered-cases: with tiered"] == (
-        f"{with_tiered['max_p99_ms']:.1f} / {with_tiered['max_p95_ms']:.1f} ms; 120.0 s"
+    latency_row, duration_row = read_csv(tmp_path / "design.csv")  # only the rebuild ran
+    assert latency_row["test case"] == "3 rebuild a broker (data wiped)"
+    assert latency_row["tiered (design)"] == "56.0 / 23.0"
+    assert latency_row["tiered (run)"] == (
+        f"{with_tiered['max_p99_ms']:.1f} / {with_tiered['max_p95_ms']:.1f}"
     )
-    assert rebuild["tiered-cases: without"].endswith("; 15 min")
-    assert design[("1 normal traffic", "acks=all")]["tiered-cases: with tiered"] == "-"
+    assert (duration_row["tiered (run)"], duration_row["without (run)"]) == ("120.0 s", "15 min")
+    assert duration_row["ratio (run)"] == f"{120 / 900:.2f}"
     lag_csv = read_csv(tmp_path / "consumer_lag.csv")
     assert {(r["kind"], r["tiered"]) for r in lag_csv} == {
         (kind, tiered) for kind in ("in-sync", "catching-up") for tiered in ("True", "False")
@@ -261,8 +262,9 @@ def test_consumer_lag_and_rebuild_tables_match_the_raw_rows(cases, spark, tmp_pa
     assert all(value != "" for row in lag_csv for value in row.values())
     plot = tmp_path / "consumer_lag_over_time.png"
     assert plot in written and plot.stat().st_size > 10_000
-    assert png_size(plot) == (PIXELS[0], 2 * PIXELS[1])  # a row of panels per consumer kind
-    for name in ("tiered-cases_rebuild_acks-all_tiered", "tiered-cases_rebuild_acks-all_local"):
-        assert png_size(tmp_path / f"latency_over_time_{name}.png") == PIXELS
+    # a row of panels per consumer kind
+    assert png_size(plot) == (PIXELS[0], round(height(2) * DPI))
+    # one panel: the rebuild case, acks=all, both tiers in it
+    assert png_size(tmp_path / "latency_over_time.png") == PIXELS
     page = (tmp_path / "report.html").read_text()
-    assert "Consumer lag per consumer kind" in page and "Rebuild duration" in page
+    assert "Consumer lag per consumer kind" in page and "Rebuilds (events of kind" in page

@@ -4,14 +4,15 @@ a panel per case, and its legend says so."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure
 
 from tidelog import rundata
-from tidelog.pipeline.plots import MAX_POINTS, draw_all, thin
+from tidelog.pipeline.plots import MAX_POINTS, SeriesStyle, draw_all, latency_over_time, thin
 from tidelog.pipeline.report import GROUP, ReportData, Run
 
 
@@ -32,7 +33,7 @@ CASES = ["consumers", "normal", "rebuild"]
 WORKLOADS = ["acks=all", "acks=1"]
 KINDS = ["in-sync", "catching-up"]
 SERIES_PLOTS = ["latency_cdf", "throughput_over_time", "consumer_lag_over_time"]
-OVER_TIME = "latency_over_time_"  # a plot per group
+OVER_TIME = "latency_over_time"  # one figure, or one per run when runs are apart
 
 
 def series_report(labels: list[str]) -> tuple[ReportData, dict[float, tuple]]:
@@ -90,7 +91,8 @@ def test_each_workload_has_one_colour_and_each_tier_one_line_style_in_every_plot
     draw_all(data, tmp_path)
 
     over_time = [name for name in drawn if name.startswith(OVER_TIME)]
-    assert set(SERIES_PLOTS) <= set(drawn) and len(over_time) == len(data.cdf)
+    apart = len(labels) == 2  # two runs of the same 12 parts: a figure each
+    assert set(SERIES_PLOTS) <= set(drawn) and len(over_time) == (2 if apart else 1)
     colours: dict[str, set[str]] = {}
     styles: dict[bool, set[str]] = {}
     for name in SERIES_PLOTS + over_time:
@@ -101,10 +103,11 @@ def test_each_workload_has_one_colour_and_each_tier_one_line_style_in_every_plot
                 looks.setdefault((line.get_color(), line.get_linestyle()), []).append(
                     lines[float(first)]
                 )
-            if name in over_time:  # one group: its percentiles, alike but for their width
-                (keys,) = looks.values()
-                assert len(keys) == 3 and len(set(keys)) == 1, (name, looks)
+            if name in over_time:  # a part's p50 and p99: alike but for their width
+                assert all(len(keys) == 2 and len(set(keys)) == 1 for keys in looks.values())
                 looks = {look: keys[:1] for look, keys in looks.items()}
+                # a panel per case x workload, its parts with and without the tier
+                assert len({key[1:3] for keys in looks.values() for key in keys}) <= 1
             # a panel per case, and no two lines in it that look alike
             assert len({key[1] for keys in looks.values() for key in keys}) <= 1, (name, looks)
             assert all(len(keys) == 1 for keys in looks.values()), (name, looks)
@@ -134,3 +137,38 @@ def test_each_workload_has_one_colour_and_each_tier_one_line_style_in_every_plot
             for workload in WORKLOADS
             for tiered in (True, False)
         }, name
+
+
+def test_event_labels_never_overlap_and_axes_are_in_plain_numbers(tmp_path):
+    """The rebuild case's three events (a broker killed, started and rebuilt, the last two at
+    the same moment) in both tiers' parts, in one panel: each label is readable on its own."""
+    data, _ = series_report(["ts"])
+    for key in data.starts:
+        if key[1] != "rebuild":
+            continue
+        group = dict(zip(GROUP, key, strict=True))
+        start = data.starts[key]
+        later = 2.0 if key[3] else 2.05  # the tiers' events a hair apart
+        data.events += [
+            group | {"at": start - timedelta(seconds=1), "kind": "kill_and_wipe",
+                     "target": "broker 3", "duration_ms": 900.0, "detail": ""},
+            group | {"at": start + timedelta(seconds=later), "kind": "broker_start",
+                     "target": "broker 3", "duration_ms": None, "detail": ""},
+            group | {"at": start + timedelta(seconds=later), "kind": "rebuild",
+                     "target": "broker 3", "duration_ms": 3000.0 if key[3] else 9000.0,
+                     "detail": ""},
+        ]  # fmt: skip
+    (name, figure), *_ = latency_over_time(data, SeriesStyle.of(data))
+    assert name == "latency_over_time"
+    figure.savefig(tmp_path / "drawn.png")
+    renderer = figure.canvas.get_renderer()
+    for axes in figure.axes:
+        labels = [t for t in axes.texts if t.get_gid() == "event-label"]
+        boxes = [label.get_window_extent(renderer) for label in labels]
+        for n, box in enumerate(boxes):
+            for other in boxes[n + 1 :]:
+                assert not box.overlaps(other), [t.get_text() for t in labels]
+        if axes.get_title().startswith("rebuild"):
+            assert {t.get_text() for t in labels} >= {"kill_and_wipe", "broker_start, rebuild"}
+        for tick in axes.get_yticklabels():
+            assert re.fullmatch(r"[\d.,]*", tick.get_text()), tick.get_text()

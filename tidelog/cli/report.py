@@ -18,8 +18,9 @@ def add(commands) -> None:
             "computes exact latency percentiles, average and max windowed p99, throughput, "
             "delivery per partition, consumer lag and rebuild durations with Spark in local "
             "mode, and writes CSV "
-            "and Markdown tables, PNG plots and one self-contained report.html. Two runs or more "
-            "are compared side by side."
+            "and Markdown tables, PNG plots and one self-contained report.html: what the runs "
+            "share, a summary of the tiered-storage design's findings and its table as perf "
+            "tiered-storage prints it, the plots, then tables with a row per run."
         ),
     )
     report.add_argument(

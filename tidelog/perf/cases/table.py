@@ -5,7 +5,9 @@ profile was scaled to this machine."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tidelog import units
 from tidelog.perf.cases.clusters import REPLICATION_FACTOR
@@ -40,6 +42,24 @@ DESIGN: dict[tuple[str, str, bool], Reference] = {
 }
 
 
+class CaseFigures(Protocol):
+    """What a row of the design's table reads of one case x workload x tiered: a Result, or
+    the same figures as ``tidelog report`` computes them from the run directories."""
+
+    @property
+    def case(self) -> str: ...
+    @property
+    def workload(self) -> str: ...
+    @property
+    def tiered(self) -> bool: ...
+    @property
+    def p99_ms(self) -> float: ...
+    @property
+    def p95_ms(self) -> float: ...
+    @property
+    def rebuild_s(self) -> float | None: ...
+
+
 def _pair(first: float, second: float) -> str:
     return f"{first:.1f} / {second:.1f}"
 
@@ -48,19 +68,20 @@ def _duration(seconds: float | None) -> str:
     return "-" if seconds is None else units.duration(seconds)
 
 
-def _ratio(with_tier: float | None, without: float | None) -> str:
+def ratio_text(with_tier: float | None, without: float | None) -> str:
+    """with / without, as the table prints it ("-" if either is missing or 0)."""
     if not with_tier or not without:
         return "-"
     return f"{with_tier / without:.2f}"
 
 
-def _ratios(tiered: Result | None, local: Result | None) -> str:
+def _ratios(tiered: CaseFigures | None, local: CaseFigures | None) -> str:
     if tiered is None or local is None:
         return "-"
-    return f"{_ratio(tiered.p99_ms, local.p99_ms)} / {_ratio(tiered.p95_ms, local.p95_ms)}"
+    return f"{ratio_text(tiered.p99_ms, local.p99_ms)} / {ratio_text(tiered.p95_ms, local.p95_ms)}"
 
 
-def table_rows(results: list[Result]) -> list[list[str]]:
+def table_rows(results: Sequence[CaseFigures]) -> list[list[str]]:
     """The design's table: a row per case x workload (and a rebuild-duration row per rebuild
     workload), this run's figures with and without the tier beside the design's, and the
     with/without ratios of both. A cell this run has no figure for is "-"."""
@@ -100,10 +121,10 @@ def table_rows(results: list[Result]) -> list[list[str]]:
                         _duration(design_tiered.rebuild_s),
                         _duration(local.rebuild_s) if local else "-",
                         _duration(design_local.rebuild_s),
-                        _ratio(
+                        ratio_text(
                             tiered.rebuild_s if tiered else None, local.rebuild_s if local else None
                         ),
-                        _ratio(design_tiered.rebuild_s, design_local.rebuild_s),
+                        ratio_text(design_tiered.rebuild_s, design_local.rebuild_s),
                     ]
                 )
     return rows
@@ -164,7 +185,7 @@ def penalty_lines(results: list[Result]) -> list[str]:
             )
             lines.append(
                 f"  {workload:8} {'tiered' if tiered else 'without':8} "
-                f"{_ratio(loaded.p99_ms, normal.p99_ms):>6}  {design:.2f}"
+                f"{ratio_text(loaded.p99_ms, normal.p99_ms):>6}  {design:.2f}"
             )
     return lines
 
