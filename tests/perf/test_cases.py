@@ -68,6 +68,14 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert "load average 1.50" in table.format_table(every_result())
 
 
+def test_a_figure_below_the_tables_decimals_is_not_written_as_zero():
+    results = [result("normal", "acks=1", True, 0.3, 0.04), result("normal", "acks=1", False, 2, 1)]
+
+    (row,) = table.table_rows(results)
+
+    assert row[3] == "0.3 / 0.04"
+
+
 def test_the_out_of_sync_penalty_is_case_2_over_case_1_beside_the_designs():
     results = [
         result("normal", "acks=all", True, 20.0, 10.0),

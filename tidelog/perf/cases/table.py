@@ -61,7 +61,8 @@ class CaseFigures(Protocol):
 
 
 def _pair(first: float, second: float) -> str:
-    return f"{first:.1f} / {second:.1f}"
+    """p99 / p95 in ms, neither rounded to 0 (units.number)."""
+    return f"{units.number(first)} / {units.number(second)}"
 
 
 def _duration(seconds: float | None) -> str:
