@@ -264,18 +264,16 @@ def _describe_through_brokers(admin, args: argparse.Namespace, names: list[str])
         if overrides:
             continue
         for partition in partitions:
-            replicas, isr = partition["replica_nodes"], partition["isr_nodes"]
             leader = partition["leader_id"] if partition["leader_id"] >= 0 else None
-            if (
-                (not under and not unavailable)
-                or (under and len(isr) < len(replicas))
-                or (unavailable and (leader is None or leader not in live))
-            ):
-                print(
-                    f"\tTopic: {name}\tPartition: {partition['partition_index']}\t"
-                    f"Leader: {'none' if leader is None else leader}\t"
-                    f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
-                )
+            _print_partition(
+                args,
+                live,
+                name,
+                partition["partition_index"],
+                leader,
+                partition["replica_nodes"],
+                partition["isr_nodes"],
+            )
 
 
 def _message(error: Exception) -> str:
@@ -403,6 +401,30 @@ def _delete_topics(client: KazooClient, args: argparse.Namespace) -> None:
         print("Note: This will have no impact if delete.topic.enable is not set to true.")
 
 
+def _print_partition(
+    args: argparse.Namespace,
+    live: set[int],
+    topic: str,
+    partition: int,
+    leader: int | None,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+) -> None:
+    """A partition's line of kafka-topics.sh --describe, unless --under-replicated-partitions or
+    --unavailable-partitions leave it out."""
+    under, unavailable = args.under_replicated_partitions, args.unavailable_partitions
+    if (
+        (not under and not unavailable)
+        or (under and len(isr) < len(replicas))
+        or (unavailable and (leader is None or leader not in live))
+    ):
+        print(
+            f"\tTopic: {topic}\tPartition: {partition}\t"
+            f"Leader: {'none' if leader is None else leader}\t"
+            f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
+        )
+
+
 def _describe_topics(client: KazooClient, args: argparse.Namespace) -> None:
     from tidelog.controller import zookeeper
 
@@ -428,16 +450,7 @@ def _describe_topics(client: KazooClient, args: argparse.Namespace) -> None:
             state = topic.states.get(partition)
             isr = list(state.isr) if state else []
             leader = state.leader if state else None
-            if (
-                (not under and not unavailable)
-                or (under and len(isr) < len(replicas))
-                or (unavailable and (leader is None or leader not in live))
-            ):
-                print(
-                    f"\tTopic: {name}\tPartition: {partition}\t"
-                    f"Leader: {'none' if leader is None else leader}\t"
-                    f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
-                )
+            _print_partition(args, live, name, partition, leader, replicas, isr)
 
 
 # -- kafka-reassign-partitions.sh ------------------------------------------------------------------
