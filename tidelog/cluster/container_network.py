@@ -22,7 +22,7 @@ from tidelog.files import replace_text
 
 FAULTS_FILE = "network-faults.json"
 ENSEMBLE_MEMBERS = (ZOOKEEPER, "zookeeper-2", "zookeeper-3")  # compose.yaml's ensemble profile
-PEER_INDEX = re.compile(r"^\d+: eth0@if(\d+):")
+LINK = re.compile(r"^\d+: ([^@:]+)@if(\d+):")
 
 
 class ContainerNetwork:
@@ -61,19 +61,30 @@ class ContainerNetwork:
             raise NetworkError(f"{member} has no address on {self.cluster.network}")
         return str(network["IPAddress"])
 
+    def interface(self, member: str) -> str:
+        """The container's interface that holds its address on the project's network."""
+        address = self.address(member)
+        shown = _output(self.command(member, ["ip", "-o", "-4", "addr", "show"]))
+        for line in shown.splitlines():
+            fields = line.split()
+            if len(fields) > 3 and fields[3].split("/")[0] == address:
+                return fields[1]
+        raise NetworkError(f"{member}: no interface holds its address {address}")
+
     def host_link(self, member: str) -> str:
         """The host's end of the container's veth pair: the link whose index the container's
-        ``eth0`` names as its peer."""
-        shown = _output(self.command(member, ["ip", "-o", "link", "show", "eth0"]))
-        found = PEER_INDEX.match(shown)
+        interface names as its peer."""
+        interface = self.interface(member)
+        shown = _output(self.command(member, ["ip", "-o", "link", "show", interface]))
+        found = LINK.match(shown)
         if found is None:
-            raise NetworkError(f"{member}: its eth0 is not one end of a veth pair ({shown!r})")
+            raise NetworkError(f"{member}: its {interface} is not one end of a veth pair")
         host = _output(["ip", "-o", "link", "show"])
         for line in host.splitlines():
             index, _, rest = line.partition(": ")
-            if index == found[1]:
+            if index == found[2]:
                 return rest.split(":", 1)[0].split("@", 1)[0]
-        raise NetworkError(f"{member}: no link with index {found[1]} on the host")
+        raise NetworkError(f"{member}: no link with index {found[2]} on the host")
 
     def save(self) -> None:
         replace_text(self.path, json.dumps({"faults": self.faults}, indent=2) + "\n")

@@ -39,6 +39,8 @@ class FaultNetwork(Protocol):
 
     def host_link(self, member: str) -> str: ...
 
+    def interface(self, member: str) -> str: ...
+
     def save(self) -> None: ...
 
 
@@ -70,8 +72,9 @@ def cut(network: FaultNetwork, member: str, peers: list[str] | None = None) -> s
     summary = f"{member} cut from {what}"
     _record(network, "cut", [member], summary)
     if peers is None:
-        _iptables(network, member, "INPUT", "-i", "eth0", "-j", "DROP")
-        _iptables(network, member, "OUTPUT", "-o", "eth0", "-j", "DROP")
+        interface = network.interface(member)
+        _iptables(network, member, "INPUT", "-i", interface, "-j", "DROP")
+        _iptables(network, member, "OUTPUT", "-o", interface, "-j", "DROP")
     for peer in peers or []:
         _iptables(network, member, "INPUT", "-s", network.address(peer), "-j", "DROP")
         _iptables(network, member, "OUTPUT", "-d", network.address(peer), "-j", "DROP")
@@ -107,16 +110,17 @@ def degrade(network: FaultNetwork, member: str, rate: str, loss: float) -> str:
     _record(network, "degraded", [member], summary)
     shaping = ["root", "tbf", "rate", rate, "burst", TBF_BURST, "latency", TBF_LATENCY]
     # what the member sends: its end of the pair; what it receives: the host's end
-    _run(network.command(member, ["tc", "qdisc", "add", "dev", "eth0", *shaping]))
+    interface = network.interface(member)
+    _run(network.command(member, ["tc", "qdisc", "add", "dev", interface, *shaping]))
     _run(["tc", "qdisc", "add", "dev", network.host_link(member), *shaping])
     if loss > 0:
-        for chain, interface in (("INPUT", "-i"), ("OUTPUT", "-o")):
+        for chain, option in (("INPUT", "-i"), ("OUTPUT", "-o")):
             _iptables(
                 network,
                 member,
                 chain,
+                option,
                 interface,
-                "eth0",
                 "-m",
                 "statistic",
                 "--mode",
@@ -141,7 +145,8 @@ def heal(network: FaultNetwork) -> list[str]:
         for chain in ("INPUT", "OUTPUT"):
             _run(network.command(member, ["iptables", "-w", "-F", chain]))
         # no qdisc of ours there: tc says so, and that is fine
-        _run(network.command(member, ["tc", "qdisc", "del", "dev", "eth0", "root"]), check=False)
+        interface = network.interface(member)
+        _run(network.command(member, ["tc", "qdisc", "del", "dev", interface, "root"]), check=False)
         _run(["tc", "qdisc", "del", "dev", network.host_link(member), "root"], check=False)
     undone = [fault["summary"] for fault in network.faults]
     network.faults = []
@@ -161,7 +166,7 @@ def qdiscs(network: FaultNetwork, member: str) -> list[str]:
     """Non-default qdiscs on the member's two veth ends."""
     found = []
     for argv in (
-        network.command(member, ["tc", "qdisc", "show", "dev", "eth0"]),
+        network.command(member, ["tc", "qdisc", "show", "dev", network.interface(member)]),
         ["tc", "qdisc", "show", "dev", network.host_link(member)],
     ):
         shown = subprocess.run(argv, capture_output=True, text=True).stdout.splitlines()

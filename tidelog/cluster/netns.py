@@ -134,8 +134,12 @@ class ClusterNetwork:
     def namespace(self, member: str) -> str:
         return f"tl{self.token}-{_short(member)}"
 
+    def interface(self, member: str) -> str:
+        """The member's end of its veth pair, in its namespace."""
+        return "eth0"
+
     def host_link(self, member: str) -> str:
-        """The host end of the member's veth pair (its end in the namespace is ``eth0``)."""
+        """The host end of the member's veth pair (its end in the namespace: ``interface``)."""
         return f"tl{self.token}{_short(member)}"
 
     def address(self, member: str) -> str:
