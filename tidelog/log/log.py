@@ -207,14 +207,12 @@ class Log:
     def _load_producer_state(self, *, clean_shutdown: bool = False) -> None:
         """Brings the producer state to the log end: from the latest snapshot at or below it,
         replaying the batches above. A log with no snapshot after a clean shutdown was written
-        before producer ids, and a log in format v0/v1 holds no producer batches to replay
-        (Kafka 2.1's two shortcuts): its state starts from the snapshot, or empty, at the log
-        end, without reading the log."""
+        before producer ids (Kafka's shortcut too): its state starts empty at the log end."""
         state = self.producer_state
         end = self.log_end_offset
         now = self.clock.milliseconds()
         state.truncate_and_reload(self.log_start_offset, end, now)
-        if self.config.magic < 2 or (clean_shutdown and state.latest_snapshot_offset() is None):
+        if clean_shutdown and state.latest_snapshot_offset() is None:
             state.map_end_offset = end
         elif state.map_end_offset < end:
             replayed = 0
