@@ -111,15 +111,8 @@ def kafka_topics(argv: list[str]) -> int:
     if not (args.list or args.describe):
         _require(args, "topic")
     others = set(TOPIC_ACTIONS)
-    _refuse_with(args, "config", sorted(others - {"alter", "create"}))
     _refuse_with(args, "delete-config", sorted(others - {"alter"}))
-    _refuse_with(args, "partitions", sorted(others - {"alter", "create"}))
-    _refuse_with(args, "replication-factor", sorted(others - {"create"}))
-    _refuse_with(args, "replica-assignment", sorted(others - {"create", "alter"}))
-    if args.create:
-        _refuse_with(args, "replica-assignment", ["partitions", "replication-factor"])
-    for report in ("under-replicated-partitions", "unavailable-partitions"):
-        _refuse_with(args, report, sorted(others - {"describe"}))
+    _refuse_misplaced_topic_options(args, config_with={"alter", "create"})
     _refuse_with(args, "if-exists", sorted(others - {"alter", "delete"}))
     _refuse_with(args, "if-not-exists", sorted(others - {"create"}))
     client = _connect(args.zookeeper)
@@ -140,6 +133,20 @@ def kafka_topics(argv: list[str]) -> int:
     return 0
 
 
+def _refuse_misplaced_topic_options(args: argparse.Namespace, config_with: set[str]) -> None:
+    """kafka-topics.sh's options given with an action they do not go with, refused by name as
+    Kafka's tool refuses them; ``config_with``: the actions --config goes with on this path."""
+    others = set(TOPIC_ACTIONS)
+    _refuse_with(args, "config", sorted(others - config_with))
+    _refuse_with(args, "partitions", sorted(others - {"alter", "create"}))
+    _refuse_with(args, "replication-factor", sorted(others - {"create"}))
+    _refuse_with(args, "replica-assignment", sorted(others - {"create", "alter"}))
+    if args.create:
+        _refuse_with(args, "replica-assignment", ["partitions", "replication-factor"])
+    for report in ("under-replicated-partitions", "unavailable-partitions"):
+        _refuse_with(args, report, sorted(others - {"describe"}))
+
+
 def _topics_through_brokers(args: argparse.Namespace, action: str) -> int:
     """kafka-topics.sh --bootstrap-server (Kafka 2.2's AdminClientTopicService): the action
     through the brokers' APIs (Metadata, CreateTopics, DeleteTopics, CreatePartitions,
@@ -153,18 +160,10 @@ def _topics_through_brokers(args: argparse.Namespace, action: str) -> int:
         _require(args, "partitions", "replication-factor")
     if args.alter:
         _require(args, "partitions")
-    others = set(TOPIC_ACTIONS)
-    _refuse_with(args, "config", sorted(others - {"create"}))
     for option in ("delete-config", "if-exists", "if-not-exists"):
         if getattr(args, option.replace("-", "_")) not in (None, False):
             raise UsageError(f'Option "[{option}]" can\'t be used with option"[bootstrap-server]"')
-    _refuse_with(args, "partitions", sorted(others - {"alter", "create"}))
-    _refuse_with(args, "replication-factor", sorted(others - {"create"}))
-    _refuse_with(args, "replica-assignment", sorted(others - {"create", "alter"}))
-    if args.create:
-        _refuse_with(args, "replica-assignment", ["partitions", "replication-factor"])
-    for report in ("under-replicated-partitions", "unavailable-partitions"):
-        _refuse_with(args, report, sorted(others - {"describe"}))
+    _refuse_misplaced_topic_options(args, config_with={"create"})
     from kafka import KafkaAdminClient
 
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="kafka-topics")
