@@ -95,40 +95,41 @@ def wait_for_leaders(cluster: LocalCluster, topic: str, partitions: int) -> None
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
-def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set[str]:
-    """The codecs of the top-level messages (or v2 batches) in the leader's segment files of a
-    partition, read from the bytes as the formats define them (offset int64, size int32, then
-    v0/v1: crc uint32, magic int8, attributes int8; v2: partition leader epoch int32, magic
-    int8, crc uint32, attributes int16; the codec is the attributes' low three bits), not
-    through tidelog's code."""
-    leader = admin(cluster, 1, f"/topics/{topic}")["partitions"][partition]["leader"]
-    directory = Path(cluster.broker(leader).config).parent / "logs" / f"{topic}-{partition}"
-    found = set()
-    for segment in sorted(directory.glob("*.log")):
-        data = segment.read_bytes()
-        position = 0
-        while position + 18 <= len(data):
-            _, size, _, magic, attributes = struct.unpack_from(">qiIbb", data, position)
-            if magic == 2:
-                (attributes,) = struct.unpack_from(">h", data, position + 21)
-            found.add(CODEC_NAMES[attributes & 0x07])
-            position += 12 + size
-    return found
-
-
-def magics_on_disk(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> list:
-    """The magic byte of each top-level message in a broker's segment files of a partition, in
-    log order, read from the bytes as the format defines them (not through tidelog's code)."""
+def entries_on_disk(
+    cluster: LocalCluster, topic: str, partition: int = 0, broker_id: int | None = None
+) -> list[tuple[int, str, int]]:
+    """(magic, codec, records) of each top-level entry in a broker's segment files of a
+    partition (the leader's by default), in log order, read from the bytes as the formats define
+    them, not through tidelog's code: after offset int64 and size int32, a v0/v1 message's crc
+    uint32, magic int8 and attributes int8 (one message, or a wrapper counted as one), or a v2
+    batch's partition leader epoch int32, magic int8, crc uint32 and attributes int16, with its
+    record count at byte 57; the codec is the attributes' low three bits."""
+    if broker_id is None:
+        broker_id = admin(cluster, 1, f"/topics/{topic}")["partitions"][partition]["leader"]
     directory = Path(cluster.broker(broker_id).config).parent / "logs" / f"{topic}-{partition}"
     found = []
     for segment in sorted(directory.glob("*.log")):
         data = segment.read_bytes()
         position = 0
-        while position + 17 <= len(data):
-            _, size, _, magic = struct.unpack_from(">qiIb", data, position)
-            found.append(magic)
+        while position + 18 <= len(data):
+            _, size, _, magic, attributes = struct.unpack_from(">qiIbb", data, position)
+            records = 1
+            if magic == 2:
+                (attributes,) = struct.unpack_from(">h", data, position + 21)
+                (records,) = struct.unpack_from(">i", data, position + 57)
+            found.append((magic, CODEC_NAMES[attributes & 0x07], records))
             position += 12 + size
     return found
+
+
+def codecs_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> set[str]:
+    """The codecs of the top-level entries in the leader's segment files of a partition."""
+    return {codec for _, codec, _ in entries_on_disk(cluster, topic, partition)}
+
+
+def magics_on_disk(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> list:
+    """The magic byte of each top-level entry in a broker's segment files of a partition."""
+    return [magic for magic, _, _ in entries_on_disk(cluster, topic, partition, broker_id)]
 
 
 def run_tidelog(

@@ -8,23 +8,20 @@ finding the release by itself.)
 from __future__ import annotations
 
 import asyncio
-import struct
 import uuid
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from tests.integration.conftest import admin, wait_for_leaders
+from tests.integration.conftest import entries_on_disk, wait_for_leaders
 from tests.integration.test_kcat import kcat
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.controller import topics, zookeeper
 
 # the topic setting that stores record batches (message format v2)
 V2_FORMAT = {"message.format.version": "2.1"}
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 def new_v2_topic(cluster: LocalCluster, partitions: int = 1) -> str:
@@ -33,29 +30,6 @@ def new_v2_topic(cluster: LocalCluster, partitions: int = 1) -> str:
         topics.create_topic(client, name, partitions, 3, V2_FORMAT)
     wait_for_leaders(cluster, name, partitions)
     return name
-
-
-def entries_on_disk(cluster: LocalCluster, topic: str, partition: int = 0) -> list[tuple]:
-    """(magic, codec) of each top-level entry in the leader's segment files, read from the bytes
-    as the formats define them (not through tidelog's code): after offset int64, length int32
-    come a v0/v1 message's crc uint32, magic int8, attributes int8, or a v2 batch's partition
-    leader epoch int32, magic int8, crc uint32, attributes int16; the codec is the low 3 bits."""
-    leader = admin(cluster, 1, f"/topics/{topic}")["partitions"][partition]["leader"]
-    directory = Path(cluster.broker(leader).config).parent / "logs" / f"{topic}-{partition}"
-    found = []
-    for segment in sorted(directory.glob("*.log")):
-        data = segment.read_bytes()
-        position = 0
-        while position + 23 <= len(data):
-            (size,) = struct.unpack_from(">i", data, position + 8)
-            magic = data[position + 16]
-            if magic == 2:
-                (attributes,) = struct.unpack_from(">h", data, position + 21)
-            else:
-                attributes = data[position + 17]
-            found.append((magic, CODEC_NAMES[attributes & 0x07]))
-            position += 12 + size
-    return found
 
 
 def poll_kafka_python(consumer: KafkaConsumer, count: int) -> list:
@@ -101,7 +75,7 @@ def test_kcat_produces_zstd_with_headers_and_consumes_them(cluster_2_1, client):
         "-f", "%o|%k|%h|%s\\n", *options,
     )  # fmt: skip
     assert output.splitlines() == [f"{n}|key-{n}|n={n},a=b|{'value' * 50}-{n}" for n in range(5)]
-    assert set(entries_on_disk(cluster_2_1, topic)) == {(2, "zstd")}
+    assert {(m, c) for m, c, _ in entries_on_disk(cluster_2_1, topic)} == {(2, "zstd")}
 
 
 # -- aiokafka 0.14 ----------------------------------------------------------------------------
@@ -113,8 +87,8 @@ def test_aiokafka_produces_every_codec_and_consumes_by_assignment_and_in_a_group
     topic = new_v2_topic(cluster_2_1)
     sent = asyncio.run(aiokafka_produce(cluster_2_1.bootstrap_servers, topic))
     stored = entries_on_disk(cluster_2_1, topic)
-    assert {magic for magic, _ in stored} == {2}
-    assert {codec for _, codec in stored} == {"none", "gzip", "snappy", "lz4", "zstd"}
+    assert {magic for magic, _, _ in stored} == {2}
+    assert {codec for _, codec, _ in stored} == {"none", "gzip", "snappy", "lz4", "zstd"}
     assigned = asyncio.run(aiokafka_consume(cluster_2_1.bootstrap_servers, topic, None, len(sent)))
     assert assigned == sent
     grouped = asyncio.run(
@@ -177,7 +151,7 @@ def test_kafka_python_pinned_to_0_10_produces_to_and_reads_a_v2_topic(cluster_2_
     finally:
         new.close()
         old.close()
-    assert {magic for magic, _ in entries_on_disk(cluster_2_1, topic)} == {2}  # up-converted
+    assert {magic for magic, _, _ in entries_on_disk(cluster_2_1, topic)} == {2}  # up-converted
     consumer = KafkaConsumer(
         bootstrap_servers=cluster_2_1.bootstrap_servers,
         api_version=(0, 10),
@@ -197,7 +171,7 @@ def test_kcat_of_the_0_9_era_produces_to_and_reads_a_v2_topic(cluster_2_1):
     old = ["-X", "api.version.request=false", "-X", "broker.version.fallback=0.9.0.1"]
     kcat(cluster_2_1, "-P", "-t", topic, "-K:", *old, input="a:1\nb:2\n")  # Produce v1, v0
     kcat(cluster_2_1, "-P", "-t", topic, "-K:", "-H", "h=1", input="c:3\n")  # Produce v7
-    assert {magic for magic, _ in entries_on_disk(cluster_2_1, topic)} == {2}
+    assert {magic for magic, _, _ in entries_on_disk(cluster_2_1, topic)} == {2}
     # Fetch v1 gets format v0: no timestamps, no headers
     output = kcat(
         cluster_2_1, "-C", "-t", topic, "-o", "beginning", "-c", "3", "-e", "-f", "%o|%k|%s\\n",
