@@ -20,10 +20,27 @@ from tidelog.records.format import Codec, MessageView, Record, build_message_set
 WHOLE_DIRECTORY_GROUPS = ("tests/containers/",)
 
 
+# Groups that take minutes go first, in this order, so that at the end the short ones fill
+# both workers rather than one long group running alone.
+LONGEST_FIRST = (
+    "tests/containers/",
+    "tests/integration/test_readme.py",
+    "tests/integration/test_readme_upgrades.py",
+    "tests/integration/test_perf_cases.py",
+    "tests/integration/test_scale.py",
+)
+
+
 def xdist_group(nodeid: str) -> str:
     """The group of a test: its directory where the whole directory is one, else its module."""
     module = nodeid.split("::", 1)[0]
     return next((d for d in WHOLE_DIRECTORY_GROUPS if module.startswith(d)), module)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The LONGEST_FIRST groups first; every other test keeps its collection order."""
+    rank = {group: number for number, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
 
 
 if importlib.util.find_spec("xdist") is not None:

@@ -1,4 +1,9 @@
-"""Every example in the README runs as written, in order: a person pasting them gets no error."""
+"""Every example in the README runs as written, in order: a person pasting them gets no error.
+
+The walkthrough is two scripts, each in a directory of its own, so that the suite's two workers
+run them at once: the upgrade paths' section (its clusters and rolling restarts, about half of
+the time) in test_readme_upgrades.py, and every other section here. No example of one uses what
+the other made."""
 
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ NOT_HERE += (".venv/bin/python benchmarks/",)
 # images: tests/containers runs what their examples do.
 NOT_HERE += ("tidelog scenario replication --compose",)
 NOT_HERE_SECTIONS = ("## Containers",)
+UPGRADE_PATHS = "## Upgrade paths: brokers of older releases"
 
 
 def readme_without_sections(text: str, skipped: tuple[str, ...]) -> str:
@@ -58,6 +64,23 @@ def readme_without_sections(text: str, skipped: tuple[str, ...]) -> str:
         if not skipping_level:
             kept.append(line)
     return "\n".join(kept)
+
+
+def only_section(text: str, heading: str) -> str:
+    """The README's section under ``heading``, its subsections included."""
+    lines = text.splitlines()
+    start = lines.index(heading)
+    level = len(heading) - len(heading.lstrip("#"))
+    end = next(
+        (
+            number
+            for number in range(start + 1, len(lines))
+            if lines[number].startswith("#")
+            and len(lines[number]) - len(lines[number].lstrip("#")) <= level
+        ),
+        len(lines),
+    )
+    return "\n".join(lines[start:end])
 
 
 def code_blocks(text: str) -> list[list[str]]:
@@ -77,10 +100,16 @@ def code_blocks(text: str) -> list[list[str]]:
     return [re.sub(r"\\\n\s*", "", "\n".join(block)).splitlines() for block in blocks]
 
 
-def examples() -> list[str]:
+def examples(upgrade_paths: bool = False) -> list[str]:
+    """The commands of the upgrade paths' section, or of every other section."""
+    text = readme_without_sections(README.read_text(), NOT_HERE_SECTIONS)
+    if upgrade_paths:
+        text = only_section(text, UPGRADE_PATHS)
+    else:
+        text = readme_without_sections(text, (UPGRADE_PATHS,))
     return [
         command
-        for block in code_blocks(readme_without_sections(README.read_text(), NOT_HERE_SECTIONS))
+        for block in code_blocks(text)
         if not block[0].startswith(PYTHON)
         for command in block
         if command.strip() and not command.startswith(NOT_HERE)
@@ -94,14 +123,15 @@ def test_the_readme_has_the_walkthrough_this_test_runs():
     assert "tidelog cluster down --dir ./my-cluster" in commands
 
 
-def test_every_readme_example_runs_as_written(tmp_path):
-    temporary = tmp_path / "tmp"
+def run_walkthrough(commands: list[str], directory: Path) -> subprocess.CompletedProcess:
+    """Runs ``commands`` as one bash script in ``directory`` (stopping at the first that fails),
+    with ``directory``/tmp as TMPDIR; brings down whatever cluster they left running."""
+    temporary = directory / "tmp"
     temporary.mkdir()
     # each command shown with the seconds since the start (bash's SECONDS), to see where the
     # walkthrough's time goes
     shown = (
-        f'echo "[$SECONDS s]" {shlex.quote("$ " + command)} >&2\n{command}'
-        for command in examples()
+        f'echo "[$SECONDS s]" {shlex.quote("$ " + command)} >&2\n{command}' for command in commands
     )
     script = "set -e\n" + "\n".join(shown) + "\n"
     environment = {
@@ -112,7 +142,7 @@ def test_every_readme_example_runs_as_written(tmp_path):
     try:
         result = subprocess.run(
             ["bash", "-c", script],
-            cwd=tmp_path,
+            cwd=directory,
             env=environment,
             capture_output=True,
             text=True,
@@ -120,7 +150,7 @@ def test_every_readme_example_runs_as_written(tmp_path):
             check=False,
         )
     finally:  # whatever the examples left running, if one of them failed
-        for state in tmp_path.glob("*/cluster.json"):
+        for state in directory.glob("*/cluster.json"):
             subprocess.run(
                 [sys.executable, "-m", "tidelog.cli", "cluster", "down", "--dir", state.parent],
                 capture_output=True,
@@ -128,9 +158,30 @@ def test_every_readme_example_runs_as_written(tmp_path):
             )
     print("\n".join(line for line in result.stderr.splitlines() if line.startswith("[")))
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    return result
+
+
+def test_the_walkthrough_is_every_example_once():
+    walkthrough, upgrade_paths = examples(), examples(upgrade_paths=True)
+    assert upgrade_paths[0].startswith("tidelog cluster up")
+    assert any(command.startswith("tidelog upgrade run") for command in upgrade_paths)
+    assert not any(command.startswith("tidelog upgrade") for command in walkthrough)
+    readme = readme_without_sections(README.read_text(), NOT_HERE_SECTIONS)
+    every = [
+        command
+        for block in code_blocks(readme)
+        if not block[0].startswith(PYTHON)
+        for command in block
+        if command.strip() and not command.startswith(NOT_HERE)
+    ]
+    assert sorted(walkthrough + upgrade_paths) == sorted(every)
+
+
+def test_every_readme_example_runs_as_written(tmp_path):
+    result = run_walkthrough(examples(), tmp_path)
     assert "verdict: PASS" in result.stdout
     assert "hello, tidelog" in result.stdout
     # a passing scenario removes its cluster; the failing one (truncation by high watermark
     # loses messages) keeps it for a look, and says where
-    (kept,) = temporary.iterdir()
+    (kept,) = (tmp_path / "tmp").iterdir()
     assert f"the cluster's logs and data are kept in {kept}" in result.stdout
