@@ -17,7 +17,9 @@ Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU
 partition batches: CPU seconds of the three brokers over the produce requests their leaders
 answered (librdkafka sends one partition batch per ProduceRequest to these brokers; the
 producer's own count of batches is printed beside it). At 60 and 600 partitions almost every
-batch holds one record.
+batch holds one record. Beside it, the followers' fetches per batch: on a quiet machine each
+fetch carries about one batch (two per batch with two followers), and a busy machine makes
+each fetch carry several, which lowers the cost per batch; compare figures at similar ratios.
 
 Baseline, measured in the same run: the brokers' CPU while idle with the same topic; the
 latency of one single-record request answered at a time with acks=1 and with acks=all (their
@@ -71,16 +73,21 @@ def brokers_cpu(cluster: LocalCluster) -> float:
     return sum(process_cpu_seconds(pid) for pid in broker_pids(cluster))
 
 
-def produce_requests(cluster: LocalCluster) -> int:
-    """ProduceRequests answered by all brokers so far (their /metrics)."""
-    total = 0
+def answered(cluster: LocalCluster) -> tuple[int, int]:
+    """ProduceRequests and fetch requests (the followers': no consumer runs here) answered by
+    all brokers so far (their /metrics)."""
+    produce = fetch = 0
     for broker_id in cluster.broker_ids:
         port = cluster.broker(broker_id).admin_port
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             for line in response.read().decode().splitlines():
                 if line.startswith('tidelog_requests_total{api="PRODUCE"}'):
-                    total += int(line.split()[-1])
-    return total
+                    produce += int(line.split()[-1])
+                elif line.startswith(
+                    ('tidelog_requests_total{api="FETCH"}', 'tidelog_requests_total{api="REPLICA')
+                ):
+                    fetch += int(line.split()[-1])
+    return produce, fetch
 
 
 def load_average() -> str:
@@ -100,6 +107,7 @@ class Point:
     brokers_cores: float
     cpu_seconds: float
     produce_requests: int
+    fetch_requests: int
     producer_batches: int
     load: str
 
@@ -152,7 +160,7 @@ def run_point(
     # the topic's metadata and connections, before the clock starts
     producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
     producer.flush(30)
-    cpu_before, requests_before = brokers_cpu(cluster), produce_requests(cluster)
+    cpu_before, (requests_before, fetches_before) = brokers_cpu(cluster), answered(cluster)
     start = clock()
     window_end = start + seconds
     produced = 0
@@ -176,7 +184,8 @@ def run_point(
         producer.poll(window_end - clock())
     cpu = brokers_cpu(cluster) - cpu_before
     cpu_window = clock() - start
-    requests = produce_requests(cluster) - requests_before
+    requests, fetches = answered(cluster)
+    requests, fetches = requests - requests_before, fetches - fetches_before
     deadline = clock() + drain
     while len(latencies) + errors < records and clock() < deadline:
         producer.poll(0.1)
@@ -201,6 +210,7 @@ def run_point(
         brokers_cores=cpu / cpu_window,
         cpu_seconds=cpu,
         produce_requests=requests,
+        fetch_requests=fetches,
         producer_batches=batches,
         load=load_average(),
     )
@@ -350,7 +360,8 @@ def main() -> None:
             print(f"brokers' CPU per thousand partition batches at {args.cost_rate:g} MB/s:")
             print(
                 "topic | acks | produce requests (producer's batches) | records per batch "
-                "| delivered MB/s | p99 ms | CPU ms per 1000 batches (idle share) | load"
+                "| follower fetches per batch | delivered MB/s | p99 ms "
+                "| CPU ms per 1000 batches (idle share) | load"
             )
             for count, acks, point, idle in costs:
                 records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
@@ -359,7 +370,7 @@ def main() -> None:
                 print(
                     f"{count} partitions | {acks} | {point.produce_requests:,} "
                     f"({point.producer_batches:,}) | {records / requests:.2f} | "
-                    f"{point.delivered_mb_s:.2f} | {point.p99_ms:,.1f} | "
+                    f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | {point.p99_ms:,.1f} | "
                     f"{point.cpu_seconds * 1e6 / requests:,.1f} ({idle_share:.2f}) | {point.load}",
                     flush=True,
                 )

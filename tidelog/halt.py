@@ -5,22 +5,32 @@ set in the segment; the restart's recovery, which follows an unclean stop, cuts 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from typing import Literal
 
 log = logging.getLogger(__name__)
 HALT_EXIT_CODE = 1
 
 
-@contextlib.contextmanager
-def halting_on_io_error(what: str) -> Iterator[None]:
-    """Runs the block; an OSError from it ends the process at once (no clean shutdown: the
-    clean-shutdown marker is not written, so the next start recovers the logs)."""
-    try:
-        yield
-    except OSError as error:
-        log.critical("Halting due to unrecoverable I/O error while %s: %s", what, error)
-        logging.shutdown()
-        os._exit(HALT_EXIT_CODE)
+class HaltOnIOError:
+    """``with HaltOnIOError(what):`` runs the block; an OSError from it ends the process at
+    once (no clean shutdown: the clean-shutdown marker is not written, so the next start
+    recovers the logs). A class rather than a generator: it wraps every append."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type | None, error: BaseException | None, traceback: object
+    ) -> Literal[False]:
+        if isinstance(error, OSError):
+            log.critical("Halting due to unrecoverable I/O error while %s: %s", self.what, error)
+            logging.shutdown()
+            os._exit(HALT_EXIT_CODE)
+        return False

@@ -12,7 +12,7 @@ from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.purgatory import ProducePurgatory
 from tidelog.clock import Clock
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.halt import halting_on_io_error
+from tidelog.halt import HaltOnIOError
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log, LogAppendInfo, ReadResult
 from tidelog.log.manager import LogManager
@@ -262,7 +262,7 @@ class ReplicaManager:
                 f"{sorted(partition.isr)}, min.insync.replicas is {minimum}",
             )
         partition.credit_caught_up(self.last_fetch_ms)
-        with halting_on_io_error(f"appending to {topic}-{number}"):
+        with HaltOnIOError(f"appending to {topic}-{number}"):
             info = partition.log.append_as_leader(records, leader_epoch=partition.leader_epoch)
         partition.maybe_advance_high_watermark()
         self._wake((topic, number))

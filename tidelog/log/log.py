@@ -568,8 +568,7 @@ class Log:
                 break
             max_position = None
             if max_offset is not None and max_offset < segment.next_offset:
-                bound = segment.translate_offset(max_offset)
-                max_position = bound[1] if bound else None
+                max_position = segment.position_of(max_offset)
             data = segment.read(offset, max_bytes, max_position)
             if data.length:
                 if min_one_message:

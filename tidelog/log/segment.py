@@ -35,6 +35,7 @@ from tidelog.records.format import (
 log = logging.getLogger(__name__)
 
 SCAN_CHUNK = 64 * 1024
+RECENT_APPENDS = 256  # positions of the latest appends a segment keeps (position_of)
 # what iter_headers reads of an entry: a v1 message through its timestamp, a v2 batch through
 # its max timestamp
 HEADER_PREFIX = 43
@@ -107,6 +108,10 @@ class LogSegment:
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1
         self.bytes_since_last_index_entry = 0
+        # where each recent append began, by its first offset: a follower fetches from where
+        # the leader's previous append ended, and a consumer's bound (the high watermark) is
+        # where one ended, so most reads find their position here without a scan
+        self._recent_appends: dict[int, int] = {}
 
     def _open_index(self, kind, suffix):
         path = segment_file(self.directory, self.base_offset, suffix)
@@ -161,14 +166,23 @@ class LogSegment:
                 return entry_offset, entry_position
         return None
 
+    def position_of(self, offset: int) -> int | None:
+        """The position of the first entry whose offset is >= ``offset``, or None if there is
+        none: at once if an append began at ``offset`` (every entry before it is below it, and
+        the one there holds it or a later one), else by ``translate_offset``."""
+        position = self._recent_appends.get(offset)
+        if position is not None:
+            return position
+        found = self.translate_offset(offset)
+        return None if found is None else found[1]
+
     def read(self, offset: int, max_bytes: int, max_position: int | None = None) -> FileSlice:
         """Up to ``max_bytes`` from the entry holding ``offset``, not past ``max_position``.
         The last entry may be partial, as in Kafka; an empty slice if nothing is there."""
         end = self.size if max_position is None else min(max_position, self.size)
-        found = self.translate_offset(offset)
-        if found is None or found[1] >= end:
+        position = self.position_of(offset)
+        if position is None or position >= end:
             return FileSlice(self.file, end, 0)
-        position = found[1]
         return FileSlice(self.file, position, min(max_bytes, end - position))
 
     def entry_size_at(self, position: int) -> int:
@@ -225,6 +239,10 @@ class LogSegment:
         written = os.pwrite(self._fd, data, self.size)
         if written != len(data):
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        recent = self._recent_appends
+        recent[first_offset] = self.size
+        if len(recent) > RECENT_APPENDS:
+            self._recent_appends = dict(list(recent.items())[RECENT_APPENDS // 2 :])
         self.size += written
         self.bytes_since_last_index_entry += written
         self.next_offset = last_offset + 1
@@ -276,6 +294,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         cut = self.size if found is None else found[1]
         removed = self.size - cut
+        self._recent_appends = {}
         self.index.truncate_to(offset)
         while self.index.entries and self.index.last_entry[1] >= cut:
             self.index.truncate_to_entries(self.index.entries - 1)
@@ -312,6 +331,7 @@ class LogSegment:
         order; cuts the file at the first entry that fails. Returns the bytes cut."""
         self.index.reset()
         self.time_index.reset()
+        self._recent_appends = {}
         self.make_active()
         self.max_timestamp, self.offset_of_max_timestamp = NO_TIMESTAMP, -1
         self.bytes_since_last_index_entry = 0

@@ -4,11 +4,17 @@ A schema is data: a tuple of (name, type) pairs, where a type is a primitive, an
 or another schema. Decoding gives plain dicts and lists; a RECORDS field decodes to a memoryview
 of the request frame (no copy). Encoding writes into a Writer, which keeps a RECORDS value that
 is a file slice as a separate part so that a fetch response can go out with ``sendfile``.
+
+Each schema is compiled, the first time it is used, into one reader and one writer function:
+consecutive primitive fields become one ``struct`` format read or written in one call, and the
+decoded dict is built in one expression. Every request and response goes through them, several
+per partition batch, so interpreting the schema field by field is what they replace.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -159,9 +165,10 @@ class Array:
             raise ProtocolError(f"array length {count} at {position}")
         if count > len(buffer) - position:
             raise ProtocolError(f"array of {count} items cannot fit in the frame")
+        read_item = _reader_of(self.item)
         items = []
         for _ in range(count):
-            item, position = read(self.item, buffer, position)
+            item, position = read_item(buffer, position)
             items.append(item)
         return items, position
 
@@ -172,8 +179,9 @@ class Array:
             writer.write(b"\xff\xff\xff\xff")
             return
         writer.write(struct.pack(">i", len(value)))
+        write_item = _writer_of(self.item)
         for item in value:
-            write(self.item, writer, item)
+            write_item(writer, item)
 
 
 INT8 = Primitive("int8", ">b")
@@ -194,23 +202,109 @@ def schema(*fields: tuple[str, Any]) -> Schema:
 
 
 def read(field_type: Any, buffer: memoryview, position: int) -> tuple[Any, int]:
-    if isinstance(field_type, tuple):
-        value = {}
-        for name, member in field_type:
-            value[name], position = read(member, buffer, position)
-        return value, position
-    return field_type.read(buffer, position)
+    return _reader_of(field_type)(buffer, position)
 
 
 def write(field_type: Any, writer: Writer, value: Any) -> None:
-    if isinstance(field_type, tuple):
-        for name, member in field_type:
-            try:
-                write(member, writer, value[name])
-            except KeyError:
-                raise ValueError(f"missing field {name!r}") from None
-        return
-    field_type.write(writer, value)
+    _writer_of(field_type)(writer, value)
+
+
+# -- the compiled codec --------------------------------------------------------------------------
+
+Reader = Callable[[memoryview, int], tuple[Any, int]]
+WriterFunction = Callable[[Writer, Any], None]
+# by the schema's id, with the schema itself (so that an id is never reused while cached)
+_READERS: dict[int, tuple[Schema, Reader]] = {}
+_WRITERS: dict[int, tuple[Schema, WriterFunction]] = {}
+
+
+def _reader_of(field_type: Any) -> Reader:
+    if not isinstance(field_type, tuple):
+        return field_type.read
+    cached = _READERS.get(id(field_type))
+    if cached is None or cached[0] is not field_type:
+        cached = _READERS[id(field_type)] = (field_type, _compile_reader(field_type))
+    return cached[1]
+
+
+def _writer_of(field_type: Any) -> WriterFunction:
+    if not isinstance(field_type, tuple):
+        return field_type.write
+    cached = _WRITERS.get(id(field_type))
+    if cached is None or cached[0] is not field_type:
+        cached = _WRITERS[id(field_type)] = (field_type, _compile_writer(field_type))
+    return cached[1]
+
+
+def _runs(fields: Schema) -> list[tuple[list[str], Any]]:
+    """The schema's fields in order, consecutive primitives grouped: (names, struct.Struct) for
+    a group, ([name], type) for any other field."""
+    runs: list[tuple[list[str], Any]] = []
+    for name, member in fields:
+        if isinstance(member, Primitive):
+            if runs and isinstance(runs[-1][1], list):
+                runs[-1][0].append(name)
+                runs[-1][1].append(member)
+                continue
+            runs.append(([name], [member]))
+        else:
+            runs.append(([name], member))
+    return [
+        (names, struct.Struct(">" + "".join(m.struct.format[1:] for m in member)))
+        if isinstance(member, list)
+        else (names, member)
+        for names, member in runs
+    ]
+
+
+def _compile_reader(fields: Schema) -> Reader:
+    """A function reading ``fields`` into a dict, as ``read`` would field by field."""
+    scope: dict[str, Any] = {"ProtocolError": ProtocolError}
+    lines = ["def read_schema(buffer, position):"]
+    values: list[tuple[str, str]] = []
+    for number, (names, member) in enumerate(_runs(fields)):
+        variables = [f"v{len(values) + i}" for i in range(len(names))]
+        values += zip(names, variables, strict=True)
+        if isinstance(member, struct.Struct):
+            scope[f"S{number}"] = member
+            what = "/".join(names)
+            lines += [
+                f"    end = position + {member.size}",
+                "    if end > len(buffer):",
+                f"        raise ProtocolError(f'{what} runs past the end of the frame at "
+                "{position}')",
+                f"    {', '.join(variables)}, = S{number}.unpack_from(buffer, position)",
+                "    position = end",
+            ]
+        else:
+            scope[f"R{number}"] = _reader_of(member)
+            lines.append(f"    {variables[0]}, position = R{number}(buffer, position)")
+    body = ", ".join(f"{name!r}: {variable}" for name, variable in values)
+    lines.append(f"    return {{{body}}}, position")
+    exec("\n".join(lines), scope)
+    return scope["read_schema"]
+
+
+def _compile_writer(fields: Schema) -> WriterFunction:
+    """A function writing a dict as ``fields`` say, as ``write`` would field by field; a
+    missing field is a ValueError naming it."""
+    scope: dict[str, Any] = {}
+    lines = ["def write_schema(writer, value):", "    try:"]
+    for number, (names, member) in enumerate(_runs(fields)):
+        if isinstance(member, struct.Struct):
+            scope[f"S{number}"] = member
+            arguments = ", ".join(f"value[{name!r}]" for name in names)
+            lines.append(f"        writer.buffer += S{number}.pack({arguments})")
+        else:
+            scope[f"W{number}"] = _writer_of(member)
+            lines.append(f"        W{number}(writer, value[{names[0]!r}])")
+    lines += [
+        "        pass",
+        "    except KeyError as error:",
+        "        raise ValueError(f'missing field {error.args[0]!r}') from None",
+    ]
+    exec("\n".join(lines), scope)
+    return scope["write_schema"]
 
 
 def decode(field_type: Any, data: bytes | memoryview, position: int = 0) -> tuple[Any, int]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.halt import halting_on_io_error
+from tidelog.halt import HaltOnIOError
 from tidelog.log.leader_epoch import UNDEFINED_EPOCH_OFFSET
 from tidelog.protocol.connection import Connection
 from tidelog.protocol.schemas import ApiKey
@@ -516,7 +516,7 @@ class ReplicaFetcher:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
         records = answer["record_set"]
         if records:
-            with halting_on_io_error(f"appending to {partition.topic}-{partition.partition}"):
+            with HaltOnIOError(f"appending to {partition.topic}-{partition.partition}"):
                 info = partition.log.append_as_follower(
                     records, leader_epoch=partition.leader_epoch
                 )
