@@ -330,14 +330,18 @@ class ReplicaManager:
         for topic in topics:
             name = topic["topic"]
             for wanted in topic["partitions"]:
-                log_start_offset = wanted.get("log_start_offset", -1)
-                if log_start_offset < 0:
-                    continue
                 key = (name, wanted["partition"])
                 partition = partitions.get(key)
+                if partition is None:
+                    continue
+                # on every named partition of every fetch: the unchanged case costs two lookups
+                # (a partition followed here has no followers)
+                state = partition.followers.get(replica_id)
+                log_start_offset = wanted.get("log_start_offset", -1)
+                if state is None or state.log_start_offset == log_start_offset:
+                    continue
                 if (
-                    partition is not None
-                    and partition.is_leader
+                    log_start_offset >= 0
                     and partition.update_follower_log_start(replica_id, log_start_offset)
                     and self.deletes.by_partition
                 ):
