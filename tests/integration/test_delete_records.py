@@ -424,3 +424,22 @@ def test_a_2_1_broker_advertises_delete_records_v1(cluster):
         answer = request(connection, ApiKey.API_VERSIONS, 2, {})
     served = {v["api_key"]: (v["min_version"], v["max_version"]) for v in answer["api_versions"]}
     assert served[ApiKey.DELETE_RECORDS] == (0, 1)
+
+
+def test_kafka_delete_records_sh_takes_a_request_timeout_and_refuses_other_properties(
+    cluster, tmp_path
+):
+    topic = new_topic(cluster)
+    produce(cluster, topic, 4)
+    plan = tmp_path / "offsets.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": topic, "partition": 0, "offset": 2}]}))
+    properties = tmp_path / "admin.properties"
+    properties.write_text("# the admin client's\nsasl.mechanism=PLAIN\n")
+    argv = ("--bootstrap-server", bootstrap(cluster), "--offset-json-file", str(plan))
+    refused = run_tool(*argv, "--command-config", str(properties))
+    assert refused.returncode == 1
+    assert "sasl.mechanism" in refused.stderr and "request.timeout.ms" in refused.stderr
+    properties.write_text("request.timeout.ms=20000\n")
+    done = run_tool(*argv, "--command-config", str(properties))
+    assert done.returncode == 0, done.stderr
+    assert f"partition: {topic}-0\tlow_watermark: 2" in done.stdout.splitlines()
