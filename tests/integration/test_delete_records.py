@@ -443,3 +443,28 @@ def test_kafka_delete_records_sh_takes_a_request_timeout_and_refuses_other_prope
     done = run_tool(*argv, "--command-config", str(properties))
     assert done.returncode == 0, done.stderr
     assert f"partition: {topic}-0\tlow_watermark: 2" in done.stdout.splitlines()
+
+
+def test_followers_below_1_1_take_and_report_the_log_start_through_replica_fetch_v1(
+    tmp_path_factory,
+):
+    """inter.broker.protocol.version 1.0: followers fetch by tidelog's REPLICA_FETCH (v1, with
+    log starts as Kafka's Fetch v5), and a DeleteRecords of a 1.0 broker completes."""
+    older = LocalCluster(tmp_path_factory.mktemp("delete-records-1-0"))
+    older.up(
+        3,
+        overrides={
+            "broker.protocol.max.version": "1.0",
+            "inter.broker.protocol.version": "1.0",
+            "log.message.format.version": "1.0",
+        },
+        progress=lambda _: None,
+    )
+    try:
+        topic = new_topic(older)
+        produce(older, topic, 10)
+        leader = leader_of(older, topic)
+        assert delete_records(older, leader, 0, {(topic, 0): 7}) == {(topic, 0): (0, 7)}
+        assert log_starts(older, topic) == {1: 7, 2: 7, 3: 7}
+    finally:
+        older.down(progress=lambda _: None)

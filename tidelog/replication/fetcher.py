@@ -449,10 +449,11 @@ class ReplicaFetcher:
         self._to_forget.clear()
         forgotten_topics = [{"topic": t, "partitions": p} for t, p in forgotten.items()]
         # Kafka's Fetch v7+ (1.1 and later) carries the sessions itself; before, REPLICA_FETCH
+        # (v1, with log start offsets, where Kafka's followers send Fetch v5-v6)
         api_key, version = (
             (ApiKey.FETCH, self.settings.fetch_version)
             if self.settings.fetch_version >= FIRST_FETCH_WITH_SESSIONS
-            else (ApiKey.REPLICA_FETCH, 0)
+            else (ApiKey.REPLICA_FETCH, 1 if self.settings.fetch_version >= 5 else 0)
         )
         response = await self._request(
             connection,
