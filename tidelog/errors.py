@@ -55,6 +55,8 @@ class ErrorCode(IntEnum):
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    # a DeleteRecords of a topic whose cleanup.policy has no delete (Kafka 2.1 refuses it)
+    POLICY_VIOLATION = 44
     # idempotent producers (KIP-98): a batch whose sequence does not follow the producer's last
     # (45), one from an older epoch than the partition has seen (47), and one from a producer
     # whose state this partition no longer has (59: expired or truncated away)

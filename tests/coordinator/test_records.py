@@ -72,3 +72,31 @@ def test_a_v0_offset_value_and_a_v0_group_value_are_read_as_kafka_wrote_them():
 def test_keys_that_do_not_parse_are_protocol_errors(key):
     with pytest.raises(ProtocolError):
         records.read_key(key)
+
+
+def test_values_v2_and_v3_keep_no_expiry_and_v3_keeps_the_committed_leader_epoch():
+    committed = CommittedOffset(12, "meta", 1000, 2000, leader_epoch=4)
+    v3 = records.offset_value(committed, 3)
+    assert v3[:2] == b"\x00\x03"
+    # the expire timestamp is the commit's plus offsets.retention.minutes, as read
+    assert records.read_offset_value(v3, 500) == CommittedOffset(12, "meta", 1000, 1500, 4)
+    assert records.read_offset_value(v3) == CommittedOffset(12, "meta", 1000, -1, 4)
+    v2 = records.offset_value(committed, 2)
+    assert records.read_offset_value(v2, 500) == CommittedOffset(12, "meta", 1000, 1500, -1)
+    # v1 keeps its expire timestamp and no epoch, as before
+    assert records.read_offset_value(records.offset_value(committed, 1), 500) == CommittedOffset(
+        12, "meta", 1000, 2000, -1
+    )
+
+
+def test_a_v3_value_is_laid_out_as_kafka_2_1_writes_it():
+    v3 = records.offset_value(CommittedOffset(7, "m", 99, -1, leader_epoch=2), 3)
+    # version, offset, leader epoch, metadata, commit timestamp (GroupMetadataManager's v3)
+    assert v3 == b"\x00\x03" + (7).to_bytes(8, "big") + (2).to_bytes(4, "big") + b"\x00\x01m" + (
+        99
+    ).to_bytes(8, "big")
+
+
+def test_an_offset_value_version_tidelog_does_not_write_is_refused_by_name():
+    with pytest.raises(ValueError, match="offset commit value version 0"):
+        records.offset_value(CommittedOffset(1, "", 0, -1), 0)

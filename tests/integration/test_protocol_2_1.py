@@ -31,7 +31,7 @@ from tidelog.records.format import Record, build_message_set
 # Kafka 2.1's versions (ApiVersionsResponse of a 2.1.0 broker) of the APIs tidelog serves:
 # records and offsets, Metadata, the groups, topic admin, and the admin APIs clients call
 KAFKA_2_1 = {0: 7, 1: 10, 2: 4, 18: 2, 23: 2, 3: 7, 8: 6, 9: 5, 10: 2, 11: 3, 12: 2, 13: 2}
-KAFKA_2_1 |= {14: 2, 15: 2, 16: 2, 19: 3, 20: 3, 32: 2, 33: 1, 35: 1, 37: 1}
+KAFKA_2_1 |= {14: 2, 15: 2, 16: 2, 19: 3, 20: 3, 21: 1, 32: 2, 33: 1, 35: 1, 37: 1}
 
 
 @pytest.fixture(scope="module")

@@ -73,3 +73,20 @@ def test_an_append_after_an_idle_while_does_not_push_caught_up_followers_out(mak
     assert partition.isr_to_shrink(clock.milliseconds(), 10_000, last_fetch) is None
     clock.advance(11_000)  # and then neither fetches the new messages
     assert partition.isr_to_shrink(clock.milliseconds(), 10_000, last_fetch) == {1}
+
+
+def test_the_low_watermark_is_the_smallest_log_start_of_the_replicas_on_live_brokers(
+    make_log, clock
+):
+    partition = leader_with(make_log, clock)
+    partition.update_follower(2, 10, clock.milliseconds())
+    partition.update_follower(3, 10, clock.milliseconds())
+    partition.log.maybe_increment_log_start_offset(6, "DeleteRecords")
+    # a follower that has not named its log start yet holds it at -1
+    assert partition.low_watermark({1, 2, 3}) == -1
+    assert partition.update_follower_log_start(2, 6)
+    assert not partition.update_follower_log_start(2, 6)  # unchanged
+    assert partition.update_follower_log_start(3, 4)
+    assert partition.low_watermark({1, 2, 3}) == 4
+    # broker 3 is not alive: its replica does not count
+    assert partition.low_watermark({1, 2}) == 6

@@ -217,6 +217,7 @@ class GroupRequests:
         group_id = body["group_id"]
         codes: dict[TopicPartition, ErrorCode] = {}
         wanted: dict[TopicPartition, tuple[int, str, int]] = {}
+        leader_epochs: dict[TopicPartition, int] = {}  # v6
         for topic in body["topics"]:
             for p in topic["partitions"]:
                 tp = (topic["topic"], p["partition"])
@@ -224,6 +225,7 @@ class GroupRequests:
                     codes[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
                     wanted[tp] = (p["offset"], p["metadata"] or "", p.get("timestamp", -1))
+                    leader_epochs[tp] = p.get("committed_leader_epoch", -1)
         if version == 0:
             codes.update(await self._commit_to_zookeeper(group_id, wanted))
         elif wanted:
@@ -234,6 +236,7 @@ class GroupRequests:
                     body["member_id"],
                     body.get("retention_time", -1),
                     wanted,
+                    leader_epochs,
                 )
             )
         return {
@@ -298,7 +301,8 @@ class GroupRequests:
     def _offset_fetch_v2(self, request: Request) -> dict:
         """OffsetFetch v2 and later: a group-wide error alone at the top (as Kafka 2.1 answers
         it, with no partitions); null topics ask for every partition the group committed. The
-        leader epoch of each offset (v5) is not kept: -1."""
+        leader epoch of each offset (v5) is the one its commit named (OffsetCommit v6), -1 if
+        none."""
         topics = request.body["topics"]
         wanted = (
             None
@@ -312,7 +316,9 @@ class GroupRequests:
                 {
                     "partition": partition,
                     "offset": offset,
-                    "leader_epoch": -1,
+                    "leader_epoch": self.coordinator.committed_leader_epoch(
+                        request.body["group_id"], (topic, partition)
+                    ),
                     "metadata": metadata,
                     "error_code": int(code),
                 }

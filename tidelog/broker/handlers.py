@@ -8,6 +8,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tidelog.broker.delete_records import INVALID_LOW_WATERMARK
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_fetch import answer_replica_fetch
@@ -134,6 +135,7 @@ class RequestHandler:
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.offsets_for_leader_epoch,
             ApiKey.REPLICA_FETCH: self.replica_fetch,
+            ApiKey.DELETE_RECORDS: self.delete_records,
         }
 
     # The APIs a connection pipelines (KafkaServer): a request's first stage runs as it is read,
@@ -432,6 +434,8 @@ class RequestHandler:
                 "session_id": NO_FETCH_SESSION,
                 "responses": [],
             }
+        if body["replica_id"] >= 0 and version >= 5:
+            self.replicas.note_follower_log_starts(body["replica_id"], body["topics"])
         keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
@@ -559,6 +563,36 @@ class RequestHandler:
         converted = convert_message_set(result.read_bytes(), target, self.clock.milliseconds())
         self.metrics.record_fetch(version, "converted", len(converted))
         return converted
+
+    # -- DeleteRecords ---------------------------------------------------------------------------
+
+    async def delete_records(self, request: Request) -> dict:
+        """DeleteRecords v0-v1 (Kafka 2.1's): each partition's log start moved on its leader,
+        answered with its low watermark once every live replica's log start has reached the
+        offset, or REQUEST_TIMED_OUT after the request's timeout."""
+        body = request.body
+        offsets = {
+            (topic["topic"], wanted["partition"]): wanted["offset"]
+            for topic in body["topics"]
+            for wanted in topic["partitions"]
+        }
+        outcomes = await self.replicas.delete_records(offsets, max(body["timeout"], 0) / 1000)
+
+        def answer(topic: str, partition: int, wanted: dict, response: dict) -> None:
+            outcome = outcomes[(topic, partition)]
+            if isinstance(outcome, KafkaError):
+                raise outcome
+            response["low_watermark"] = outcome
+
+        topics = self._each_partition(
+            body["topics"],
+            "partitions",
+            {"low_watermark": INVALID_LOW_WATERMARK},
+            answer,
+            f"delete records by {request.client_id} of",
+            responses_key="partitions",
+        )
+        return {"throttle_time_ms": 0, "topics": topics}
 
     # -- OffsetsForLeaderEpoch ----------------------------------------------------------------
 

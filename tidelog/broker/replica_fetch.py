@@ -47,6 +47,7 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
         return {"throttle_time_ms": 0, "error_code": code, "session_id": 0, "responses": []}
     session.epoch += 1
     replicas.last_fetch_ms[replica_id] = replicas.clock.milliseconds()
+    replicas.note_follower_log_starts(replica_id, body["topics"])  # Fetch v5+: DeleteRecords
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
     while True:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from tidelog.broker.delete_records import DeleteRecordsPurgatory, Outcome, move_log_start
 from tidelog.broker.metadata import MetadataCache
 from tidelog.broker.purgatory import ProducePurgatory
 from tidelog.clock import Clock
@@ -77,6 +78,8 @@ class ReplicaManager:
         self._waiters: dict[TopicPartition, set[asyncio.Future]] = defaultdict(set)
         # acks=all produces waiting for replication, by partition
         self.purgatory = ProducePurgatory(self.leader_partition, self.partitions)
+        # DeleteRecords waiting for the replicas' log starts, by partition
+        self.deletes = DeleteRecordsPurgatory(self.leader_partition, lambda: self.metadata.brokers)
         # partitions with an ISR change under way, and the changes waiting for the write in
         # flight: one writer sends them together (after a pause, a follower rejoins the ISR
         # of thousands of partitions at once)
@@ -291,6 +294,59 @@ class ReplicaManager:
         """delay_produce, awaited."""
         return await self.delay_produce(offsets, timeout)
 
+    # -- DeleteRecords -------------------------------------------------------------------------
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int], timeout: float
+    ) -> dict[TopicPartition, Outcome]:
+        """Moves the log start of each partition led here to its offset (-1: the high
+        watermark) and returns, per partition, its low watermark (the smallest log start of its
+        replicas on live brokers) once that has reached the offset, or the error it failed with
+        (REQUEST_TIMED_OUT after ``timeout`` seconds)."""
+        outcomes: dict[TopicPartition, Outcome] = {}
+        waiting: dict[TopicPartition, int] = {}
+        for key, offset in offsets.items():
+            try:
+                partition = self.leader_partition(*key)
+                wanted = move_log_start(partition, offset)
+            except KafkaError as error:
+                outcomes[key] = error
+                continue
+            self.fetch_sessions.resend(key)  # the followers hear of the new log start
+            low_watermark = partition.low_watermark(self.metadata.brokers)
+            if low_watermark >= wanted:
+                outcomes[key] = low_watermark
+            else:
+                waiting[key] = wanted
+        if waiting:
+            outcomes.update(await self.deletes.add(waiting, timeout))
+        return outcomes
+
+    def note_follower_log_starts(self, replica_id: int, topics: list[dict]) -> None:
+        """Records the log start offsets a follower's fetch names (Fetch v5 and later; -1 or
+        absent from older versions) for the partitions led here; a DeleteRecords waiting on one
+        that moved is checked."""
+        partitions = self.partitions
+        for topic in topics:
+            name = topic["topic"]
+            for wanted in topic["partitions"]:
+                key = (name, wanted["partition"])
+                partition = partitions.get(key)
+                if partition is None:
+                    continue
+                # on every named partition of every fetch: the unchanged case costs two lookups
+                # (a partition followed here has no followers)
+                state = partition.followers.get(replica_id)
+                log_start_offset = wanted.get("log_start_offset", -1)
+                if state is None or state.log_start_offset == log_start_offset:
+                    continue
+                if (
+                    log_start_offset >= 0
+                    and partition.update_follower_log_start(replica_id, log_start_offset)
+                    and self.deletes.by_partition
+                ):
+                    self.deletes.check(key)
+
     # -- fetch ---------------------------------------------------------------------------------
 
     def read(
@@ -378,6 +434,8 @@ class ReplicaManager:
     def _wake(self, key: TopicPartition) -> None:
         self.fetch_sessions.mark_changed(key)
         self.purgatory.check(key)
+        if self.deletes.by_partition:
+            self.deletes.check(key)
         for future in self._waiters.pop(key, ()):
             if not future.done():
                 future.set_result(None)

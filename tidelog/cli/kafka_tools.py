@@ -701,6 +701,127 @@ def kafka_configs(argv: list[str]) -> int:
     return 0
 
 
+# -- kafka-delete-records.sh ------------------------------------------------------------------
+
+OFFSET_JSON_VERSION = 1  # DeleteRecordsCommand.EarliestVersion: a file without "version"
+
+
+def parse_offset_json(text: str) -> list[tuple[str, int, int]]:
+    """Kafka 2.1's offset JSON file, {"partitions": [{"topic", "partition", "offset"}],
+    "version": 1}, as (topic, partition, offset) in file order; ValueError with Kafka's words
+    for what it refuses (not JSON, another version, no partitions, a field missing or of the
+    wrong type, a partition named twice)."""
+    import json
+
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ValueError("The input string is not a valid JSON") from None
+    if not isinstance(document, dict):
+        raise ValueError("The input string is not a valid JSON object")
+    version = document.get("version", OFFSET_JSON_VERSION)
+    if version != OFFSET_JSON_VERSION:
+        raise ValueError(f"Not supported version field value {version}")
+    partitions = document.get("partitions")
+    if not isinstance(partitions, list):
+        raise ValueError("Missing partitions field")
+    wanted: list[tuple[str, int, int]] = []
+    for entry in partitions:
+        if not isinstance(entry, dict):
+            raise ValueError(f"a partition entry is an object, not {entry!r}")
+        topic, partition, offset = (entry.get(k) for k in ("topic", "partition", "offset"))
+        if not isinstance(topic, str):
+            raise ValueError(f'"topic" is a string in {json.dumps(entry)}')
+        for name, value in (("partition", partition), ("offset", offset)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f'"{name}" is an integer in {json.dumps(entry)}')
+        assert isinstance(partition, int) and isinstance(offset, int)
+        wanted.append((topic, partition, offset))
+    named = [f"{t}-{p}" for t, p, _ in wanted]
+    duplicates = sorted({name for name in named if named.count(name) > 1})
+    if duplicates:
+        raise ValueError(
+            f"Offset json file contains duplicate topic partitions: {','.join(duplicates)}"
+        )
+    return wanted
+
+
+def kafka_delete_records(argv: list[str]) -> int:
+    """Kafka 2.1's kafka-delete-records.sh: the records below each offset of the JSON file
+    deleted through DeleteRecords (brokers of broker.protocol.max.version 0.11.0 and later),
+    with Kafka's lines: one per partition, its low watermark or its error."""
+    parser = _parser("kafka-delete-records")
+    parser.add_argument("--bootstrap-server")
+    parser.add_argument("--offset-json-file")
+    parser.add_argument("--command-config")
+    parser.add_argument("--help", action="store_true")
+    args = parser.parse_args(argv)
+    if args.help:
+        raise UsageError(
+            "This tool helps to delete records of the given partitions down to the "
+            "specified offset."
+        )
+    _require(args, "bootstrap-server", "offset-json-file")
+    try:
+        with open(args.offset_json_file, encoding="utf-8") as file:
+            wanted = parse_offset_json(file.read())
+        settings = _admin_settings(args.command_config)
+    except (OSError, ValueError) as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return 1
+    from kafka import KafkaAdminClient, TopicPartition
+    from kafka import errors as kafka_errors
+
+    print("Executing records delete operation")
+    admin = KafkaAdminClient(
+        bootstrap_servers=args.bootstrap_server, client_id="kafka-delete-records", **settings
+    )
+    try:
+        lines = []
+        for topic, partition, offset in wanted:
+            key = TopicPartition(topic, partition)
+            try:
+                answer = admin.delete_records({key: offset})[key]
+                lines.append(
+                    f"partition: {topic}-{partition}\tlow_watermark: {answer['low_watermark']}"
+                )
+            except kafka_errors.KafkaError as error:
+                cause = type(error)
+                description = getattr(cause, "description", "") or str(error)
+                lines.append(
+                    f"partition: {topic}-{partition}\terror: {cause.__name__}: {description}"
+                )
+        print("Records delete operation completed:")
+        print("\n".join(lines))
+    finally:
+        admin.close()
+    return 0
+
+
+def _admin_settings(path: str | None) -> dict[str, object]:
+    """--command-config: the admin client properties tidelog's tool takes (request.timeout.ms),
+    any other refused by name."""
+    if path is None:
+        return {}
+    with open(path, encoding="utf-8") as file:
+        properties = _properties(
+            [line.strip() for line in file if line.strip() and not line.startswith("#")]
+        )
+    settings: dict[str, object] = {}
+    for name, value in properties.items():
+        if name == "bootstrap.servers":
+            continue  # --bootstrap-server wins, as in Kafka's tool
+        if name != "request.timeout.ms":
+            raise ValueError(
+                f"--command-config {name}: tidelog's kafka-delete-records.sh takes "
+                "request.timeout.ms only"
+            )
+        if not value.isdigit():
+            raise ValueError(f"--command-config request.timeout.ms={value}: a number of ms")
+        settings["request_timeout_ms"] = int(value)
+    return settings
+
+
 # -- kafka-consumer-groups.sh ------------------------------------------------------------------
 
 
@@ -1190,6 +1311,7 @@ TOOLS: dict[str, Callable[[list[str]], int]] = {
     "kafka-reassign-partitions": kafka_reassign_partitions,
     "kafka-preferred-replica-election": kafka_preferred_replica_election,
     "kafka-configs": kafka_configs,
+    "kafka-delete-records": kafka_delete_records,
 }
 
 

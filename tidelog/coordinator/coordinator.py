@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tidelog.clock import Clock
+from tidelog.config import INTER_BROKER_PROTOCOL_VERSIONS
 from tidelog.coordinator import records
 from tidelog.coordinator.group import Group, GroupState, Member
 from tidelog.coordinator.records import CommittedOffset, partition_for
@@ -43,10 +44,23 @@ class CoordinatorSettings:
     offset_metadata_max_bytes: int = 4096
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 300000
+    # the offset commit value version of a commit with no retention of its own, as Kafka 2.1
+    # picks it by inter.broker.protocol.version: 1 below 2.1-IV0, 2 at 2.1-IV0, 3 (with the
+    # committed leader epoch) from 2.1-IV1; a commit that names its retention is written as 1
+    offset_value_version: int = 1
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> CoordinatorSettings:
+        protocol = INTER_BROKER_PROTOCOL_VERSIONS.index(config["inter.broker.protocol.version"])
+        value_version = (
+            3
+            if protocol >= INTER_BROKER_PROTOCOL_VERSIONS.index("2.1-IV1")
+            else 2
+            if protocol >= INTER_BROKER_PROTOCOL_VERSIONS.index("2.1-IV0")
+            else 1
+        )
         return cls(
+            offset_value_version=value_version,
             offsets_topic_partitions=config["offsets.topic.num.partitions"],
             offsets_topic_replication_factor=config["offsets.topic.replication.factor"],
             offsets_topic_segment_bytes=config["offsets.topic.segment.bytes"],
@@ -101,10 +115,12 @@ def _apply_chunk(
     position: int,
     offsets: dict[tuple[str, str, int], CommittedOffset],
     metadata: dict[str, dict],
+    retention_ms: int = -1,
 ) -> int:
     """Reads one chunk of an offsets partition and applies its messages from ``position`` on to
     ``offsets`` and ``metadata`` (in a worker thread: nothing else touches them while it runs);
-    returns the offset after the last message read."""
+    returns the offset after the last message read. A commit stored without an expire
+    timestamp expires ``retention_ms`` after it was made."""
     next_position = position
     for message in iter_deep(read()):
         next_position = message.offset + 1
@@ -117,7 +133,7 @@ def _apply_chunk(
                 if message.value is None:
                     offsets.pop(tp, None)
                 else:
-                    offsets[tp] = records.read_offset_value(message.value)
+                    offsets[tp] = records.read_offset_value(message.value, retention_ms)
             elif message.value is None:
                 metadata.pop(key["group"], None)
             else:
@@ -275,7 +291,13 @@ class GroupCoordinator:
             if not data.slice.length:
                 break
             next_position = await asyncio.to_thread(
-                _apply_chunk, partition, data.slice.read, position, offsets, metadata
+                _apply_chunk,
+                partition,
+                data.slice.read,
+                position,
+                offsets,
+                metadata,
+                self.settings.offsets_retention_ms,
             )
             if next_position <= position:
                 raise RuntimeError(f"offsets partition {partition}: no message at {position}")
@@ -628,10 +650,14 @@ class GroupCoordinator:
         member_id: str,
         retention_ms: int,
         offsets: dict[TopicPartition, tuple[int, str, int]],
+        leader_epochs: Mapping[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, ErrorCode]:
         """Kafka's doCommitOffsets. ``offsets`` maps a partition to (offset, metadata, commit
         timestamp or -1); ``retention_ms`` -1 means offsets.retention.minutes. Generation -1
-        with no member is a commit by a consumer that assigns its own partitions."""
+        with no member is a commit by a consumer that assigns its own partitions.
+        ``leader_epochs`` are the committed leader epochs (OffsetCommit v6), stored where the
+        offset commit value version keeps them (v3) and returned by OffsetFetch v5."""
+        epochs = leader_epochs or {}
 
         def every(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return dict.fromkeys(offsets, code)
@@ -665,10 +691,19 @@ class GroupCoordinator:
                 results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             committed_at = timestamp if timestamp >= 0 else now
-            accepted[tp] = CommittedOffset(offset, metadata, committed_at, committed_at + retention)
+            accepted[tp] = CommittedOffset(
+                offset,
+                metadata,
+                committed_at,
+                committed_at + retention,
+                max(epochs.get(tp, -1), -1),
+            )
         if accepted:
+            # Kafka 2.1: an expire timestamp is stored (value v1) for a commit that names its
+            # retention, and below inter.broker.protocol.version 2.1-IV0
+            version = 1 if retention_ms >= 0 else self.settings.offset_value_version
             entries: list[tuple[bytes, bytes | None]] = [
-                (records.offset_key(group_id, t, p), records.offset_value(c))
+                (records.offset_key(group_id, t, p), records.offset_value(c, version))
                 for (t, p), c in accepted.items()
             ]
             code = ErrorCode.NONE
@@ -703,6 +738,13 @@ class GroupCoordinator:
             else:
                 found[tp] = (committed.offset, committed.metadata, ErrorCode.NONE)
         return found
+
+    def committed_leader_epoch(self, group_id: str, tp: TopicPartition) -> int:
+        """The leader epoch stored with the group's commit of ``tp`` (OffsetFetch v5), -1 if
+        none is known."""
+        group = self.groups.get(group_id)
+        committed = group.offsets.get(tp) if group else None
+        return committed.leader_epoch if committed is not None else -1
 
     def fetch_group_offsets(
         self, group_id: str, partitions: list[TopicPartition] | None

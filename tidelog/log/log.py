@@ -112,13 +112,15 @@ class Log:
 
     Invariants: segments are contiguous (each one's base offset is the previous one's
     next_offset, or above it after compaction) and only the last, the active segment, is
-    appended to. log_start_offset <= local_log_start_offset <= log_end_offset,
+    appended to. log_start_offset <= log_end_offset, local_log_start_offset <= log_end_offset,
     log_start_offset <= high_watermark <= log_end_offset, and everything below recovery_point
     has been flushed to disk. The log start offset is what consumers may read (remote data
     included; checkpointed by the LogManager in ``log-start-offset-checkpoint``), the local log
-    start offset is the base offset of the first segment on this disk; without a remote tier the
-    two are equal. Each moves through one method: ``maybe_increment_log_start_offset`` and the
-    segment collection.
+    start offset is the base offset of the first segment on this disk. With a remote tier the
+    log start is at or below the local log start; without one the two are equal except after a
+    DeleteRecords, which moves the log start into a segment (reads below it are out of range)
+    until retention deletes the segments wholly below it. Each moves through one method:
+    ``maybe_increment_log_start_offset`` and the segment collection.
 
     Locking rule: ``lock`` guards the segment collection and the positions (log start, recovery
     point, high watermark). Everything that changes them (append, roll, truncation, retention,
@@ -554,7 +556,9 @@ class Log:
         ``max_offset`` (a consumer's bound, the high watermark). ``min_one_message`` returns the
         whole first entry even if it is larger than max_bytes (Fetch v3)."""
         end = self.log_end_offset
-        start = self.local_log_start_offset
+        # below the log start is out of range even while its segment is still here (a
+        # DeleteRecords moved it); below the local log start is the remote tier's
+        start = max(self.local_log_start_offset, self.log_start_offset)
         if offset < start or offset > end:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -666,6 +670,8 @@ class Log:
     def _clamp_positions(self) -> None:
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        # a follower cut below a log start its leader had moved (Kafka's truncateTo)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -686,7 +692,9 @@ class Log:
         else:
             retention_ms, retention_bytes = self.config.retention_ms, self.config.retention_bytes
             names = ("retention.ms", "retention.bytes")
-        if self.config.remote_storage_enable:  # below a log start that retention moved up
+        # below a log start that remote retention or a DeleteRecords moved up (Kafka's
+        # deleteLogStartOffsetBreachedSegments)
+        if self.log_start_offset > self.local_log_start_offset:
             deleted += self._delete_while(
                 lambda segment: segment.next_offset <= self.log_start_offset,
                 f"the log start offset {self.log_start_offset}",

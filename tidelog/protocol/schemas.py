@@ -274,6 +274,21 @@ REPLICA_FETCH_REQUEST_V0 = schema(
 REPLICA_FETCH_RESPONSE_V0 = schema(
     ("throttle_time_ms", INT32), ("error_code", INT16), ("session_id", INT32), _FETCH_RESPONSES
 )
+# v1 carries log start offsets both ways, as Fetch v5 does (followers of
+# inter.broker.protocol.version 0.11.0-IV1 to 1.0): a DeleteRecords waits for the followers' own
+REPLICA_FETCH_REQUEST_V1 = schema(
+    ("replica_id", INT32),
+    ("max_wait_time", INT32),
+    ("min_bytes", INT32),
+    ("max_bytes", INT32),
+    ("session_id", INT32),
+    ("session_epoch", INT32),
+    _FETCH_TOPICS_V5,
+    ("forgotten_topics", Array(schema(("topic", STRING), ("partitions", Array(INT32))))),
+)
+REPLICA_FETCH_RESPONSE_V1 = schema(
+    ("throttle_time_ms", INT32), ("error_code", INT16), ("session_id", INT32), _FETCH_RESPONSES_V5
+)
 
 # -- ListOffsets ---------------------------------------------------------------------------------
 
@@ -1077,7 +1092,11 @@ APIS: dict[int, Api] = {
             (INIT_PRODUCER_ID_REQUEST_V0,) * 2,
             (INIT_PRODUCER_ID_RESPONSE_V0,) * 2,
         ),
-        Api(ApiKey.REPLICA_FETCH, (REPLICA_FETCH_REQUEST_V0,), (REPLICA_FETCH_RESPONSE_V0,)),
+        Api(
+            ApiKey.REPLICA_FETCH,
+            (REPLICA_FETCH_REQUEST_V0, REPLICA_FETCH_REQUEST_V1),
+            (REPLICA_FETCH_RESPONSE_V0, REPLICA_FETCH_RESPONSE_V1),
+        ),
     ]
 }
 
@@ -1205,4 +1224,4 @@ RELEASE_API_VERSIONS: dict[str, dict[ApiKey, int]] = {
 # tidelog's own replication needs these from a broker of any release (leader-epoch truncation,
 # incremental fetch sessions); no client of the 0.9/0.10.0 era sends them, and they are not
 # advertised by such a broker.
-INTER_BROKER_API_VERSIONS = {ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0, ApiKey.REPLICA_FETCH: 0}
+INTER_BROKER_API_VERSIONS = {ApiKey.OFFSETS_FOR_LEADER_EPOCH: 0, ApiKey.REPLICA_FETCH: 1}

@@ -91,6 +91,13 @@ class FetchSessionCache:
         for session in self.by_partition.get(key, ()):
             session.mark_changed(key)
 
+    def resend(self, key: TopicPartition) -> None:
+        """The next answer of each session holding ``key`` carries it even with no new data or
+        high watermark: its log start moved (a DeleteRecords), which followers must hear."""
+        for session in self.by_partition.get(key, ()):
+            session.sent_high_watermarks.pop(key, None)
+            session.mark_changed(key)
+
     def open(
         self, replica_id: int, partitions: dict[TopicPartition, tuple[int, int]]
     ) -> FetchSession:

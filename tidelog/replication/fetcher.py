@@ -449,10 +449,11 @@ class ReplicaFetcher:
         self._to_forget.clear()
         forgotten_topics = [{"topic": t, "partitions": p} for t, p in forgotten.items()]
         # Kafka's Fetch v7+ (1.1 and later) carries the sessions itself; before, REPLICA_FETCH
+        # (v1, with log start offsets, where Kafka's followers send Fetch v5-v6)
         api_key, version = (
             (ApiKey.FETCH, self.settings.fetch_version)
             if self.settings.fetch_version >= FIRST_FETCH_WITH_SESSIONS
-            else (ApiKey.REPLICA_FETCH, 0)
+            else (ApiKey.REPLICA_FETCH, 1 if self.settings.fetch_version >= 5 else 0)
         )
         response = await self._request(
             connection,
@@ -496,8 +497,13 @@ class ReplicaFetcher:
                 ):
                     continue  # removed, truncated or re-added while the fetch was out
                 before = partition.log.log_end_offset
+                before_start = partition.log.log_start_offset
                 self._apply(partition, answer)
-                if partition.log.log_end_offset != before:
+                # a new log start is named too: the leader's DeleteRecords waits for it
+                if (
+                    partition.log.log_end_offset != before
+                    or partition.log.log_start_offset != before_start
+                ):
                     self._to_name.add(key)
 
     def _apply(self, partition: Partition, answer: dict) -> None:
@@ -526,3 +532,9 @@ class ReplicaFetcher:
                 if self.throttle is not None and self.throttle.follower_throttled(*key):
                     self.throttle.follower.record(info.size)
         partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)
+        # the leader's log start (Fetch v5 and later), moved by a DeleteRecords or retention
+        leader_log_start = answer.get("log_start_offset", -1)
+        if leader_log_start > partition.log.log_start_offset:
+            partition.log.maybe_increment_log_start_offset(
+                leader_log_start, f"the log start of leader {self.leader_id}"
+            )

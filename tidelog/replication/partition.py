@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 from tidelog.log.log import Log
@@ -13,11 +13,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FollowerState:
-    """What the leader knows of one follower: the log end offset its last fetch asked from, and
-    when it last asked from the leader's log end (was caught up)."""
+    """What the leader knows of one follower: the log end offset its last fetch asked from,
+    when it last asked from the leader's log end (was caught up), and the log start offset its
+    last fetch named (Fetch v5 and later; -1 until one does)."""
 
     log_end_offset: int = -1
     caught_up_ms: int = 0
+    log_start_offset: int = -1
 
 
 @dataclass
@@ -83,6 +85,24 @@ class Partition:
         if fetch_offset >= self.log.log_end_offset:
             state.caught_up_ms = now
         return self.maybe_advance_high_watermark()
+
+    def update_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """Records the log start offset a follower's fetch named; returns whether it changed."""
+        state = self.followers.get(replica_id)
+        if state is None or state.log_start_offset == log_start_offset:
+            return False
+        state.log_start_offset = log_start_offset
+        return True
+
+    def low_watermark(self, live_brokers: Container[int]) -> int:
+        """The smallest log start offset among this leader and its followers on live brokers
+        (Kafka 2.1's lowWatermarkIfLeader): what a DeleteRecords waits for. -1 while a live
+        follower has not named its log start."""
+        low = self.log.log_start_offset
+        for replica, state in self.followers.items():
+            if replica in live_brokers and state.log_start_offset < low:
+                low = state.log_start_offset
+        return low
 
     def credit_caught_up(self, last_fetch_ms: Mapping[int, int]) -> None:
         """Called before an append moves the log end: a follower at the log end was caught up
