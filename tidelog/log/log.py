@@ -206,13 +206,23 @@ class Log:
 
     def _load_producer_state(self, *, clean_shutdown: bool = False) -> None:
         """Brings the producer state to the log end: from the latest snapshot at or below it,
-        replaying the batches above. A log with no snapshot after a clean shutdown was written
-        before producer ids (Kafka's shortcut too): its state starts empty at the log end."""
+        replaying the batches above. Kafka 2.1's two shortcuts read nothing: a log in format
+        v0/v1 holds no producer batches, and one with no snapshot after a clean shutdown was
+        written before producer ids. Its state starts empty, with (empty) snapshots at the last
+        two segments' bases and the log end, so a later truncation does not read the log
+        either. The format is the topic's own: the LogManager opens each log with its topic's
+        settings from ZooKeeper, never the broker's default in their place."""
         state = self.producer_state
         end = self.log_end_offset
         now = self.clock.milliseconds()
         state.truncate_and_reload(self.log_start_offset, end, now)
-        if clean_shutdown and state.latest_snapshot_offset() is None:
+        if self.config.magic < 2 or (clean_shutdown and state.latest_snapshot_offset() is None):
+            state.producers.clear()
+            bases = self.segments.base_offsets[-2:]
+            for offset in sorted({*bases, end}):
+                if offset > self.log_start_offset:
+                    state.map_end_offset = offset
+                    state.take_snapshot()
             state.map_end_offset = end
         elif state.map_end_offset < end:
             replayed = 0
