@@ -1,8 +1,9 @@
 """Idempotent producers (KIP-98) on real brokers of release 2.1: producer ids from ZooKeeper
 blocks, a retried batch answered with its first offset on the leader, after a clean restart
 (its snapshot), after a SIGKILL (rebuilt from the log) and on a new leader (kept from what it
-fetched), UNKNOWN_PRODUCER_ID once retention took a producer's last batch, and librdkafka and
-kafka-python producers under leader SIGKILLs that lose, repeat and reorder nothing."""
+fetched), UNKNOWN_PRODUCER_ID once retention took a producer's last batch (librdkafka starts
+over; kafka-python 3.0 sees it as retention's but its retried batch fails), and librdkafka
+and kafka-python producers under leader SIGKILLs that lose, repeat and reorder nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaProducer
+from kafka.errors import KafkaTimeoutError, UnknownProducerIdError
 
 from tests.integration.acked_producer import AckedProducer
 from tests.integration.conftest import wait_for_leaders
@@ -205,6 +207,53 @@ def test_unknown_producer_id_once_retention_took_the_last_batch_and_librdkafka_r
     # librdkafka was refused too (its last batch went with the same segments), and started over
     refusals = cluster.broker(broker).log_path.read_text().count("UNKNOWN_PRODUCER_ID")
     assert refusals >= 2
+
+
+def test_kafka_python_takes_the_refusal_for_retention_and_its_batch_fails_not_lost(cluster, caplog):
+    """kafka-python 3.0's sender (its KAFKA-5793 branch): UNKNOWN_PRODUCER_ID with a log start
+    offset above the last offset it had acknowledged means retention took its state, not its
+    data, and it sets the partition's sequence back to 0. Unlike the Java producer it does not
+    renumber the batch it retries (that batch keeps sequence 1, which Kafka 2.1 refuses as
+    this broker does; Kafka 2.5+ would take it, KIP-360), so the batch is refused until
+    delivery_timeout_ms fails it: reported to the application, never written."""
+    topic = new_topic(cluster, replicas=1, retention_ms="1500")
+    broker = leader_of(cluster, topic)
+    producer = KafkaProducer(
+        bootstrap_servers=cluster.bootstrap_servers,
+        acks="all",
+        request_timeout_ms=2000,
+        delivery_timeout_ms=4000,
+    )
+    try:
+        assert producer.config["enable_idempotence"]
+        first = producer.send(topic, b"first", partition=0).get(30)
+        wait_until(
+            lambda: produce_start(cluster, topic) > first.offset,
+            30,
+            f"retention to delete {topic}'s records",
+        )
+        with caplog.at_level("WARNING", logger="kafka.producer.sender"):
+            refused = producer.send(topic, b"second", partition=0)
+            # failed by the sender at the deadline, or expired waiting for its next retry
+            with pytest.raises((UnknownProducerIdError, KafkaTimeoutError)):
+                refused.get(30)
+    finally:
+        producer.close(0)
+
+    taken_for_retention = (
+        f"UnknownProducerIdError for TopicPartition(topic='{topic}', partition=0) appears to "
+        f"be retention-based (log_start_offset={first.offset + 1}, "
+        f"last_acked_offset={first.offset})"
+    )
+    assert taken_for_retention in caplog.text
+    assert produce_start(cluster, topic) == first.offset + 1  # nothing of it was written
+    with connect(cluster, broker) as connection:
+        body = {
+            "replica_id": -1,
+            "topics": [{"topic": topic, "partitions": [{"partition": 0, "timestamp": -1}]}],
+        }
+        answer = request(connection, ApiKey.LIST_OFFSETS, 1, body)
+    assert answer["responses"][0]["partition_responses"][0]["offset"] == first.offset + 1
 
 
 def test_a_producer_idle_past_transactional_id_expiration_ms_is_forgotten(cluster):

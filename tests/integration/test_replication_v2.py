@@ -25,7 +25,9 @@ def test_no_acknowledged_batch_is_lost_and_no_replica_diverges(replicated_2_1, f
     scenario(replicated_2_1, failure=failure, target="leader", message_format="2.1", cycles=1)
 
 
-@pytest.mark.parametrize("failure", ["hard_bounce", "truncation_failover"])
+@pytest.mark.parametrize(
+    "failure", ["hard_bounce", "clean_bounce", "truncation_failover", "zk_session_expiry"]
+)
 def test_an_idempotent_producer_retrying_through_leader_failures_gets_no_duplicates(
     replicated_2_1, failure
 ):

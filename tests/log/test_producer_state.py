@@ -131,6 +131,34 @@ def test_a_crash_rebuilds_from_the_last_snapshot_and_the_log_above_it(make_log):
     assert reopened.append_as_leader(batch(1, 0, 20), leader_epoch=0).first_offset == 60
 
 
+def test_a_crashed_log_in_format_v1_is_not_read_for_producer_state(make_log, monkeypatch):
+    """Format v1 holds no producer batches: after a crash the state starts at the log end
+    without a read of the log (Kafka 2.1's shortcut), with snapshots at the last two segments'
+    bases and the end, so a truncation after it reads nothing either."""
+    from tests.conftest import message_set
+    from tidelog.log import log as log_module
+
+    log = make_log(message_format_version="0.10.0", segment_bytes=1000)
+    for _ in range(20):
+        log.append_as_leader(message_set(3))
+    crash(log)
+    for path in log.directory.glob("*.snapshot"):  # as a release before producer state left it
+        path.unlink()
+
+    def read(*_):
+        raise AssertionError("the log was read for producer state")
+
+    monkeypatch.setattr(log_module, "file_batches", read)
+    reopened = make_log(message_format_version="0.10.0", segment_bytes=1000)
+
+    assert reopened.producer_state.map_end_offset == reopened.log_end_offset == 60
+    assert reopened.producer_state.producers == {}
+    bases = reopened.segments.base_offsets[-2:]
+    assert [offset for offset, _ in reopened.producer_state.snapshot_files()] == [*bases, 60]
+    reopened.truncate_to(bases[0] + 1)
+    assert reopened.producer_state.map_end_offset == bases[0] + 1
+
+
 def test_a_crash_between_a_snapshots_write_and_its_rename(make_log, monkeypatch):
     log = make_log(**V2)
     fill(log, rounds=4)

@@ -18,11 +18,12 @@ from tests.tiered.remote_format import parse_pairs, parse_remote_log_index
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
+from tidelog.log.producer_state import decode_snapshot
 from tidelog.records.format import Codec, iter_deep
 from tidelog.records.record_batch import BatchRecordInput, encode_batch
 from tidelog.tiered.manager import COPY_STEPS, DELETE_STEPS, CopyInterrupted, RemoteLogManager
 from tidelog.tiered.metadata import SegmentState
-from tidelog.tiered.storage import RemoteStorageManager
+from tidelog.tiered.storage import IndexType, RemoteStorageManager
 
 TOPIC = "t"
 KEY = (TOPIC, 0)
@@ -186,6 +187,8 @@ def test_a_crash_at_any_step_of_a_copy_loses_nothing_and_copies_nothing_twice(
         listed = again.remote.metadata.list_segments(*KEY)
         assert all(m.state is SegmentState.COPY_SEGMENT_FINISHED for m in listed)
         assert len(remote_files(tier, ".log")) == len(listed)  # the orphan's objects are gone
+        assert len(remote_files(tier, ".snapshot")) == len(listed)  # each with its snapshot
+        assert all(m.producer_snapshot for m in listed)
         starts_and_ends = [(m.start_offset, m.end_offset) for m in listed]
         for (_, end), (start, _) in itertools.pairwise(starts_and_ends):
             assert start == end + 1  # contiguous: nothing twice, nothing missing
@@ -505,3 +508,119 @@ def test_a_crash_at_any_step_of_a_remote_deletion_leaves_a_consistent_tier(
         )
     finally:
         again.close()
+
+
+def idempotent_batches(broker: Broker, clock, producer_id: int, count: int) -> list[int]:
+    """``count`` batches of 5 records from ``producer_id`` (epoch 0) appended by the leader;
+    the first offset of each."""
+    firsts = []
+    for number in range(count):
+        clock.advance(10)
+        data = encode_batch(
+            [BatchRecordInput(b"key", b"%03d" % n * 30, clock.milliseconds()) for n in range(5)],
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=5 * number,
+        )
+        firsts.append(broker.log.append_as_leader(data, leader_epoch=0).first_offset)
+    broker.log.high_watermark = broker.log.log_end_offset
+    return firsts
+
+
+def test_each_segment_goes_to_the_tier_with_the_producer_snapshot_at_its_end(tmp_path, tier, clock):
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(message_format_version="2.1"))
+    try:
+        idempotent_batches(broker, clock, 7, 40)
+        rolled = len(broker.log.segments) - 1
+        broker.remote.run_task_now(KEY)
+
+        listed = broker.remote.metadata.finished(*KEY)
+        assert len(listed) == rolled > 3 and all(m.producer_snapshot for m in listed)
+        for metadata in listed:
+            copied = broker.remote.storage.fetch_index(
+                metadata.segment_id, IndexType.PRODUCER_SNAPSHOT
+            )
+            [entry] = decode_snapshot(copied)  # the producer's last batch below the segment end
+            assert entry.producer_id == 7 and entry.last_offset == metadata.end_offset
+            assert copied == broker.log.producer_snapshot_at(metadata.end_offset + 1)
+    finally:
+        broker.close()
+
+
+def test_snapshots_of_segments_not_yet_in_the_tier_are_kept_until_copied(tmp_path, tier, clock):
+    """A roll keeps only the last two snapshots of a local log; a remote-enabled one keeps
+    those its copies will need, from the first segment not yet copied."""
+    broker = Broker(tmp_path / "leader", tier, clock, remote_config(message_format_version="2.1"))
+    try:
+        idempotent_batches(broker, clock, 40, 40)
+        ends = [segment.next_offset for segment in broker.log.segments][:-1]
+        assert len(ends) > 3
+        snapshots = [offset for offset, _ in broker.log.producer_state.snapshot_files()]
+        assert set(ends) <= set(snapshots)
+        broker.remote.run_task_now(KEY)
+        assert len(remote_files(tier, ".snapshot")) == len(ends)
+    finally:
+        broker.close()
+
+
+def test_a_follower_started_at_the_local_log_start_takes_the_producer_state_from_the_tier(
+    tmp_path, tier, clock
+):
+    config = remote_config(
+        message_format_version="2.1", local_retention_ms=-1, local_retention_bytes=0
+    )
+    leader = Broker(tmp_path / "leader", tier, clock, config)
+    follower = Broker(tmp_path / "follower", tier, clock, config, epoch=None)
+    try:
+        firsts = idempotent_batches(leader, clock, 7, 30)
+        leader.remote.run_task_now(KEY)
+        leader.log.delete_old_segments()
+        local_start = leader.log.local_log_start_offset
+        last_remote = max(first for first in firsts if first < local_start)
+
+        # what the replica fetcher does for a follower behind the leader's local log start
+        follower.log.truncate_fully_and_start_at(local_start, log_start_offset=0)
+        asyncio.run(follower.remote.build_aux_state(KEY, follower.log))
+
+        [entry] = follower.log.producer_state.producers.values()
+        assert (entry.producer_id, entry.last_offset) == (7, last_remote + 4)
+        # leading now: the producer's retry of that batch is answered as a duplicate
+        sequence = 5 * firsts.index(last_remote)
+        retry = encode_batch(
+            [BatchRecordInput(b"key", b"x", clock.milliseconds()) for _ in range(5)],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=sequence,
+        )
+        assert follower.log.append_as_leader(retry, leader_epoch=1).first_offset == last_remote
+        assert follower.log.log_end_offset == local_start
+    finally:
+        follower.close()
+        leader.close()
+
+
+def test_a_segment_copied_before_producer_snapshots_leaves_the_follower_state_empty(
+    tmp_path, tier, clock
+):
+    config = remote_config(
+        message_format_version="2.1", local_retention_ms=-1, local_retention_bytes=0
+    )
+    leader = Broker(tmp_path / "leader", tier, clock, config)
+    follower = Broker(tmp_path / "follower", tier, clock, config, epoch=None)
+    try:
+        idempotent_batches(leader, clock, 7, 30)
+        for path in leader.log.directory.glob("*.snapshot"):  # as a release before them
+            path.unlink()
+        leader.remote.run_task_now(KEY)
+        leader.log.delete_old_segments()
+        assert not any(m.producer_snapshot for m in leader.remote.metadata.finished(*KEY))
+        local_start = leader.log.local_log_start_offset
+
+        follower.log.truncate_fully_and_start_at(local_start, log_start_offset=0)
+        asyncio.run(follower.remote.build_aux_state(KEY, follower.log))
+
+        assert follower.log.producer_state.producers == {}
+        assert follower.log.log_end_offset == local_start
+    finally:
+        follower.close()
+        leader.close()

@@ -181,6 +181,7 @@ class ReplicaManager:
                 address,
                 self.fetcher_settings,
                 self.throttle,
+                self.remote.build_aux_state if self.remote is not None else None,
             )
             self.fetchers[leader] = fetcher
         return fetcher

@@ -221,9 +221,6 @@ class BrokerNode:
         log.info(
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
-        await asyncio.to_thread(self.logs.startup)
-        if self.remote is not None:
-            self.remote.startup()
         self.zk = client = await asyncio.to_thread(
             zookeeper.connect,
             self.config["zookeeper.connect"],
@@ -235,8 +232,11 @@ class BrokerNode:
             session_timeout=self.config["zookeeper.session.timeout.ms"] / 1000,
             wait_for_server=True,
         )
-        client.add_listener(self._on_session_state)
         await asyncio.to_thread(zookeeper.ensure_layout, self.zk)
+        await asyncio.to_thread(self._load_logs)
+        if self.remote is not None:
+            self.remote.startup()
+        client.add_listener(self._on_session_state)
         # KIP-73's rates as kafka-reassign-partitions.sh --throttle sets them, followed live
         client.DataWatch(zookeeper.broker_config_path(self.broker_id), self._on_broker_config)
         for server in self.servers:
@@ -267,6 +267,17 @@ class BrokerNode:
             ", ".join(f"{s.listener}://{s.host}:{s.port}" for s in self.servers),
             self.admin_port,
         )
+
+    def _load_logs(self) -> None:
+        """Opens the logs on disk with their topics' settings read from ZooKeeper first, as
+        Kafka's LogManager is given them: a log's recovery depends on its topic's settings
+        (a v0/v1 topic is not read for producer state, a v2 one is), which a log opened with
+        the broker's defaults and corrected later by the metadata would get wrong."""
+        configs = zookeeper.read_topic_configs(self.zk, self.logs.topics_on_disk())
+        for name, overrides in configs.items():
+            config = LogConfig.from_topic_config(overrides, self.logs.broker_config)
+            self.logs.topic_configs[name] = config
+        self.logs.startup()
 
     def _bind_admin(self) -> None:
         family = socket.AF_INET6 if ":" in self.admin_host else socket.AF_INET

@@ -275,6 +275,11 @@ def read_topic_config(zk: KazooClient, topic: str, watch: Watcher | None = None)
     return dict(_json(data).get("config", {})) if data else {}
 
 
+def read_topic_configs(zk: KazooClient, names: set[str]) -> dict[str, dict[str, str]]:
+    """The overrides of each of the topics ``names`` ({} for one with none, or gone)."""
+    return {name: read_topic_config(zk, name) for name in sorted(names)}
+
+
 def read_controller(zk: KazooClient, watch: Watcher | None = None) -> int:
     data = _read(zk, CONTROLLER, watch)
     return int(_json(data)["brokerid"]) if data else -1

@@ -29,6 +29,7 @@ from tidelog.log.files import (
 from tidelog.log.index_file import CorruptIndexError
 from tidelog.log.leader_epoch import LeaderEpochCache
 from tidelog.log.producer_state import (
+    CorruptSnapshotError,
     DuplicateBatch,
     ProducerStateManager,
     file_batches,
@@ -208,13 +209,23 @@ class Log:
 
     def _load_producer_state(self, *, clean_shutdown: bool = False) -> None:
         """Brings the producer state to the log end: from the latest snapshot at or below it,
-        replaying the batches above. A log with no snapshot after a clean shutdown was written
-        before producer ids (Kafka's shortcut too): its state starts empty at the log end."""
+        replaying the batches above. Kafka 2.1's two shortcuts read nothing: a log in format
+        v0/v1 holds no producer batches, and one with no snapshot after a clean shutdown was
+        written before producer ids. Its state starts empty, with (empty) snapshots at the last
+        two segments' bases and the log end, so a later truncation does not read the log
+        either. The format is the topic's own: the LogManager opens each log with its topic's
+        settings from ZooKeeper, never the broker's default in their place."""
         state = self.producer_state
         end = self.log_end_offset
         now = self.clock.milliseconds()
         state.truncate_and_reload(self.log_start_offset, end, now)
-        if clean_shutdown and state.latest_snapshot_offset() is None:
+        if self.config.magic < 2 or (clean_shutdown and state.latest_snapshot_offset() is None):
+            state.producers.clear()
+            bases = self.segments.base_offsets[-2:]
+            for offset in sorted({*bases, end}):
+                if offset > self.log_start_offset:
+                    state.map_end_offset = offset
+                    state.take_snapshot()
             state.map_end_offset = end
         elif state.map_end_offset < end:
             replayed = 0
@@ -521,6 +532,9 @@ class Log:
         # from the segment before the active one, or the one holding the recovery point
         recovering = self.segments.floor(self.recovery_point)
         keep_from = min(old.base_offset, recovering.base_offset if recovering else 0)
+        if self.config.remote_storage_enable:
+            # and those at the ends of segments not yet in the tier: each goes with its segment
+            keep_from = min(keep_from, self.highest_offset_in_remote_storage + 1)
         self.producer_state.delete_snapshots_below(keep_from)
 
         def flush_rolled() -> None:
@@ -857,6 +871,29 @@ class Log:
             segment.flush()
         self.leader_epochs.flush()
         self.recovery_point = up_to
+
+    def producer_snapshot_at(self, offset: int) -> bytes | None:
+        """The bytes of the producer snapshot taken at ``offset`` (a segment's end, which a copy
+        to the remote tier takes along), or None if there is none."""
+        return self.producer_state.snapshot_bytes(offset)
+
+    def install_producer_snapshot(self, offset: int, data: bytes) -> bool:
+        """Takes the producer state at ``offset`` from a snapshot of another replica's (the
+        remote segment that ends below it) into a log just emptied to start there, as Kafka's
+        follower does when it starts at the leader's local log start; False if the log has
+        moved on meanwhile or the snapshot cannot be read."""
+        with self.lock:
+            if not self.local_log_start_offset == self.log_end_offset == offset:
+                return False
+            try:
+                self.producer_state.install_snapshot(offset, data)
+            except CorruptSnapshotError as error:
+                log.warning("%s: the producer snapshot at %d: %s", self.directory, offset, error)
+                return False
+            self.producer_state.load(self.log_start_offset, self.clock.milliseconds())
+            loaded = len(self.producer_state.producers)
+        log.info("%s: %d producer ids at offset %d from the tier", self.directory, loaded, offset)
+        return True
 
     def close(self) -> None:
         """A clean close: indexes trimmed to their entries, everything flushed."""

@@ -120,6 +120,19 @@ class LogManager:
             self.scheduler.schedule("log flush", config["log.flush.interval.ms"], self.flush_logs)
         self.cleaner.start()
 
+    def topics_on_disk(self) -> set[str]:
+        """The topics with a partition log under a log dir (deleted ones' leftovers aside): the
+        broker reads their settings before ``startup`` opens their logs with them."""
+        found = set()
+        for directory in self.log_dirs:
+            if not directory.is_dir():
+                continue
+            for path in directory.iterdir():
+                match = PARTITION_DIRECTORY.match(path.name)
+                if match and path.is_dir() and not path.name.endswith(DELETED_DIRECTORY_SUFFIX):
+                    found.add(match["topic"])
+        return found
+
     def _load_dir(self, directory: Path) -> None:
         clean_file = directory / CLEAN_SHUTDOWN_FILE
         clean = clean_file.exists()

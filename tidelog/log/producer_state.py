@@ -308,6 +308,23 @@ class ProducerStateManager:
         self.last_snapshot_offset = self.map_end_offset
         return path
 
+    def snapshot_bytes(self, offset: int) -> bytes | None:
+        """The snapshot file at ``offset`` as it is, or None if there is none (never taken,
+        or deleted)."""
+        try:
+            return segment_file(self.directory, offset, SNAPSHOT_SUFFIX).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def install_snapshot(self, offset: int, data: bytes) -> None:
+        """Writes another replica's snapshot ``data`` as this partition's snapshot at
+        ``offset`` (checked first: CorruptSnapshotError), as take_snapshot writes its own."""
+        decode_snapshot(data)
+        path = segment_file(self.directory, offset, SNAPSHOT_SUFFIX)
+        temporary = path.with_name(path.name + ".tmp")
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+
     def load(self, log_start_offset: int, now_ms: int) -> None:
         """The state of the latest readable snapshot (corrupt ones deleted on the way)."""
         self.producers.clear()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.halt import HaltOnIOError
@@ -16,6 +16,9 @@ from tidelog.protocol.schemas import ApiKey
 from tidelog.replication.fetch_session import FIRST_EPOCH, NEW_SESSION_ID
 from tidelog.replication.partition import Partition
 from tidelog.replication.throttle import ReplicationThrottle
+
+if TYPE_CHECKING:
+    from tidelog.log.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +111,12 @@ class ReplicaFetcher:
         address: Callable[[], tuple[str, int] | None],
         settings: FetcherSettings,
         throttle: ReplicationThrottle | None = None,
+        remote_aux_state: Callable[[Key, Log], Awaitable[None]] | None = None,
     ) -> None:
         self.broker_id = broker_id
+        # KIP-405's buildRemoteLogAuxState: what a partition started at the leader's local log
+        # start takes from the remote tier (the producer state of the segment below it)
+        self.remote_aux_state = remote_aux_state
         # KIP-73: throttled partitions leave the fetch while the follower quota is exceeded
         self.throttle = throttle
         self._held: set[Key] = set()
@@ -299,6 +306,8 @@ class ReplicaFetcher:
                     local_start,
                     start,
                 )
+                if self.remote_aux_state is not None:
+                    await self.remote_aux_state(key, partition.log)
             elif partition.log.log_end_offset < start:
                 partition.log.truncate_fully_and_start_at(start)
             self._renamed(key)

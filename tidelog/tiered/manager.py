@@ -342,6 +342,7 @@ class RemoteLogManager:
         start = max(segment.base_offset, highest + 1)
         end = segment.next_offset - 1
         segment_id = RemoteSegmentId(key[0], key[1], start, uuid.uuid4().hex)
+        snapshot = partition_log.producer_snapshot_at(end + 1)
         metadata = RemoteSegmentMetadata(
             segment_id,
             end,
@@ -349,6 +350,7 @@ class RemoteLogManager:
             segment.size,
             leader_epoch,
             SegmentState.COPY_SEGMENT_STARTED,
+            producer_snapshot=snapshot is not None,
         )
         self.metadata.put(metadata)
         self._step("started", segment_id)
@@ -367,6 +369,7 @@ class RemoteLogManager:
                 time_index=segment_file(directory, segment.base_offset, TIME_INDEX_SUFFIX),
                 leader_epochs=_epochs_of_range(partition_log, start, end),
                 remote_log_index=b"".join(entry.encode() for entry in entries),
+                producer_snapshot=snapshot,
             ),
         )
         self._step("copied", segment_id)
@@ -485,6 +488,41 @@ class RemoteLogManager:
         waiting = self._copy_candidates(partition_log, highest)
         self.stats.copy_lag_segments[key] = len(waiting)
         self.stats.copy_lag_bytes[key] = sum(segment.size for segment in waiting)
+
+    # -- a follower's start at the leader's local log start ------------------------------------
+
+    async def build_aux_state(self, key: TopicPartition, partition_log: Log) -> None:
+        """KIP-405's buildRemoteLogAuxState for a log just emptied to start at the leader's
+        local log start: the producer state there is the snapshot copied with the remote
+        segment that ends just below it, so the follower (a leader later) knows the producers
+        of the data it never replicated. Without one (a tier that is away, a segment copied
+        before producer snapshots went to the tier) the state starts empty, as before."""
+        offset = partition_log.local_log_start_offset
+
+        def fetch_and_install() -> str:
+            below = [
+                m
+                for m in self.metadata.list_segments(*key)
+                if m.state is SegmentState.COPY_SEGMENT_FINISHED and m.end_offset == offset - 1
+            ]
+            if not below or not below[-1].producer_snapshot:
+                return "no remote segment ending below it has a producer snapshot"
+            data = self.storage.fetch_index(below[-1].segment_id, IndexType.PRODUCER_SNAPSHOT)
+            if not partition_log.install_producer_snapshot(offset, data):
+                return "the log moved on, or the snapshot is unreadable"
+            return ""
+
+        try:
+            missing = await self.readers.run(fetch_and_install)
+        except (RemoteStorageError, OSError) as error:
+            missing = f"the tier is unavailable ({error})"
+        if missing:
+            log.warning(
+                "%s-%d: no producer state taken from the tier at offset %d: %s",
+                *key,
+                offset,
+                missing,
+            )
 
     # -- deletion ------------------------------------------------------------------------------
 

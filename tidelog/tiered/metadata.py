@@ -36,7 +36,8 @@ class SegmentState(enum.Enum):
 @dataclass(frozen=True)
 class RemoteSegmentMetadata:
     """One remote segment: offsets [start_offset, end_offset] (end inclusive, as Kafka), its
-    largest timestamp, its data size, the leader epoch that copied it and its state."""
+    largest timestamp, its data size, the leader epoch that copied it and its state, and
+    whether a producer snapshot (the producer state at end_offset + 1) was copied with it."""
 
     segment_id: RemoteSegmentId
     end_offset: int
@@ -44,6 +45,7 @@ class RemoteSegmentMetadata:
     size: int
     leader_epoch: int
     state: SegmentState
+    producer_snapshot: bool = False
 
     @property
     def start_offset(self) -> int:
@@ -67,6 +69,7 @@ class RemoteSegmentMetadata:
             size=fields["size"],
             leader_epoch=fields["leader_epoch"],
             state=SegmentState(fields["state"]),
+            producer_snapshot=fields.get("producer_snapshot", False),  # copied before: none
         )
 
 

@@ -2,10 +2,11 @@
 
 A remote segment is a few objects under ``{uri}/{topic}-{partition}/``, all named
 ``{start_offset:020d}-{segment uuid}`` plus a suffix: the ``.log`` data, its ``.index`` and
-``.timeindex``, the ``.leader-epoch-checkpoint`` of its range, and the ``.remoteLogIndex``
-entries that point into the data. ``file://`` keeps them in a local directory (the embedded
-default), ``s3://`` in a bucket through s3fs; ``rsm.config.*`` settings are passed to the
-fsspec file system as keyword arguments (``rsm.config.endpoint_url`` -> ``endpoint_url``).
+``.timeindex``, the ``.leader-epoch-checkpoint`` of its range, the producer ``.snapshot`` at
+its end, and the ``.remoteLogIndex`` entries that point into the data. ``file://`` keeps them in
+a local directory (the embedded default), ``s3://`` in a bucket through s3fs; ``rsm.config.*``
+settings are passed to the fsspec file system as keyword arguments (``rsm.config.endpoint_url``
+-> ``endpoint_url``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class IndexType(enum.Enum):
     TIMESTAMP = ".timeindex"
     LEADER_EPOCH = ".leader-epoch-checkpoint"
     REMOTE_LOG_INDEX = ".remoteLogIndex"
+    # the producer state at the segment's end (KIP-405's producer snapshot index)
+    PRODUCER_SNAPSHOT = ".snapshot"
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,16 @@ class RemoteSegmentId:
 
 @dataclass(frozen=True)
 class LogSegmentData:
-    """What is copied for one segment: the rolled segment's files and the bytes of its
-    leader-epoch entries and remote log index entries."""
+    """What is copied for one segment: the rolled segment's files, the bytes of its
+    leader-epoch entries and remote log index entries, and the producer snapshot taken at its
+    end (None where the log has none: one written before producer state)."""
 
     log_segment: Path
     offset_index: Path
     time_index: Path
     leader_epochs: bytes
     remote_log_index: bytes
+    producer_snapshot: bytes | None = None
 
 
 def split_rsm_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,6 +186,11 @@ class RemoteStorageManager:
         self.write_object(
             self.object_path(segment, IndexType.LEADER_EPOCH.value), data.leader_epochs
         )
+        if data.producer_snapshot is not None:
+            self.write_object(
+                self.object_path(segment, IndexType.PRODUCER_SNAPSHOT.value),
+                data.producer_snapshot,
+            )
         self.write_object(
             self.object_path(segment, IndexType.REMOTE_LOG_INDEX.value), data.remote_log_index
         )
