@@ -370,7 +370,8 @@ def main() -> None:
                 print(
                     f"{count} partitions | {acks} | {point.produce_requests:,} "
                     f"({point.producer_batches:,}) | {records / requests:.2f} | "
-                    f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | {point.p99_ms:,.1f} | "
+                    f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | "
+                    f"{point.p99_ms:,.1f} | "
                     f"{point.cpu_seconds * 1e6 / requests:,.1f} ({idle_share:.2f}) | {point.load}",
                     flush=True,
                 )
