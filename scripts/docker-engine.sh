@@ -4,7 +4,8 @@
 #
 #   scripts/docker-engine.sh          engine + compose + base images
 #   scripts/docker-engine.sh --images also build tidelog's images (tidelog:dev, tidelog-zookeeper:dev,
-#                                     tidelog-standalone:dev, tidelog-tools:dev); cached layers make
+#                                     tidelog-standalone:dev, tidelog-tools:dev; TIDELOG_TAG, if set,
+#                                     is their tag instead of dev, as in compose.yaml); cached layers make
 #                                     a repeat quick
 #   scripts/docker-engine.sh --check  exit 0 if an engine answers or can be had here, else 1
 #                                     with one line saying why (the container tests use this)
@@ -28,6 +29,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV_PYTHON="$ROOT/.venv/bin/python"
+# The tag of tidelog's images, as compose.yaml reads it: several checkouts may share one engine.
+TAG=${TIDELOG_TAG:-dev}
 DOCKERD_LOG=/var/log/tidelog-dockerd.log
 DEBOOTSTRAP_CACHE=/var/cache/tidelog-debootstrap
 PYTHON_BASE=python:3.11-slim-bookworm
@@ -221,12 +224,14 @@ for section in sys.argv[2:]:
 build_tools_image() {
     local key
     key=$(cat "$ROOT/docker/tools/Dockerfile" "$ROOT/docker/tools/wheels/requirements.txt" |
-        sha256sum | cut -c1-16)-$(docker image inspect --format '{{.Id}}' tidelog-standalone:dev | cut -c8-23)
+        sha256sum | cut -c1-16)-$(docker image inspect --format '{{.Id}}' tidelog-standalone:$TAG | cut -c8-23)
     if [ "$(docker image inspect --format '{{index .Config.Labels "tidelog.tools.key"}}' \
-        tidelog-tools:dev 2>/dev/null)" = "$key" ]; then
+        tidelog-tools:$TAG 2>/dev/null)" = "$key" ]; then
         return
     fi
-    docker build --label "tidelog.tools.key=$key" -t tidelog-tools:dev "$ROOT/docker/tools"
+    docker build --label "tidelog.tools.key=$key" -t tidelog-tools:$TAG \
+        --build-arg TIDELOG_IMAGE=tidelog-standalone:$TAG \
+        --build-arg EXTRAS_BASE_IMAGE=tidelog-zookeeper:$TAG "$ROOT/docker/tools"
 }
 
 # tidelog's own images: the compose file's (broker, ZooKeeper), the standalone one, and the
@@ -235,14 +240,15 @@ build_images() {
     local started=$SECONDS log
     log=$(mktemp)
     if ! (cd "$ROOT" && docker compose build >"$log" 2>&1 &&
-        docker build -f docker/standalone.Dockerfile -t tidelog-standalone:dev . >>"$log" 2>&1 &&
+        docker build -f docker/standalone.Dockerfile -t tidelog-standalone:$TAG \
+            --build-arg ZOOKEEPER_IMAGE=tidelog-zookeeper:$TAG . >>"$log" 2>&1 &&
         build_tools_image >>"$log" 2>&1); then
         tail -30 "$log" >&2
         rm -f "$log"
         fail "building tidelog's images failed"
     fi
     rm -f "$log"
-    say "images tidelog:dev, tidelog-zookeeper:dev, tidelog-standalone:dev and tidelog-tools:dev built in $((SECONDS - started)) s"
+    say "images tidelog:$TAG, tidelog-zookeeper:$TAG, tidelog-standalone:$TAG and tidelog-tools:$TAG built in $((SECONDS - started)) s"
 }
 
 install_packages

@@ -14,6 +14,7 @@ extra), so the product never needs it.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -22,7 +23,8 @@ from testcontainers.core.container import DockerContainer
 from tidelog.cluster.compose import kafka_variable
 from tidelog.cluster.zookeeper import free_port
 
-DEFAULT_IMAGE = "tidelog-standalone:dev"
+# scripts/docker-engine.sh tags its images TIDELOG_TAG (dev unless set), as compose.yaml reads it.
+DEFAULT_IMAGE = f"tidelog-standalone:{os.environ.get('TIDELOG_TAG', 'dev')}"
 
 
 class TidelogContainer(DockerContainer):

@@ -55,8 +55,14 @@ def setting_of(variable: str) -> str:
 
 
 def compose_environment(project: str, ports: dict[str, int]) -> dict[str, str]:
-    """What compose.yaml reads: the project's name and its host ports."""
-    return {"COMPOSE_PROJECT_NAME": project, **{key: str(value) for key, value in ports.items()}}
+    """What compose.yaml reads: the project's name, its host ports, and the images' tag when
+    TIDELOG_TAG names one (scripts/docker-engine.sh builds them under it)."""
+    tag = {"TIDELOG_TAG": os.environ["TIDELOG_TAG"]} if "TIDELOG_TAG" in os.environ else {}
+    return {
+        "COMPOSE_PROJECT_NAME": project,
+        **tag,
+        **{key: str(value) for key, value in ports.items()},
+    }
 
 
 @dataclass(frozen=True)
