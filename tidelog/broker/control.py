@@ -7,8 +7,11 @@ Within one controller epoch, requests carry a growing sequence number: one at or
 applied is a late copy of an attempt the controller already repeated (or a repeat of one
 applied whose answer was lost), answered without being applied, so an older broker list or
 state never replaces a newer one. A partition state older (by leader epoch) than the one the
-broker holds is refused for that partition alone. Accepted states go into the metadata cache
-and the replica manager acts on them at once, without waiting for its ZooKeeper watches.
+broker holds is refused for that partition alone; one of the same leader epoch at an older
+version of its ZooKeeper node (the leader has changed the ISR since the controller read it, and
+this broker's own watch has read the change) is answered without being taken. Accepted states go
+into the metadata cache and the replica manager acts on them at once, without waiting for its
+ZooKeeper watches.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class ControlRequests:
                 int(entry["leader_epoch"]),
                 tuple(entry["isr"]),
                 int(body["controller_epoch"]),
+                int(entry.get("zk_version", -1)),
             )
             metadata = self.metadata.topics.get(topic)
             if metadata is None:
@@ -84,6 +88,10 @@ class ControlRequests:
             current = metadata.states.get(number)
             if current is not None and state.leader_epoch < current.leader_epoch:
                 code = ErrorCode.STALE_CONTROLLER_EPOCH
+            elif current is not None and state.is_older_than(current):
+                # the leader changed the ISR after the controller read this state, and this
+                # broker's watch has read that change already: keep it
+                code = ErrorCode.NONE
             else:
                 metadata.assignment[number] = tuple(entry["replicas"])
                 metadata.states[number] = state

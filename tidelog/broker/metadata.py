@@ -56,12 +56,23 @@ class BrokerEndpoint:
 
 @dataclass(frozen=True)
 class PartitionState:
-    """As in /brokers/topics/{t}/partitions/{p}/state."""
+    """As in /brokers/topics/{t}/partitions/{p}/state. ``zk_version``: the version of that node
+    this state was read from or written as (-1: not known), as Kafka's LeaderAndIsr and
+    UpdateMetadata carry it. Within one leader epoch only the leader changes the state (its ISR,
+    by compare-and-set), so of two states of one epoch the higher version is the newer."""
 
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]
     controller_epoch: int = 0
+    zk_version: int = field(default=-1, compare=False)
+
+    def is_older_than(self, other: PartitionState) -> bool:
+        """Whether ``other`` supersedes this state: a later leader epoch, or the same epoch at
+        a later version of the node (both versions known)."""
+        if self.leader_epoch != other.leader_epoch:
+            return self.leader_epoch < other.leader_epoch
+        return 0 <= self.zk_version < other.zk_version
 
 
 @dataclass

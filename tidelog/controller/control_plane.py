@@ -39,6 +39,7 @@ def partition_entry(topic: str, partition: int, replicas, state) -> dict:
         "leader": state.leader,
         "leader_epoch": state.leader_epoch,
         "isr": list(state.isr),
+        "zk_version": state.zk_version,
         "replicas": list(replicas),
     }
 

@@ -135,14 +135,16 @@ def reconcile(
                 if isr == state.isr:
                     continue
                 new_state = PartitionState(
-                    state.leader, state.leader_epoch + 1, isr, controller_epoch
+                    state.leader, state.leader_epoch + 1, isr, controller_epoch, version + 1
                 )
                 what = f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (brokers gone)"
             else:
                 leader, isr, was_unclean = elect(replicas, state, live, unclean, shutting_down)
                 if leader == state.leader:
                     continue  # still offline
-                new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+                new_state = PartitionState(
+                    leader, state.leader_epoch + 1, isr, controller_epoch, version + 1
+                )
                 what = (
                     f"{name}-{number}: leader {state.leader} -> {leader} in epoch "
                     f"{new_state.leader_epoch}, ISR {list(isr)}"
@@ -236,7 +238,9 @@ def elect_preferred_leaders(
             what = f"{topic}-{partition}: preferred replica {preferred} is not alive and in sync"
             refused.append(Change(topic, partition, replicas, None, what))
             continue
-        new_state = PartitionState(preferred, state.leader_epoch + 1, state.isr, controller_epoch)
+        new_state = PartitionState(
+            preferred, state.leader_epoch + 1, state.isr, controller_epoch, version + 1
+        )
         writes.append((topic, partition, new_state, version))
         moved.append(
             (
@@ -305,7 +309,7 @@ def move_away_from(
                     stuck.append((name, number))
                     continue
                 new_state = PartitionState(
-                    candidates[0], state.leader_epoch + 1, isr, controller_epoch
+                    candidates[0], state.leader_epoch + 1, isr, controller_epoch, version + 1
                 )
                 what = (
                     f"{name}-{number}: leader {broker_id} -> {candidates[0]} in epoch "
@@ -315,7 +319,7 @@ def move_away_from(
             elif broker_id in state.isr and state.leader in live:
                 isr = tuple(r for r in state.isr if r != broker_id)
                 new_state = PartitionState(
-                    state.leader, state.leader_epoch + 1, isr, controller_epoch
+                    state.leader, state.leader_epoch + 1, isr, controller_epoch, version + 1
                 )
                 what = (
                     f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (controlled "
@@ -409,7 +413,11 @@ def advance_reassignments(
                     continue
                 union = current + [r for r in target if r not in current]
                 new_state = PartitionState(
-                    state.leader, state.leader_epoch + 1, state.isr, controller_epoch
+                    state.leader,
+                    state.leader_epoch + 1,
+                    state.isr,
+                    controller_epoch,
+                    state_version + 1,
                 )
                 new_assignment[partition] = union
                 writes.append((partition, new_state, state_version))
@@ -434,7 +442,9 @@ def advance_reassignments(
                     continue
                 leader = candidates[0]
             isr = tuple(r for r in state.isr if r in target)
-            new_state = PartitionState(leader, state.leader_epoch + 1, isr, controller_epoch)
+            new_state = PartitionState(
+                leader, state.leader_epoch + 1, isr, controller_epoch, state_version + 1
+            )
             new_assignment[partition] = list(target)
             writes.append((partition, new_state, state_version))
             described.append(

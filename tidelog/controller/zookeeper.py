@@ -76,12 +76,18 @@ def _dump(document: dict) -> bytes:
 def _read(zk: KazooClient, path: str, watch: Watcher | None) -> bytes | None:
     """The data at ``path``, or None if there is no such node. With ``watch``, the watch is
     set either way (on a missing node it fires when the node is created)."""
+    return _read_versioned(zk, path, watch)[0]
+
+
+def _read_versioned(zk: KazooClient, path: str, watch: Watcher | None) -> tuple[bytes | None, int]:
+    """_read, and the version of the node read (-1: no such node)."""
     while True:
         try:
-            return zk.get(path, watch=watch)[0]
+            data, stat = zk.get(path, watch=watch)
+            return data, stat.version
         except NoNodeError:
             if watch is None or zk.exists(path, watch=watch) is None:
-                return None
+                return None, -1
             # Created between the two calls: read it (and watch it) again.
 
 
@@ -244,30 +250,34 @@ def read_topic(zk: KazooClient, topic: str, watch: Watcher | None = None) -> Top
     pending = [(p, zk.get_async(state_path(topic, p), watch=watch)) for p in assignment]
     for partition, result in pending:
         try:
-            data = result.get()[0]
+            data, stat = result.get()
+            version = stat.version
         except NoNodeError:
-            data = _read(zk, state_path(topic, partition), watch)  # sets the watch, or reads
+            data, version = _read_versioned(
+                zk, state_path(topic, partition), watch
+            )  # sets the watch, or reads
         if data is not None:
-            states[partition] = _state_from(_json(data))
+            states[partition] = _state_from(_json(data), version)
     return TopicMetadata(topic, assignment, states, read_topic_config(zk, topic, watch))
 
 
-def _state_from(document: dict) -> PartitionState:
+def _state_from(document: dict, zk_version: int = -1) -> PartitionState:
     return PartitionState(
         document["leader"],
         document["leader_epoch"],
         tuple(document["isr"]),
         document.get("controller_epoch", 0),
+        zk_version,
     )
 
 
 def read_partition_state(
     zk: KazooClient, topic: str, partition: int, watch: Watcher | None = None
 ) -> PartitionState | None:
-    data = _read(zk, state_path(topic, partition), watch)
+    data, version = _read_versioned(zk, state_path(topic, partition), watch)
     if data is None:
         return None
-    return _state_from(_json(data))
+    return _state_from(_json(data), version)
 
 
 def read_topic_config(zk: KazooClient, topic: str, watch: Watcher | None = None) -> dict[str, str]:
@@ -351,10 +361,11 @@ def read_changes(
     ]
     for key, result in pending:
         try:
-            data: bytes | None = result.get()[0]
+            data, stat = result.get()
+            version = stat.version
         except NoNodeError:
-            data = _read(zk, state_path(*key), watch)  # sets the watch, or reads
-        delta.states[key] = _state_from(_json(data)) if data is not None else None
+            data, version = _read_versioned(zk, state_path(*key), watch)  # sets the watch, or reads
+        delta.states[key] = _state_from(_json(data), version) if data is not None else None
     return delta
 
 
@@ -438,7 +449,7 @@ def read_state_and_version(
         data, stat = zk.get(state_path(topic, partition))
     except NoNodeError:
         return None
-    return _state_from(_json(data)), stat.version
+    return _state_from(_json(data), stat.version), stat.version
 
 
 def read_states_and_versions(
@@ -453,7 +464,7 @@ def read_states_and_versions(
             data, stat = result.get()
         except NoNodeError:
             continue
-        states[partition] = (_state_from(_json(data)), stat.version)
+        states[partition] = (_state_from(_json(data), stat.version), stat.version)
     return states
 
 
@@ -519,7 +530,9 @@ def update_isrs(
         state, version = found
         if state.leader != leader or state.leader_epoch != leader_epoch:
             continue
-        changed = PartitionState(leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch)
+        changed = PartitionState(
+            leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch, version + 1
+        )
         writes.append((topic, number, changed, version))
     results = write_states(zk, writes)
     written = {(t, n) for (t, n, _, _), ok in zip(writes, results, strict=True) if ok}
