@@ -78,3 +78,41 @@ def test_a_reopened_log_keeps_a_checkpointed_log_start_inside_a_segment(make_log
         log_start_offset=12,
     )
     assert reopened.log_start_offset == 12
+
+
+def five_segments_in_epochs(make_log, clock, **config) -> Log:
+    """five_segments, each segment appended by a leader of a new epoch: epochs 0-4 start at
+    offsets 0, 5, 10, 15, 20."""
+    log = make_log(segment_bytes=5 * MESSAGE_BYTES, **config)
+    for epoch in range(5):
+        clock.advance(10)
+        log.append_as_leader(message_set(5, timestamp=clock.milliseconds()), leader_epoch=epoch)
+    log.high_watermark = log.log_end_offset
+    return log
+
+
+def test_the_leader_epochs_below_a_new_log_start_are_forgotten(make_log, clock, tmp_path):
+    log = five_segments_in_epochs(make_log, clock)
+
+    log.maybe_increment_log_start_offset(12, "DeleteRecords")
+
+    # epoch 2 started at 10 and now starts at the log start; 0 and 1 wrote nothing that is left
+    assert log.leader_epochs.entries == [(2, 12), (3, 15), (4, 20)]
+    assert log.leader_epochs.end_offset_for(1, log.log_end_offset) == -1
+    assert log.leader_epochs.end_offset_for(2, log.log_end_offset) == 15
+    log.close()
+    reopened = Log(
+        tmp_path / "t-0",
+        LogConfig(segment_bytes=5 * MESSAGE_BYTES),
+        clock=clock,
+        log_start_offset=12,
+    )
+    assert reopened.leader_epochs.entries == [(2, 12), (3, 15), (4, 20)]
+
+
+def test_retention_forgets_the_epochs_of_the_segments_it_deletes(make_log, clock):
+    log = five_segments_in_epochs(make_log, clock, retention_bytes=3 * 5 * MESSAGE_BYTES)
+
+    assert log.delete_old_segments() == 2
+
+    assert log.leader_epochs.entries == [(2, 10), (3, 15), (4, 20)]

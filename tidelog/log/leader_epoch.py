@@ -97,6 +97,19 @@ class LeaderEpochCache:
             self.entries = kept
             self._write()
 
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forgets the offsets below ``start_offset`` (the log start moved up to it): of the
+        epochs that start at or before it, only the latest is kept, starting there, as Kafka's
+        truncateFromStart does. A follower whose latest epoch is older than every one kept is
+        then answered UNDEFINED_EPOCH_OFFSET, and falls back to its high watermark."""
+        earlier = [entry for entry in self.entries if entry[1] <= start_offset]
+        if not earlier:
+            return
+        kept = [(earlier[-1][0], start_offset), *self.entries[len(earlier) :]]
+        if kept != self.entries:
+            self.entries = kept
+            self._write()
+
     def clear(self) -> None:
         if self.entries:
             self.entries = []

@@ -324,6 +324,7 @@ class Log:
                 return False
             self.log_start_offset = offset
             self.producer_state.truncate_head(offset)
+            self.leader_epochs.truncate_from_start(offset)
         log.info("%s: log start offset now %d: %s", self.directory, offset, reason)
         return True
 
@@ -759,6 +760,7 @@ class Log:
             if not self.config.remote_storage_enable:
                 self.log_start_offset = max(self.log_start_offset, self.local_log_start_offset)
                 self.producer_state.truncate_head(self.log_start_offset)
+                self.leader_epochs.truncate_from_start(self.log_start_offset)
             self._delete_files(segment)
             deleted += 1
             log.info(
