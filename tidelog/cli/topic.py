@@ -265,6 +265,8 @@ def reassign_partitions(client, args: argparse.Namespace) -> None:
             reassignment.set_throttle_rate(client, current, wanted, args.throttle)
             print(f"The throttle limit was set to {args.throttle} B/s")
             return
+        zookeeper.refuse_while_reassigning(client)
+        reassignment.check_brokers(client, wanted)
         print(
             f"Current partition replica assignment\n\n{reassignment.as_json(current)}\n\n"
             "Save this to use as the --reassignment-json-file option during rollback"

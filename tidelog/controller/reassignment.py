@@ -93,8 +93,9 @@ def current_assignment(zk: KazooClient, names: list[str]) -> Assignment:
 
 def check(zk: KazooClient, text: str) -> Assignment:
     """A reassignment to execute, with Kafka's checks (not empty, no partition twice, no broker
-    twice in a partition, every partition existing) and tidelog's (every broker named is
-    registered, no replica list empty); ReassignmentError otherwise."""
+    twice in a partition, every partition existing) and tidelog's (no replica list empty);
+    ReassignmentError otherwise. check_brokers then checks that every broker it names is
+    registered (after the check for a reassignment under way, as Kafka orders them)."""
     parsed = parse_reassignment(text)
     if not parsed:
         raise ReassignmentError("Partition reassignment data file is empty")
@@ -123,14 +124,18 @@ def check(zk: KazooClient, text: str) -> Assignment:
         raise ReassignmentError(
             "The proposed assignment contains non-existent partitions: " + ", ".join(missing)
         )
+    return dict(parsed)
+
+
+def check_brokers(zk: KazooClient, assignment: Assignment) -> None:
+    """ReassignmentError unless every broker ``assignment`` names is registered."""
     live = set(zookeeper.read_brokers(zk))
-    unknown = sorted({r for _, replicas in parsed for r in replicas} - live)
+    unknown = sorted({r for replicas in assignment.values() for r in replicas} - live)
     if unknown:
         raise ReassignmentError(
             f"brokers {unknown} are not registered (live brokers: {sorted(live)}): a "
             "reassignment moves replicas onto live brokers only"
         )
-    return dict(parsed)
 
 
 def execute(zk: KazooClient, assignment: Assignment) -> None:

@@ -658,11 +658,18 @@ def request_reassignment(zk: KazooClient, assignment: dict[tuple[str, int], list
     try:
         zk.create(REASSIGN_PARTITIONS, _dump(reassignment_document(assignment)), makepath=True)
     except NodeExistsError:
-        running = ", ".join(f"{t}-{p}" for t, p in sorted(read_reassignment(zk)))
+        refuse_while_reassigning(zk)
+        raise
+
+
+def refuse_while_reassigning(zk: KazooClient) -> None:
+    """RuntimeError naming the partitions of the reassignment under way, if there is one."""
+    running = ", ".join(f"{t}-{p}" for t, p in sorted(read_reassignment(zk)))
+    if running:
         raise RuntimeError(
             f"a partition reassignment is under way ({running}): one at a time; "
             "`tidelog topic reassign --verify` tells when it is done"
-        ) from None
+        )
 
 
 def finish_reassignments(zk: KazooClient, finished: set[tuple[str, int]]) -> None:
