@@ -394,9 +394,18 @@ def test_idempotent_clients_lose_repeat_and_reorder_nothing_under_leader_sigkill
         extra={"enable.idempotence": True, "linger.ms": 5},
     ).start()
     kafka_python = KafkaPythonProducer(cluster.bootstrap_servers, second, partitions, rate=150)
+
+    def both_acknowledge_another(count: int) -> None:
+        wanted = (len(librdkafka.acked) + count, len(kafka_python.acked) + count)
+        wait_until(
+            lambda: len(librdkafka.acked) >= wanted[0] and len(kafka_python.acked) >= wanted[1],
+            60,
+            f"both producers to have {count} more messages acknowledged",
+        )
+
     try:
         for partition in (0, 1):
-            time.sleep(1.5)
+            both_acknowledge_another(150)
             leader = leader_of(cluster, first, partition)
             cluster.signal_broker(leader, signal.SIGKILL)
             faults.wait_until_leader(
@@ -405,7 +414,7 @@ def test_idempotent_clients_lose_repeat_and_reorder_nothing_under_leader_sigkill
             cluster.start_broker(leader)
             faults.wait_for_full_isr(cluster, first)
             faults.wait_for_full_isr(cluster, second)
-        time.sleep(1.5)
+        both_acknowledge_another(150)
     finally:
         librdkafka.stop()
         kafka_python.stop()
