@@ -362,16 +362,19 @@ class DiskErrorSettings:
     probability: float = 0.02
 
 
-def _fiu_control(prefix: Path, pid: int, command: str, alive: Callable[[], bool]) -> None:
-    """``command`` to the broker's libfiu. A broker that halted (a failure the previous
-    command enabled may stop it at once) no longer reads its control FIFO, and fiu-ctrl would
-    wait on it for ever: so not sent to a broker that is gone, and given up on after
-    FIU_CONTROL_TIMEOUT_S if the broker went while it waited."""
+def _fiu_control(
+    prefix: Path, pid: int, command: str, alive: Callable[[], bool], through: tuple[str, ...] = ()
+) -> None:
+    """``command`` to the broker's libfiu (``through``: the command line that runs fiu-ctrl
+    where the broker is, ``docker exec`` in its container). A broker that halted (a failure
+    the previous command enabled may stop it at once) no longer reads its control FIFO, and
+    fiu-ctrl would wait on it for ever: so not sent to a broker that is gone, and given up on
+    after FIU_CONTROL_TIMEOUT_S if the broker went while it waited."""
     if not alive():
         return
     try:
         done = subprocess.run(
-            ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
+            [*through, "fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
             capture_output=True,
             text=True,
             check=False,
@@ -400,16 +403,16 @@ def disk_errors(
     failed with EIO at ``settings.probability`` for up to
     ``hold_s``: a failed write halts it (Kafka 0.10's answer). Then it starts again without
     the preload (stopped cleanly first if it did not halt), to recover."""
-    if not isinstance(cluster, LocalCluster):
-        raise ClusterError("disk_errors needs a local cluster (brokers started by this host)")
-    if shutil.which("fiu-run") is None:
-        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
     unknown = [op for op in settings.operations if op not in DISK_ERROR_POINTS]
     if unknown or not 0 < settings.probability <= 1:
         raise ClusterError(
             f"disk errors {settings}: allowed operations {', '.join(DISK_ERROR_POINTS)}, "
             "a probability above 0 up to 1"
         )
+    if isinstance(cluster, ComposeCluster):
+        return _container_disk_errors(cluster, broker_id, topic, settings, hold_s=hold_s)
+    if shutil.which("fiu-run") is None:
+        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
     prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"
     log_path = cluster.broker(broker_id).log_path
     halts_before = log_path.read_text(errors="replace").count(HALTED)
@@ -447,6 +450,63 @@ def disk_errors(
     return (
         f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
         f"it {outcome}; restarted without the errors"
+    )
+
+
+# where a compose broker's libfiu makes its control FIFOs (FIU_CONTAINER_PREFIX-1.in, .out: the
+# broker is its container's first process), in the image's home of the tidelog user
+FIU_CONTAINER_PREFIX = "/var/lib/tidelog/fiu-ctrl"
+
+
+def _container_disk_errors(
+    cluster: ComposeCluster,
+    broker_id: int,
+    topic: str,
+    settings: DiskErrorSettings,
+    *,
+    hold_s: float,
+) -> str:
+    """``disk_errors`` on a compose broker: its container recreated with TIDELOG_FIU_CONTROL
+    (docker/entrypoint.py runs the broker under fiu-run), the failure points enabled with
+    fiu-ctrl through ``docker exec``, and the container recreated without it at the end, also
+    when the fault is interrupted."""
+    led = _led_by(cluster, topic, broker_id)
+    cluster.set_fault_environment(broker_id, {"TIDELOG_FIU_CONTROL": FIU_CONTAINER_PREFIX})
+    halted = False
+    try:
+        cluster.recreate_broker(broker_id)  # a clean stop, then the broker under the preload
+        wait_for_full_isr(cluster, topic)
+        if led:
+            _lead_again(cluster, topic, broker_id, led)
+        through = tuple(cluster.exec_command(broker_id, []))
+
+        def alive() -> bool:
+            return cluster.broker(broker_id).alive
+
+        for operation in settings.operations:
+            _fiu_control(
+                Path(FIU_CONTAINER_PREFIX),
+                1,
+                f"enable_random name={DISK_ERROR_POINTS[operation]},"
+                f"probability={settings.probability},failinfo={EIO}",
+                alive,
+                through,
+            )
+        deadline = time.monotonic() + hold_s
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        halted = HALTED in cluster.broker_log(broker_id)
+        for operation in settings.operations:
+            disable = f"disable name={DISK_ERROR_POINTS[operation]}"
+            _fiu_control(Path(FIU_CONTAINER_PREFIX), 1, disable, alive, through)
+    finally:
+        cluster.set_fault_environment(broker_id, {})
+        cluster.recreate_broker(broker_id)  # stopped cleanly if it did not halt
+    operations = "/".join(settings.operations)
+    outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
+    return (
+        f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
+        f"it {outcome}; its container recreated without the errors"
     )
 
 
