@@ -67,13 +67,20 @@ def broker_command(arguments: list[str], environment: dict[str, str] | None = No
     return command
 
 
+def mounts_at(path: Path) -> int:
+    """How many filesystems are mounted at ``path`` in this mount namespace (stacked)."""
+    with open("/proc/self/mountinfo") as mounts:
+        return sum(line.split()[4] == str(path) for line in mounts)
+
+
 def wait_for_mount(log_dir: Path, seconds: float) -> None:
-    """Returns once a filesystem other than the one ``log_dir`` is on now is mounted over it;
-    exits the container if none is within ``seconds``."""
-    device = log_dir.stat().st_dev
+    """Returns once a filesystem is mounted over the log volume at ``log_dir`` (two mounts
+    there: the volume's, which the image's VOLUME makes sure of, and one on top); exits the
+    container if none is within ``seconds``. Counted rather than compared with the device the
+    log dir was on at start, as the mount may come before this process gets that far."""
     deadline = time.monotonic() + seconds
     print(f"waiting up to {seconds:.0f} s for a filesystem to be mounted over {log_dir}")
-    while log_dir.stat().st_dev == device:
+    while mounts_at(log_dir) < 2:
         if time.monotonic() > deadline:
             print(f"no filesystem was mounted over {log_dir} within {seconds:.0f} s")
             sys.exit(1)

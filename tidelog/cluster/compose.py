@@ -288,8 +288,15 @@ class ComposeCluster:
 
     def down(self, progress: Callable[[str], object] = print) -> None:
         """Stops the project and removes its containers, network and volumes."""
+        from tidelog.cluster import disks
+
         progress(f"removing compose project {self.project}")
         self.compose("down", "--volumes", "--timeout", "30")
+        # the containers' mounts of small disks went with them: their images go too, and the
+        # variables of faults in place, which a cluster started again here would start with
+        disks.release_volume_disks(self.directory, progress)
+        for broker_id in self.broker_ids:
+            self.set_fault_environment(broker_id, {})
 
     def container(self, service: str) -> str:
         """The id of the service's container (running or not)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.cluster import disks, netfaults, power
-from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.compose import CONTAINER_LOG_DIR, ComposeCluster
 from tidelog.cluster.container_network import ContainerNetwork
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import member_name
@@ -308,8 +308,8 @@ def disk_full(
     """The broker's log dir moved onto a small filesystem with ``headroom`` bytes free (a clean
     restart), produced to until a write fails with ENOSPC and the broker halts, then its log
     dir (what it wrote) back on the big disk and the broker started again, to recover."""
-    if not isinstance(cluster, LocalCluster):
-        raise ClusterError("disk_full needs a local cluster (its log dirs on this disk)")
+    if isinstance(cluster, ComposeCluster):
+        return _container_disk_full(cluster, broker_id, headroom=headroom, timeout=timeout)
     log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
     if len(log_dirs) != 1:
         raise ClusterError(f"disk_full needs a broker with one log dir; {broker_id} has {log_dirs}")
@@ -337,6 +337,48 @@ def disk_full(
     return (
         f"broker {broker_id} restarted on a filesystem with {headroom} bytes free, filled it and "
         f"{how}; started again on the big disk with what it wrote"
+    )
+
+
+LOG_DIR_MOUNT_WAIT_S = 120  # how long a recreated broker waits for its small disk
+
+
+def _container_disk_full(
+    cluster: ComposeCluster, broker_id: int, *, headroom: int, timeout: float
+) -> str:
+    """``disk_full`` on a compose broker: stopped cleanly, its volume copied onto a small ext4
+    image, its container recreated to wait for a mount over its log dir, the image mounted
+    there in the container's mount namespace (disks.py), and once the broker halted (or after
+    ``timeout``, killed) what it wrote copied back into its volume and its container recreated
+    as it was."""
+    service = cluster.broker(broker_id).service
+    (volume,) = cluster.log_dirs(broker_id)
+    cluster.stop_broker(broker_id)
+    halted = False
+    try:
+        disk = disks.make_small_volume(cluster.directory, service, volume, headroom)
+        cluster.set_fault_environment(
+            broker_id, {"TIDELOG_WAIT_FOR_LOG_DIR_MOUNT": str(LOG_DIR_MOUNT_WAIT_S)}
+        )
+        cluster.recreate_broker(broker_id, wait=False)
+        disks.mount_in_container(disk, cluster.broker_pid(broker_id), CONTAINER_LOG_DIR)
+        wait_until(
+            lambda: not cluster.broker(broker_id).alive,
+            timeout,
+            f"broker {broker_id} to fill its {headroom} bytes and halt",
+            interval=0.5,
+        )
+        halted = HALTED in cluster.broker_log(broker_id)
+    finally:
+        if cluster.broker(broker_id).alive:  # its mount and loop device go with the container
+            cluster.signal_broker(broker_id, signal.SIGKILL)
+        cluster.set_fault_environment(broker_id, {})
+        disks.release_volume_disks(cluster.directory)
+    cluster.recreate_broker(broker_id)
+    how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
+    return (
+        f"broker {broker_id}'s container recreated on a filesystem with {headroom} bytes free, "
+        f"it filled it and {how}; recreated on its volume with what it wrote"
     )
 
 
