@@ -103,7 +103,8 @@ def test_a_removed_container_takes_its_small_disk_mount_and_loop_device_with_it(
     compose_cluster.set_fault_environment(broker_id, {"TIDELOG_WAIT_FOR_LOG_DIR_MOUNT": "60"})
     try:
         compose_cluster.recreate_broker(broker_id, wait=False)
-        disks.mount_in_container(disk, compose_cluster.broker_pid(broker_id), CONTAINER_LOG_DIR)
+        pid = compose_cluster.broker_pid(broker_id)
+        disks.mount_in_container(compose_cluster.directory, disk, pid, CONTAINER_LOG_DIR)
         assert disks.loops_of(disk.image), "the image is on a loop device while mounted"
         mounts = in_container(compose_cluster, broker_id, ["cat", "/proc/1/mountinfo"])
         on_log_dir = [line for line in mounts.splitlines() if f" {CONTAINER_LOG_DIR} " in line]

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tidelog.files import replace_text
@@ -148,6 +148,9 @@ class VolumeDisk:
     image: str
     volume: str
     staging: str
+    # whether a container was given the image: only then does the image hold what the broker
+    # wrote, to be copied back (before, it may hold a part of a copy that was cut short)
+    given: bool = False
 
 
 def _volume_records(directory: Path) -> list[VolumeDisk]:
@@ -213,10 +216,16 @@ def make_small_volume(
     return disk
 
 
-def mount_in_container(disk: VolumeDisk, pid: int, target: str) -> None:
+def mount_in_container(cluster_directory: Path, disk: VolumeDisk, pid: int, target: str) -> None:
     """The image mounted over ``target`` in the mount namespace of the container whose first
-    process is ``pid`` (host's id). The loop device is attached on the host and told to clear
-    itself once unused (``losetup -d`` of a mounted device), so the container's end frees it."""
+    process is ``pid`` (host's id), recorded as given first. The loop device is attached on the
+    host and told to clear itself once unused (``losetup -d`` of a mounted device), so the
+    container's end frees it."""
+    given = replace(disk, given=True)
+    _save_volume_records(
+        cluster_directory,
+        [given if d == disk else d for d in _volume_records(cluster_directory)],
+    )
     loop = subprocess.run(
         ["losetup", "--find", "--show", disk.image], capture_output=True, text=True, check=False
     )
@@ -241,17 +250,18 @@ def mount_in_container(disk: VolumeDisk, pid: int, target: str) -> None:
 def restore_volume(cluster_directory: Path, disk: VolumeDisk) -> None:
     """What the broker wrote on its small disk copied back into its volume, once no container
     holds the image any more (its namespace went, and with it the mount and the loop device);
-    then the image goes. A volume that is gone (``docker compose down --volumes``) takes
-    nothing back."""
+    then the image goes. An image no container was given (the command was killed while it
+    made it) leaves the volume as it was; a volume that is gone (``docker compose down
+    --volumes``) takes nothing back."""
+    staging, volume = Path(disk.staging), Path(disk.volume)
+    if mounted(staging):  # a command killed while it filled the image
+        _run(["umount", disk.staging])
     deadline = time.monotonic() + LOOP_RELEASE_TIMEOUT_S
     while loops_of(disk.image):
         if time.monotonic() > deadline:
             raise DiskError(f"{disk.image} is still attached to {loops_of(disk.image)}")
         time.sleep(0.2)
-    staging, volume = Path(disk.staging), Path(disk.volume)
-    if mounted(staging):
-        _run(["umount", disk.staging])
-    if Path(disk.image).exists() and volume.is_dir():
+    if disk.given and Path(disk.image).exists() and volume.is_dir():
         _run(["mount", "-o", "loop,ro", disk.image, disk.staging])
         try:
             for entry in list(volume.iterdir()):
@@ -267,7 +277,7 @@ def restore_volume(cluster_directory: Path, disk: VolumeDisk) -> None:
     with contextlib.suppress(OSError):
         staging.rmdir()
     _save_volume_records(
-        cluster_directory, [d for d in _volume_records(cluster_directory) if d != disk]
+        cluster_directory, [d for d in _volume_records(cluster_directory) if d.image != disk.image]
     )
 
 

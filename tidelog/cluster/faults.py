@@ -361,7 +361,9 @@ def _container_disk_full(
             broker_id, {"TIDELOG_WAIT_FOR_LOG_DIR_MOUNT": str(LOG_DIR_MOUNT_WAIT_S)}
         )
         cluster.recreate_broker(broker_id, wait=False)
-        disks.mount_in_container(disk, cluster.broker_pid(broker_id), CONTAINER_LOG_DIR)
+        disks.mount_in_container(
+            cluster.directory, disk, cluster.broker_pid(broker_id), CONTAINER_LOG_DIR
+        )
         wait_until(
             lambda: not cluster.broker(broker_id).alive,
             timeout,
