@@ -86,7 +86,7 @@ class ComposeBroker:
     @property
     def alive(self) -> bool:
         """Its container runs (a paused one too, as a stopped process is alive)."""
-        return self.health() not in ("created", "exited", "dead")
+        return self.health() not in ("created", "exited", "dead", "no container")
 
 
 @dataclass
@@ -404,6 +404,11 @@ class ComposeCluster:
             self.broker(broker_id).service,
             timeout=timeout + 60,
         )
+
+    def has_container(self, broker_id: int) -> bool:
+        """Whether the broker's service has a container, running or not (none once the project
+        is down)."""
+        return self.broker(broker_id).service in self.healths()
 
     def exec_command(self, broker_id: int, argv: list[str]) -> list[str]:
         """``argv`` run in the broker's container (as the image's user), as a command line."""

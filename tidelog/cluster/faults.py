@@ -376,6 +376,8 @@ def _container_disk_full(
             cluster.signal_broker(broker_id, signal.SIGKILL)
         cluster.set_fault_environment(broker_id, {})
         disks.release_volume_disks(cluster.directory)
+    if not cluster.has_container(broker_id):
+        raise ClusterError(f"broker {broker_id}'s compose project was taken down during disk_full")
     cluster.recreate_broker(broker_id)
     how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
     return (
@@ -545,7 +547,10 @@ def _container_disk_errors(
             _fiu_control(Path(FIU_CONTAINER_PREFIX), 1, disable, alive, through)
     finally:
         cluster.set_fault_environment(broker_id, {})
-        cluster.recreate_broker(broker_id)  # stopped cleanly if it did not halt
+        # stopped cleanly if it did not halt; not made again in a project taken down meanwhile
+        # (an interrupted scenario's teardown)
+        if cluster.has_container(broker_id):
+            cluster.recreate_broker(broker_id)
     operations = "/".join(settings.operations)
     outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
     return (
