@@ -81,7 +81,10 @@ def test_failing_disk_writes_halt_a_broker_and_lose_nothing_acknowledged(
 def test_a_full_disk_halts_a_broker_which_recovers_on_its_volume(
     compose_cluster: ComposeCluster,
 ) -> None:
-    settings = ScenarioSettings("disk_full", "follower", rate=300, settle_seconds=1.0)
+    # v0 messages here, v1 in the disk_errors test: both formats, one run each
+    settings = ScenarioSettings(
+        "disk_full", "follower", message_format="0.9.0", rate=300, settle_seconds=1.0
+    )
     target, watch, said = scenario(compose_cluster, settings)
 
     assert "halted on its I/O error" in said, said
