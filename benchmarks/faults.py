@@ -1,7 +1,10 @@
 """Issue 25's figures: each fault of `scenario replication` on one three-broker cluster in
 network namespaces, acks=all, replication factor 3, min.insync.replicas 2, RUNS times.
 
-    .venv/bin/python benchmarks/faults.py [--runs 5] [--faults partition,degraded,...]
+    .venv/bin/python benchmarks/faults.py [--runs 5] [--faults partition,degraded,...] [--compose]
+
+--compose: on compose.yaml's cluster instead (its own project on free ports, removed after;
+the images as scripts/docker-engine.sh --images builds them, TIDELOG_TAG naming their tag).
 
 Per fault: the longest stretch without an acknowledgement and the time until the producer was
 served again after the fault (p50 and max over the runs), acknowledged messages lost (total),
@@ -16,7 +19,9 @@ import asyncio
 import os
 import statistics
 import tempfile
+from pathlib import Path
 
+from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.faults import DiskErrorSettings
 from tidelog.cluster.local import LocalCluster
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
@@ -52,10 +57,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--faults", help="comma-separated case names (default: all)")
+    parser.add_argument("--compose", action="store_true", help="on compose.yaml's cluster")
     args = parser.parse_args()
     wanted = [c for c in CASES if not args.faults or c.split()[0] in args.faults.split(",")]
-    cluster = LocalCluster(tempfile.mkdtemp(prefix="tidelog-bench-faults-"))
-    cluster.up(3, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None, netns=True)
+    directory = tempfile.mkdtemp(prefix="tidelog-bench-faults-")
+    cluster: LocalCluster | ComposeCluster
+    if args.compose:
+        compose_file = Path(__file__).resolve().parents[1] / "compose.yaml"
+        cluster = ComposeCluster.create(directory, compose_file, f"tidelog-bench-{os.getpid()}")
+        cluster.up(overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None, build=False)
+    else:
+        cluster = LocalCluster(directory)
+        cluster.up(3, overrides=dict(SCENARIO_OVERRIDES), progress=lambda _: None, netns=True)
     print(f"load average before: {os.getloadavg()}")
     print(
         f"{'fault':40} {'without ack p50/max s':>22} {'served again p50/max s':>23} "

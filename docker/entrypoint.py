@@ -10,6 +10,13 @@ then from KAFKA_* environment variables as Confluent's images spell them (KAFKA_
 broker.id: '_' is '.', '__' is '_', '___' is '-'), then the image's defaults for what is still
 unset (DEFAULTS). The resulting file is written to /var/lib/tidelog/server.properties, where the
 healthcheck (docker/health.sh) reads admin.listener.
+
+Two variables serve the compose cluster's disk faults (tidelog/cluster/faults.py):
+TIDELOG_FIU_CONTROL=PREFIX runs the broker under libfiu's POSIX preload (``fiu-run -x -f
+PREFIX``; the broker stays the container's first process, so ``fiu-ctrl -f PREFIX ... 1`` reaches
+it through ``docker exec``), and TIDELOG_WAIT_FOR_LOG_DIR_MOUNT=SECONDS holds the broker back
+until a filesystem is mounted over its log dir (from the host, in the container's mount
+namespace), for at most SECONDS.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 MOUNTED_CONFIG = Path("/etc/tidelog/server.properties")
@@ -49,13 +57,44 @@ def write_config(properties: dict[str, str]) -> Path:
     return EFFECTIVE_CONFIG
 
 
-def broker_command(arguments: list[str]) -> list[str]:
-    return ["tidelog", "broker", "--config", str(EFFECTIVE_CONFIG), *arguments]
+def broker_command(arguments: list[str], environment: dict[str, str] | None = None) -> list[str]:
+    """The broker's command line; under libfiu's POSIX preload when TIDELOG_FIU_CONTROL names
+    the prefix of its control FIFOs (fiu-run execs the broker: it keeps this process's id)."""
+    command = ["tidelog", "broker", "--config", str(EFFECTIVE_CONFIG), *arguments]
+    prefix = (environment or {}).get("TIDELOG_FIU_CONTROL")
+    if prefix:
+        return ["fiu-run", "-x", "-f", prefix, *command]
+    return command
+
+
+def mounts_at(path: Path) -> int:
+    """How many filesystems are mounted at ``path`` in this mount namespace (stacked)."""
+    with open("/proc/self/mountinfo") as mounts:
+        return sum(line.split()[4] == str(path) for line in mounts)
+
+
+def wait_for_mount(log_dir: Path, seconds: float) -> None:
+    """Returns once a filesystem is mounted over the log volume at ``log_dir`` (two mounts
+    there: the volume's, which the image's VOLUME makes sure of, and one on top); exits the
+    container if none is within ``seconds``. Counted rather than compared with the device the
+    log dir was on at start, as the mount may come before this process gets that far."""
+    deadline = time.monotonic() + seconds
+    print(f"waiting up to {seconds:.0f} s for a filesystem to be mounted over {log_dir}")
+    while mounts_at(log_dir) < 2:
+        if time.monotonic() > deadline:
+            print(f"no filesystem was mounted over {log_dir} within {seconds:.0f} s")
+            sys.exit(1)
+        time.sleep(0.1)
 
 
 def broker(arguments: list[str]) -> None:
-    write_config(broker_properties(dict(os.environ)))
-    command = broker_command(arguments)
+    environment = dict(os.environ)
+    properties = broker_properties(environment)
+    if environment.get("TIDELOG_WAIT_FOR_LOG_DIR_MOUNT"):
+        log_dir = Path(properties["log.dirs"].split(",")[0])
+        wait_for_mount(log_dir, float(environment["TIDELOG_WAIT_FOR_LOG_DIR_MOUNT"]))
+    write_config(properties)
+    command = broker_command(arguments, environment)
     os.execvp(command[0], command)  # the broker is PID 1: it gets docker stop's SIGTERM
 
 

@@ -201,6 +201,26 @@ fill_wheelhouse() {
     say "wheelhouse ${wheels#"$ROOT"/}: $(ls "$wheels"/*.whl | wc -l) wheels of $what for offline image builds"
 }
 
+# Debian packages for the broker image, taken from the host's apt (its sources are bookworm's, as
+# the image's base is): the image builds reach no mirror. Fetched again only when the wanted
+# packages change (the list is kept beside the .deb files as packages.txt).
+#   fill_debs DIR PACKAGE...
+fill_debs() {
+    local debs=$1
+    shift
+    mkdir -p "$debs"
+    if [ "$*" = "$(cat "$debs/packages.txt" 2>/dev/null)" ] && ls "$debs"/*.deb >/dev/null 2>&1; then
+        say "packages ${debs#"$ROOT"/} up to date ($(ls "$debs"/*.deb | wc -l) .deb files)"
+        return
+    fi
+    rm -f "$debs"/*.deb "$debs/packages.txt"
+    (cd "$debs" && apt-get download -qq "$@" >/dev/null 2>&1) ||
+        (apt-get update -qq && cd "$debs" && apt-get download -qq "$@" >/dev/null) ||
+        fail "apt-get download $* failed: the broker image needs them"
+    echo "$*" >"$debs/packages.txt"
+    say "packages ${debs#"$ROOT"/}: $(ls "$debs"/*.deb | wc -l) .deb files of $* for offline image builds"
+}
+
 # requirements SECTION...: pyproject.toml's runtime dependencies ("dependencies") or the named
 # extras (optional-dependencies), one a line; an extra that pyproject.toml lacks gives nothing.
 requirements() {
@@ -260,6 +280,9 @@ ensure_base "$ZOOKEEPER_BASE" "$ZOOKEEPER_PACKAGES"
 # tidelog's runtime dependencies, and the build tools install-venv.sh needs
 fill_wheelhouse "$ROOT/docker/wheels" "the runtime dependencies" "$(requirements dependencies)" \
     "setuptools>=68" wheel
+# libfiu's preload and its control (Debian's fiu-utils), for the disk_errors fault on a compose
+# broker (docker/entrypoint.py runs the broker under fiu-run when told to)
+fill_debs "$ROOT/docker/debs" fiu-utils libfiu0
 if [ "${1:-}" = "--images" ]; then
     # the tools image's extras: the report pipeline (Spark, matplotlib) and locust
     fill_wheelhouse "$ROOT/docker/tools/wheels" "the pipeline and locust extras" \

@@ -9,6 +9,8 @@ two replicas healthy nothing acknowledged with acks=all is lost. One cluster ser
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,68 @@ def read_errors(cluster: LocalCluster) -> int:
         cluster.broker(b).log_path.read_text(errors="replace").count("Input/output error")
         for b in cluster.broker_ids
     )
+
+
+def a_volume(tmp_path: Path) -> Path:
+    """A compose broker's log volume as this host sees it, with one segment."""
+    volume = tmp_path / "volumes" / "broker-1" / "_data"
+    (volume / "t-0").mkdir(parents=True)
+    (volume / "t-0" / "00000000000000000000.log").write_bytes(b"m" * 1000)
+    return volume
+
+
+def test_a_compose_brokers_small_disk_goes_with_its_mount_namespace_and_keeps_what_was_written(
+    tmp_path,
+):
+    """The small disk of disk_full on a compose cluster, with a mount namespace of its own
+    (``unshare``) for the container's: the mount is not the host's, the namespace's end frees
+    the loop device, and what was written there goes back into the volume."""
+    volume = a_volume(tmp_path)
+    disk = disks.make_small_volume(tmp_path, "broker-1", volume, headroom=4096)
+    target = tmp_path / "log-dir-in-the-container"
+    target.mkdir()
+    container = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sleep", "60"])
+    try:
+        time.sleep(0.5)  # unshare has made its namespace and exec'd sleep
+        disks.mount_in_container(tmp_path, disk, container.pid, str(target))
+        assert disks.loops_of(disk.image) and not disks.mounted(target)  # not the host's
+        written = target / "t-0" / "00000000000000001000.log"
+        subprocess.run(
+            [
+                "nsenter",
+                f"--mount=/proc/{container.pid}/ns/mnt",
+                "--",
+                "sh",
+                "-c",
+                f"printf nnnn > {written}",
+            ],
+            check=True,
+        )
+    finally:
+        container.kill()
+        container.wait()
+
+    disks.release_volume_disks(tmp_path)  # what ComposeCluster.down and the fault's end do
+
+    assert not disks.loops_of(disk.image)
+    assert sorted(p.name for p in (volume / "t-0").iterdir()) == [
+        "00000000000000000000.log",
+        "00000000000000001000.log",
+    ]
+    assert not (volume / disks.BALLAST).exists() and not (volume / "lost+found").exists()
+    assert not (tmp_path / disks.VOLUME_DISKS_FILE).exists()
+    assert not Path(disk.image).exists()
+
+
+def test_a_small_disk_no_container_was_given_leaves_the_volume_as_it_was(tmp_path):
+    """A command killed after it made the image and before a container had it: the image may
+    hold a part of a copy, so nothing of it goes back into the volume."""
+    volume = a_volume(tmp_path)
+    disk = disks.make_small_volume(tmp_path, "broker-1", volume, headroom=4096)
+    (volume / "t-0" / "00000000000000000000.log").write_bytes(b"v" * 10)  # not on the image
+
+    disks.release_volume_disks(tmp_path)
+
+    assert (volume / "t-0" / "00000000000000000000.log").read_bytes() == b"v" * 10
+    assert not Path(disk.image).exists() and not disks.loops_of(disk.image)
+    assert not (tmp_path / disks.VOLUME_DISKS_FILE).exists()

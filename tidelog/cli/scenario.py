@@ -121,7 +121,9 @@ def _add_replication(kinds) -> None:
             "afterwards), faults injected through the engine: docker kill -s KILL, docker "
             "pause, docker stop/start, network_partition and partition (docker network "
             "disconnect); partition_zookeeper, partition_one_way, partition_halves and degraded "
-            "by rules in the containers' network namespaces (needs root)"
+            "by rules in the containers' network namespaces (needs root); disk_errors by libfiu "
+            "in the target's recreated container; disk_full by a small ext4 image mounted over "
+            "its log dir in its container (needs root)"
         ),
     )
     replication.add_argument(

@@ -86,7 +86,7 @@ class ComposeBroker:
     @property
     def alive(self) -> bool:
         """Its container runs (a paused one too, as a stopped process is alive)."""
-        return self.health() not in ("created", "exited", "dead")
+        return self.health() not in ("created", "exited", "dead", "no container")
 
 
 @dataclass
@@ -170,17 +170,47 @@ class ComposeCluster:
         variables = {kafka_variable(key): value for key, value in settings.items()}
         _write_environment(Path(self.environment["TIDELOG_BROKER_SETTINGS"]), variables)
 
+    def _broker_variables(self, broker_id: int) -> dict[str, str]:
+        path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
+        return _read_environment(path) if path.exists() else {}
+
     def broker_overrides(self, broker_id: int) -> dict[str, str]:
         """This broker's own settings (Kafka's names), which win over every broker's."""
-        path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
-        variables = _read_environment(path) if path.exists() else {}
-        return {setting_of(variable): value for variable, value in variables.items()}
+        return {
+            setting_of(variable): value
+            for variable, value in self._broker_variables(broker_id).items()
+            if variable.startswith("KAFKA_")
+        }
 
     def set_broker_overrides(self, broker_id: int, settings: dict[str, str]) -> None:
-        """Settings broker ``broker_id`` starts with from its next (re)creation on."""
+        """Settings broker ``broker_id`` starts with from its next (re)creation on (its fault
+        environment is kept)."""
         variables = {kafka_variable(key): value for key, value in settings.items()}
         path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
-        _write_environment(path, variables)
+        _write_environment(path, {**variables, **self.fault_environment(broker_id)})
+
+    def fault_environment(self, broker_id: int) -> dict[str, str]:
+        """The entry point's variables a fault set for this broker (TIDELOG_FIU_CONTROL,
+        TIDELOG_WAIT_FOR_LOG_DIR_MOUNT: docker/entrypoint.py), in its own env file."""
+        return {
+            variable: value
+            for variable, value in self._broker_variables(broker_id).items()
+            if variable.startswith("TIDELOG_")
+        }
+
+    def set_fault_environment(self, broker_id: int, variables: dict[str, str]) -> None:
+        """The broker's fault variables from its next (re)creation on ({}: none); its own
+        settings are kept."""
+        wrong = [variable for variable in variables if not variable.startswith("TIDELOG_")]
+        if wrong:
+            raise ClusterError(f"fault variables are TIDELOG_*, not {', '.join(wrong)}")
+        path = Path(self.environment[f"TIDELOG_BROKER_{broker_id}_SETTINGS"])
+        kept = {
+            variable: value
+            for variable, value in self._broker_variables(broker_id).items()
+            if not variable.startswith("TIDELOG_")
+        }
+        _write_environment(path, {**kept, **variables})
 
     def image(self, broker_id: int) -> str:
         """The image the broker's service runs from its next (re)creation on."""
@@ -258,8 +288,15 @@ class ComposeCluster:
 
     def down(self, progress: Callable[[str], object] = print) -> None:
         """Stops the project and removes its containers, network and volumes."""
+        from tidelog.cluster import disks
+
         progress(f"removing compose project {self.project}")
         self.compose("down", "--volumes", "--timeout", "30")
+        # the containers' mounts of small disks went with them: their images go too, and the
+        # variables of faults in place, which a cluster started again here would start with
+        disks.release_volume_disks(self.directory, progress)
+        for broker_id in self.broker_ids:
+            self.set_fault_environment(broker_id, {})
 
     def container(self, service: str) -> str:
         """The id of the service's container (running or not)."""
@@ -354,11 +391,42 @@ class ComposeCluster:
             self.set_broker_overrides(broker_id, {**self.broker_overrides(broker_id), **overrides})
         changed = ", ".join(f"{k}={v}" for k, v in (overrides or {}).items()) or "no changes"
         progress(f"recreating {service} from {self.image(broker_id)} ({changed})")
+        self.recreate_broker(broker_id, timeout=timeout)
+
+    def recreate_broker(self, broker_id: int, wait: bool = True, timeout: float = 90.0) -> None:
+        """The broker's container replaced by a new one from its service's current image and
+        env files, on the same log volume (a running one is stopped cleanly first); with
+        ``wait``, returns once its healthcheck passes."""
+        waiting = ("--wait", "--wait-timeout", str(int(timeout))) if wait else ()
         self.compose(
             *("up", "--detach", "--no-deps", "--no-build", "--pull", "never", "--force-recreate"),
-            *("--wait", "--wait-timeout", str(int(timeout)), service),
+            *waiting,
+            self.broker(broker_id).service,
             timeout=timeout + 60,
         )
+
+    def has_container(self, broker_id: int) -> bool:
+        """Whether the broker's service has a container, running or not (none once the project
+        is down)."""
+        return self.broker(broker_id).service in self.healths()
+
+    def exec_command(self, broker_id: int, argv: list[str]) -> list[str]:
+        """``argv`` run in the broker's container (as the image's user), as a command line."""
+        return ["docker", "exec", self.container(self.broker(broker_id).service), *argv]
+
+    def broker_log(self, broker_id: int) -> str:
+        """What the broker's container wrote (its output and errors), since it was created."""
+        container = self.container(self.broker(broker_id).service)
+        done = subprocess.run(
+            ["docker", "logs", container], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            raise ClusterError(f"docker logs {container}: {done.stderr.strip()}")
+        return done.stdout + done.stderr
+
+    def broker_pid(self, broker_id: int) -> int:
+        """The host's process id of the broker container's first process (0: not running)."""
+        return int(self.inspect(self.broker(broker_id).service)["State"]["Pid"])
 
     def broker_settings(self, broker_id: int) -> dict[str, str]:
         """The settings the broker's container started with (the server.properties its entry

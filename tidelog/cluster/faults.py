@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidelog.cluster import disks, netfaults, power
-from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.compose import CONTAINER_LOG_DIR, ComposeCluster
 from tidelog.cluster.container_network import ContainerNetwork
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import member_name
@@ -308,8 +308,8 @@ def disk_full(
     """The broker's log dir moved onto a small filesystem with ``headroom`` bytes free (a clean
     restart), produced to until a write fails with ENOSPC and the broker halts, then its log
     dir (what it wrote) back on the big disk and the broker started again, to recover."""
-    if not isinstance(cluster, LocalCluster):
-        raise ClusterError("disk_full needs a local cluster (its log dirs on this disk)")
+    if isinstance(cluster, ComposeCluster):
+        return _container_disk_full(cluster, broker_id, headroom=headroom, timeout=timeout)
     log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
     if len(log_dirs) != 1:
         raise ClusterError(f"disk_full needs a broker with one log dir; {broker_id} has {log_dirs}")
@@ -340,6 +340,52 @@ def disk_full(
     )
 
 
+LOG_DIR_MOUNT_WAIT_S = 120  # how long a recreated broker waits for its small disk
+
+
+def _container_disk_full(
+    cluster: ComposeCluster, broker_id: int, *, headroom: int, timeout: float
+) -> str:
+    """``disk_full`` on a compose broker: stopped cleanly, its volume copied onto a small ext4
+    image, its container recreated to wait for a mount over its log dir, the image mounted
+    there in the container's mount namespace (disks.py), and once the broker halted (or after
+    ``timeout``, killed) what it wrote copied back into its volume and its container recreated
+    as it was."""
+    service = cluster.broker(broker_id).service
+    (volume,) = cluster.log_dirs(broker_id)
+    cluster.stop_broker(broker_id)
+    halted = False
+    try:
+        disk = disks.make_small_volume(cluster.directory, service, volume, headroom)
+        cluster.set_fault_environment(
+            broker_id, {"TIDELOG_WAIT_FOR_LOG_DIR_MOUNT": str(LOG_DIR_MOUNT_WAIT_S)}
+        )
+        cluster.recreate_broker(broker_id, wait=False)
+        disks.mount_in_container(
+            cluster.directory, disk, cluster.broker_pid(broker_id), CONTAINER_LOG_DIR
+        )
+        wait_until(
+            lambda: not cluster.broker(broker_id).alive,
+            timeout,
+            f"broker {broker_id} to fill its {headroom} bytes and halt",
+            interval=0.5,
+        )
+        halted = HALTED in cluster.broker_log(broker_id)
+    finally:
+        if cluster.broker(broker_id).alive:  # its mount and loop device go with the container
+            cluster.signal_broker(broker_id, signal.SIGKILL)
+        cluster.set_fault_environment(broker_id, {})
+        disks.release_volume_disks(cluster.directory)
+    if not cluster.has_container(broker_id):
+        raise ClusterError(f"broker {broker_id}'s compose project was taken down during disk_full")
+    cluster.recreate_broker(broker_id)
+    how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
+    return (
+        f"broker {broker_id}'s container recreated on a filesystem with {headroom} bytes free, "
+        f"it filled it and {how}; recreated on its volume with what it wrote"
+    )
+
+
 # libfiu's failure points (Debian's fiu-utils) for a broker's disk operations: a broker reads and
 # writes its segments and indexes with pread and pwrite, which no socket uses, so failing them
 # fails the log dir's I/O and nothing else; fsync is the disk's alone too. A fetch answer larger
@@ -362,16 +408,19 @@ class DiskErrorSettings:
     probability: float = 0.02
 
 
-def _fiu_control(prefix: Path, pid: int, command: str, alive: Callable[[], bool]) -> None:
-    """``command`` to the broker's libfiu. A broker that halted (a failure the previous
-    command enabled may stop it at once) no longer reads its control FIFO, and fiu-ctrl would
-    wait on it for ever: so not sent to a broker that is gone, and given up on after
-    FIU_CONTROL_TIMEOUT_S if the broker went while it waited."""
+def _fiu_control(
+    prefix: Path, pid: int, command: str, alive: Callable[[], bool], through: tuple[str, ...] = ()
+) -> None:
+    """``command`` to the broker's libfiu (``through``: the command line that runs fiu-ctrl
+    where the broker is, ``docker exec`` in its container). A broker that halted (a failure
+    the previous command enabled may stop it at once) no longer reads its control FIFO, and
+    fiu-ctrl would wait on it for ever: so not sent to a broker that is gone, and given up on
+    after FIU_CONTROL_TIMEOUT_S if the broker went while it waited."""
     if not alive():
         return
     try:
         done = subprocess.run(
-            ["fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
+            [*through, "fiu-ctrl", "-f", str(prefix), "-c", command, str(pid)],
             capture_output=True,
             text=True,
             check=False,
@@ -400,16 +449,16 @@ def disk_errors(
     failed with EIO at ``settings.probability`` for up to
     ``hold_s``: a failed write halts it (Kafka 0.10's answer). Then it starts again without
     the preload (stopped cleanly first if it did not halt), to recover."""
-    if not isinstance(cluster, LocalCluster):
-        raise ClusterError("disk_errors needs a local cluster (brokers started by this host)")
-    if shutil.which("fiu-run") is None:
-        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
     unknown = [op for op in settings.operations if op not in DISK_ERROR_POINTS]
     if unknown or not 0 < settings.probability <= 1:
         raise ClusterError(
             f"disk errors {settings}: allowed operations {', '.join(DISK_ERROR_POINTS)}, "
             "a probability above 0 up to 1"
         )
+    if isinstance(cluster, ComposeCluster):
+        return _container_disk_errors(cluster, broker_id, topic, settings, hold_s=hold_s)
+    if shutil.which("fiu-run") is None:
+        raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
     prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"
     log_path = cluster.broker(broker_id).log_path
     halts_before = log_path.read_text(errors="replace").count(HALTED)
@@ -447,6 +496,66 @@ def disk_errors(
     return (
         f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
         f"it {outcome}; restarted without the errors"
+    )
+
+
+# where a compose broker's libfiu makes its control FIFOs (FIU_CONTAINER_PREFIX-1.in, .out: the
+# broker is its container's first process), in the image's home of the tidelog user
+FIU_CONTAINER_PREFIX = "/var/lib/tidelog/fiu-ctrl"
+
+
+def _container_disk_errors(
+    cluster: ComposeCluster,
+    broker_id: int,
+    topic: str,
+    settings: DiskErrorSettings,
+    *,
+    hold_s: float,
+) -> str:
+    """``disk_errors`` on a compose broker: its container recreated with TIDELOG_FIU_CONTROL
+    (docker/entrypoint.py runs the broker under fiu-run), the failure points enabled with
+    fiu-ctrl through ``docker exec``, and the container recreated without it at the end, also
+    when the fault is interrupted."""
+    led = _led_by(cluster, topic, broker_id)
+    cluster.set_fault_environment(broker_id, {"TIDELOG_FIU_CONTROL": FIU_CONTAINER_PREFIX})
+    halted = False
+    try:
+        cluster.recreate_broker(broker_id)  # a clean stop, then the broker under the preload
+        wait_for_full_isr(cluster, topic)
+        if led:
+            _lead_again(cluster, topic, broker_id, led)
+        through = tuple(cluster.exec_command(broker_id, []))
+
+        def alive() -> bool:
+            return cluster.broker(broker_id).alive
+
+        for operation in settings.operations:
+            _fiu_control(
+                Path(FIU_CONTAINER_PREFIX),
+                1,
+                f"enable_random name={DISK_ERROR_POINTS[operation]},"
+                f"probability={settings.probability},failinfo={EIO}",
+                alive,
+                through,
+            )
+        deadline = time.monotonic() + hold_s
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        halted = HALTED in cluster.broker_log(broker_id)
+        for operation in settings.operations:
+            disable = f"disable name={DISK_ERROR_POINTS[operation]}"
+            _fiu_control(Path(FIU_CONTAINER_PREFIX), 1, disable, alive, through)
+    finally:
+        cluster.set_fault_environment(broker_id, {})
+        # stopped cleanly if it did not halt; not made again in a project taken down meanwhile
+        # (an interrupted scenario's teardown)
+        if cluster.has_container(broker_id):
+            cluster.recreate_broker(broker_id)
+    operations = "/".join(settings.operations)
+    outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
+    return (
+        f"broker {broker_id}'s {operations} calls failed with EIO at p={settings.probability}: "
+        f"it {outcome}; its container recreated without the errors"
     )
 
 
