@@ -21,6 +21,8 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from py4j.protocol import Py4JJavaError
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from tidelog.reach import Unreachable, refusal
@@ -159,7 +161,19 @@ def _standalone(
     )
     if cores is not None:
         builder = builder.config("spark.cores.max", str(cores))
-    spark = _common(builder).getOrCreate()
+    try:
+        spark = _common(builder).getOrCreate()
+    except Py4JJavaError as error:
+        if "stopped SparkContext" not in str(error):
+            raise
+        # the master took the connection and never registered the application: Spark gave up
+        # (its standalone client tries three times, 20 s each) and stopped the context
+        context = SparkContext._active_spark_context
+        if context is not None:
+            context.stop()
+        raise Unreachable(
+            "Spark master", master, "it took the connection but never registered the job"
+        ) from None
     spark.sparkContext.setLogLevel("ERROR")
     try:
         executors = wait_for_executors(spark, executor_timeout)
