@@ -2,8 +2,8 @@
 workers started by the module with the spark-class script of this environment's PySpark, on
 loopback ports free at the time, and stopped after it (also when a test fails). The report
 computed there is the one computed in local mode, file for file; the data source reads log
-segments on the workers; a master that has no executor to give, a master nothing listens on and
-a master Spark does not know are one line each.
+segments on the workers; a master that has no executor to give, a master nothing listens on, a
+port that never answers and a master tidelog does not run on are one line each.
 
 Each command runs in a process of its own, as a user runs it: one process has one SparkSession
 (the session fixture's local one here), and a session on another master needs another JVM."""
