@@ -97,7 +97,8 @@ def session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         match = LOCAL.fullmatch(master)
         threads = match.group(2) if match else None
-        parallelism = os.cpu_count() or 2 if threads in (None, "*") else int(threads or 1)
+        every = os.cpu_count() or 2
+        parallelism = every if threads == "*" else int(threads or 1)
         builder = (
             SparkSession.builder.master(master)
             .config("spark.driver.memory", os.environ.get("TIDELOG_SPARK_MEMORY", "2g"))
