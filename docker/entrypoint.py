@@ -3,6 +3,8 @@
     entrypoint.py broker [tidelog broker options]      the broker image
     entrypoint.py standalone [tidelog broker options]  ZooKeeper and one broker (standalone image)
     entrypoint.py report [tidelog report options]      the tools image: a report of the run data
+    entrypoint.py spark-master [Master options]        the tools image: a Spark standalone master
+    entrypoint.py spark-worker MASTER [Worker options] the tools image: a Spark worker of MASTER
     entrypoint.py locust [locust options]              the tools image: tidelog's locustfile
 
 A broker's settings are Kafka's names, from /etc/tidelog/server.properties when one is mounted,
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -118,19 +121,41 @@ def standalone(arguments: list[str]) -> int:
 
 
 def report(arguments: list[str]) -> int:
-    """``tidelog report`` with these options, or, with none, of every run directory in the
-    run-data volume (each holds a metadata.json) into its report/ directory."""
-    if not arguments:
+    """``tidelog report`` with these arguments; without --out, of every run directory in the
+    run-data volume (each holds a metadata.json) into its report/ directory, with the options
+    given (``--master spark://spark-master:7077``, say)."""
+    if "--out" not in arguments:
         from tidelog.rundata import METADATA
 
         runs = sorted(str(path.parent) for path in RUN_DATA.glob(f"*/{METADATA}"))
         if not runs:
             print(f"no run directories (with a {METADATA}) in {RUN_DATA}")
             return 2
-        arguments = [*runs, "--out", str(RUN_DATA / "report")]
+        arguments = [*runs, "--out", str(RUN_DATA / "report"), *arguments]
     command = ["tidelog", "report", *arguments]
     os.execvp(command[0], command)
     return 1  # not reached: execvp replaces this process
+
+
+SPARK_CLASSES = {
+    "spark-master": "org.apache.spark.deploy.master.Master",
+    "spark-worker": "org.apache.spark.deploy.worker.Worker",
+}
+
+
+def spark(role: str, arguments: list[str]) -> None:
+    """A Spark standalone master or worker, started by the spark-class script PySpark ships,
+    listening on this container's address (the image's SPARK_LOCAL_IP, 127.0.0.1, is for a
+    report in local mode). A worker's cores and memory: SPARK_WORKER_CORES and
+    SPARK_WORKER_MEMORY; its executors' files under /tmp."""
+    import pyspark
+
+    address = socket.gethostbyname(socket.gethostname())
+    os.environ["SPARK_LOCAL_IP"] = address
+    os.environ.setdefault("SPARK_WORKER_DIR", "/tmp/spark-work")
+    spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    command = [str(spark_class), SPARK_CLASSES[role], "--host", address, *arguments]
+    os.execv(command[0], command)
 
 
 def locust(arguments: list[str]) -> None:
@@ -152,7 +177,9 @@ def main() -> int:
         return report(arguments)
     if mode == "locust":
         locust(arguments)
-    print(f"usage: {sys.argv[0]} broker|standalone|report|locust [options]")
+    if mode in SPARK_CLASSES:
+        spark(mode, arguments)
+    print(f"usage: {sys.argv[0]} broker|standalone|report|locust|spark-master|spark-worker ...")
     return 2
 
 

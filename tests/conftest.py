@@ -28,6 +28,7 @@ LONGEST_FIRST = (
     "tests/integration/test_readme_upgrades.py",
     "tests/integration/test_perf_cases.py",
     "tests/integration/test_scale.py",
+    "tests/integration/test_spark_cluster.py",
 )
 
 

@@ -87,6 +87,50 @@ def test_the_report_profile_reads_the_run_data_volume() -> None:
     ]
 
 
+def test_the_report_profile_computes_on_a_spark_master_and_two_workers() -> None:
+    """The master and workers run PySpark's spark-class (through the entry point) on the tools
+    image, with the run data at the report's path: the executors read it there."""
+    assert not {"spark-master", "spark-worker"} & set(compose_config()["services"])
+    services = compose_config("--profile", "report")["services"]
+    report, master, worker = (services[s] for s in ("report", "spark-master", "spark-worker"))
+    assert report["command"] == ["--master", "spark://spark-master:7077"]
+    assert report["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    assert report["depends_on"]["spark-worker"]["condition"] == "service_started"
+    assert master["entrypoint"] == ["python", "/opt/tidelog/entrypoint.py", "spark-master"]
+    assert "7077" in " ".join(master["healthcheck"]["test"])
+    assert worker["entrypoint"] == ["python", "/opt/tidelog/entrypoint.py", "spark-worker"]
+    assert worker["command"] == ["spark://spark-master:7077"]
+    assert worker["deploy"]["replicas"] == 2
+    assert worker["environment"] == {"SPARK_WORKER_CORES": "1", "SPARK_WORKER_MEMORY": "2g"}
+    assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    for service in (report, master, worker):
+        assert service["image"] == "tidelog-tools:dev"
+        assert service["profiles"] == ["report"]
+        assert [(v["source"], v["target"]) for v in service["volumes"]] == [
+            ("run-data", "/var/lib/tidelog/runs")
+        ]
+        assert not service.get("ports")  # nothing published: the driver and master talk inside
+
+
+def test_the_report_profiles_cluster_takes_its_sizes_and_a_host_directory(tmp_path) -> None:
+    settings = tmp_path / "spark.env"
+    settings.write_text(
+        f"TIDELOG_RUN_DATA={tmp_path}\nTIDELOG_SPARK_WORKERS=3\n"
+        "TIDELOG_SPARK_WORKER_CORES=2\nTIDELOG_SPARK_WORKER_MEMORY=4g\n"
+    )
+    services = compose_config("--profile", "report", "--env-file", str(settings))["services"]
+    worker = services["spark-worker"]
+    assert worker["deploy"]["replicas"] == 3
+    assert worker["environment"] == {"SPARK_WORKER_CORES": "2", "SPARK_WORKER_MEMORY": "4g"}
+    for name in ("report", "spark-master", "spark-worker"):
+        (volume,) = services[name]["volumes"]
+        assert (volume["type"], volume["source"], volume["target"]) == (
+            "bind",
+            str(tmp_path),
+            "/var/lib/tidelog/runs",
+        )
+
+
 def test_the_locust_profile_runs_a_master_and_workers_on_the_internal_listeners() -> None:
     services = compose_config("--profile", "locust")["services"]
     master, worker = services["locust-master"], services["locust-worker"]

@@ -89,14 +89,26 @@ def test_the_report_profile_turns_run_data_into_a_report(
         capture_output=True,
         timeout=300,
     )
-    done = subprocess.run(
-        [*compose_cluster.compose_command(), "--profile", "report", "run", "--rm", "report"],
-        env={**os.environ, "TIDELOG_RUN_DATA": str(runs)},
-        capture_output=True,
-        text=True,
-        timeout=900,  # Spark's jobs, on a loaded machine
-    )
+    report = [*compose_cluster.compose_command(), "--profile", "report"]
+    environment = {**os.environ, "TIDELOG_RUN_DATA": str(runs)}
+    try:
+        done = subprocess.run(
+            [*report, "run", "--rm", "report"],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=900,  # Spark's jobs, on a loaded machine
+        )
+    finally:
+        subprocess.run(
+            [*report, "rm", "--stop", "--force", "--volumes", "spark-master", "spark-worker"],
+            env=environment,
+            capture_output=True,
+            timeout=120,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
+    # computed by the executors of the profile's two workers, which read the same volume
+    assert "Spark at spark://spark-master:7077: 2 executor(s), 2 core(s)" in done.stdout
     assert "report of 1 run(s) written to /var/lib/tidelog/runs/report" in done.stdout
     page = (runs / "report" / "report.html").read_text()
     assert "acks-all" in page

@@ -46,7 +46,9 @@ NOT_HERE += (".venv/bin/python benchmarks/",)
 # The compose cluster's section, and a scenario on one elsewhere, need a Docker engine and the
 # images: tests/containers runs what their examples do.
 NOT_HERE += ("tidelog scenario replication --compose",)
-NOT_HERE_SECTIONS = ("## Containers",)
+# A Spark cluster's daemons, started in the background: test_spark_cluster.py starts the same
+# ones on free ports and runs the report there.
+NOT_HERE_SECTIONS = ("## Containers", "### Reports on a Spark cluster")
 UPGRADE_PATHS = "## Upgrade paths: brokers of older releases"
 
 

@@ -16,6 +16,8 @@ NEXT_STEP = {
     "Kafka": "is a broker listening at that address?",
     "the Docker engine": "is it running? (./scripts/docker-engine.sh starts one)",
     "Spark": "is Java installed, and JAVA_HOME (if set) right? (Spark runs on a JVM)",
+    "Spark master": "is a Spark master running there, with workers registered? (see the "
+    "README's reports on a Spark cluster)",
 }
 CLUSTER_SERVICES = ("ZooKeeper", "Kafka")
 # How long a command waits for a ZooKeeper session: a live one starts it in milliseconds

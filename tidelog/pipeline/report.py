@@ -106,7 +106,8 @@ def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
         path = rundata.table_path(run.directory, name)
         if not path.exists():
             continue
-        frame = spark.read.parquet(str(path))
+        # absolute: a cluster's executors read it from another working directory
+        frame = spark.read.parquet(str(path.absolute()))
         meta = run.metadata
         key = (run.label, meta.case, meta.workload, bool(meta.tiered))
         frames.append(frame.select(F.lit(ids[key]).alias("group"), *frame.columns))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -127,7 +128,9 @@ class SegmentReader(DataSourceReader):
         stats_dir: str | None,
         remote_options: dict[str, str] | None = None,
     ) -> None:
-        self.path, self.topic, self.stats_dir = path, topic, stats_dir
+        # absolute: the executors of a cluster read (and write stats) in another directory
+        self.path, self.topic = os.path.abspath(path), topic
+        self.stats_dir = None if stats_dir is None else os.path.abspath(stats_dir)
         self.remote_options = remote_options or {}
         self.bounds = Bounds()
         self.partitions_wanted: set[int] | None = None
