@@ -359,6 +359,15 @@ class ComposeCluster(EngineCluster):
     def broker_container(self, broker_id: int) -> str:
         return self.container(self.broker(broker_id).service)
 
+    @property
+    def zookeeper_members(self) -> list[str]:
+        profiles = self.environment.get("COMPOSE_PROFILES", "").split(",")
+        ensemble = "ensemble" in profiles
+        return ["zookeeper", "zookeeper-2", "zookeeper-3"] if ensemble else ["zookeeper"]
+
+    def inspect_member(self, member: str) -> dict:
+        return self.inspect(member)
+
     def running_image(self, broker_id: int) -> str:
         """The image the broker's container runs now."""
         return self.inspect(self.broker(broker_id).service)["Config"]["Image"]

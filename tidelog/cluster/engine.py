@@ -41,6 +41,15 @@ class EngineCluster:
         """The id of the broker's container (running or not) on this engine."""
         raise NotImplementedError
 
+    @property
+    def zookeeper_members(self) -> list[str]:
+        """ZooKeeper's services: ``zookeeper``, or the ensemble's three."""
+        raise NotImplementedError
+
+    def inspect_member(self, member: str) -> dict:
+        """``docker inspect`` of the container of a service (``zookeeper``, ``broker-N``)."""
+        raise NotImplementedError
+
     def broker_name(self, broker_id: int) -> str:
         """The name the broker has on the network (its INTERNAL listener's host)."""
         return f"broker-{broker_id}"

@@ -1,5 +1,5 @@
-"""Faults a scenario injects into a LocalCluster or a ComposeCluster, each followed by a wait for
-recovery."""
+"""Faults a scenario injects into a LocalCluster, a ComposeCluster or a SwarmCluster (the last two
+through the engine, ``tidelog.cluster.engine``), each followed by a wait for recovery."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from pathlib import Path
 from tidelog.cluster import disks, netfaults, power
 from tidelog.cluster.compose import ComposeCluster
 from tidelog.cluster.container_network import ContainerNetwork
+from tidelog.cluster.engine import EngineCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import member_name
+from tidelog.cluster.swarm import SwarmCluster
 from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
@@ -55,8 +57,8 @@ NETWORK_FAILURES = (
 TARGETS = ("leader", "follower", "controller", "replicas")  # replicas: power_loss only
 CLOCK_SKEW_MS = -120_000
 
-# What the faults act on: processes on this host, or containers of a compose project.
-Cluster = LocalCluster | ComposeCluster
+# What the faults act on: processes on this host, or containers of a compose project or a stack.
+Cluster = LocalCluster | ComposeCluster | SwarmCluster
 
 
 def _zookeeper_read(cluster: Cluster, read):
@@ -120,7 +122,7 @@ class LinkSettings:
 
 
 def network_of(cluster: Cluster, failure: str) -> netfaults.FaultNetwork:
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         return ContainerNetwork(cluster)
     network = cluster.network
     if network is None:
@@ -136,13 +138,15 @@ def inject_network(
 ) -> str:
     """A network fault around ``broker_id``, held for ``hold_s``, then healed (also when the
     hold is interrupted); returns what was done, in words."""
-    if isinstance(cluster, ComposeCluster) and failure == "partition":
+    if isinstance(cluster, EngineCluster) and failure == "partition":
         cluster.partition_broker(broker_id)
         try:
             time.sleep(hold_s)
         finally:
             cluster.heal_broker(broker_id)
-        return f"cut broker {broker_id} off the compose network for {hold_s:.0f} s, then healed it"
+        return (
+            f"cut broker {broker_id} off the cluster's network for {hold_s:.0f} s, then healed it"
+        )
     network = network_of(cluster, failure)
     member = member_name(broker_id)
     others = [member_name(b) for b in cluster.broker_ids if b != broker_id]
@@ -223,8 +227,10 @@ def inject(
             f"broker {broker_id} so that one of them took over, restarted it"
         )
     if failure == "network_partition":
-        if not isinstance(cluster, ComposeCluster):
-            raise ClusterError("network_partition needs a compose cluster (--compose)")
+        if not isinstance(cluster, EngineCluster):
+            raise ClusterError(
+                "network_partition needs a compose cluster or a stack (--compose, --swarm)"
+            )
         cluster.partition_broker(broker_id)
         time.sleep(session_timeout_s + 2)
         cluster.heal_broker(broker_id)
@@ -257,7 +263,7 @@ def power_loss(
     had written to the disk plus a random part of the rest (power.py); then they start again."""
     # a compose broker is frozen, not killed, until its files are cut: a container's exit
     # unmounts its overlay, which syncs the filesystem the volumes are on as well
-    stop = signal.SIGSTOP if isinstance(cluster, ComposeCluster) else signal.SIGKILL
+    stop = signal.SIGSTOP if isinstance(cluster, EngineCluster) else signal.SIGKILL
     for broker_id in broker_ids:
         cluster.signal_broker(broker_id, stop)
     survivors = [b for b in cluster.broker_ids if b not in broker_ids and cluster.broker(b).alive]
@@ -276,7 +282,7 @@ def power_loss(
     cuts: list[power.Cut] = []
     for broker_id in broker_ids:
         cuts += power.lose_unwritten(broker_log_dirs(cluster, broker_id), rng)
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         for broker_id in broker_ids:
             cluster.kill_paused(broker_id)
     for broker_id in broker_ids:
@@ -292,7 +298,7 @@ def power_loss(
 def broker_log_dirs(cluster: Cluster, broker_id: int) -> list[Path]:
     """Where the broker's log dirs are on this host: its log.dirs, or a compose broker's
     volume (the same page cache: the kernel is the host's)."""
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         return cluster.log_dirs(broker_id)
     return [
         Path(d) for d in read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
