@@ -87,9 +87,8 @@ class SwarmCluster(EngineCluster):
             labels = spec.get("Labels", {})
             ports = {
                 p["TargetPort"]: p["PublishedPort"]
-                for p in service.get("Endpoint", {}).get(
-                    "Ports", spec.get("EndpointSpec", {}).get("Ports", [])
-                )
+                for p in spec.get("EndpointSpec", {}).get("Ports", [])
+                if "PublishedPort" in p
             }
             if BROKER_LABEL in labels:
                 broker_id = int(labels[BROKER_LABEL])
@@ -193,19 +192,17 @@ class SwarmCluster(EngineCluster):
         ids = run_docker(["docker", "node", "ls", "--quiet"], 60).split()
         found = {}
         for node in json.loads(run_docker(["docker", "node", "inspect", *ids], 60)):
+            address = node["Status"].get("Addr", "0.0.0.0")
+            if address == "0.0.0.0" and "ManagerStatus" in node:  # a manager may say so of itself
+                address = node["ManagerStatus"]["Addr"].rsplit(":", 1)[0]
             for label, value in node["Spec"].get("Labels", {}).items():
                 if label.startswith("tidelog.") and value == "true":
-                    found[label] = node["Status"]["Addr"]
+                    found[label] = address
         return found
 
     def tasks(self, broker_id: int) -> list[dict]:
         """The broker service's tasks, newest first."""
-        service = self.broker(broker_id).service
-        ids = run_docker(["docker", "service", "ps", "--quiet", "--no-trunc", service], 60).split()
-        if not ids:
-            return []
-        tasks = json.loads(run_docker(["docker", "inspect", *ids], 60))
-        return sorted(tasks, key=lambda t: t["CreatedAt"], reverse=True)
+        return _tasks(self.broker(broker_id).service)
 
     def current_task(self, broker_id: int) -> dict | None:
         """The task Swarm wants running (its newest), or None if the service is scaled to 0."""
@@ -223,9 +220,7 @@ class SwarmCluster(EngineCluster):
         return self._container_of(self.broker(broker_id).service)
 
     def _container_of(self, service: str) -> str:
-        ids = run_docker(["docker", "service", "ps", "--quiet", "--no-trunc", service], 60).split()
-        tasks = json.loads(run_docker(["docker", "inspect", *ids], 60)) if ids else []
-        tasks.sort(key=lambda t: t["CreatedAt"], reverse=True)
+        tasks = _tasks(service)
         with_container = [
             t for t in tasks if t["Status"].get("ContainerStatus", {}).get("ContainerID")
         ]
@@ -423,6 +418,28 @@ class SwarmCluster(EngineCluster):
                 }
             )
         return rows
+
+
+def _tasks(service: str) -> list[dict]:
+    """The service's tasks as ``docker inspect`` gives them, newest first. Swarm prunes old
+    tasks at any time (its task history limit): one gone between the listing and its
+    inspection is left out."""
+    ids = run_docker(["docker", "service", "ps", "--quiet", "--no-trunc", service], 60).split()
+    if not ids:
+        return []
+    try:
+        tasks = json.loads(run_docker(["docker", "inspect", "--type", "task", *ids], 60))
+    except ClusterError as error:
+        if "no such" not in str(error).lower():
+            raise
+        tasks = []
+        for task in ids:
+            try:
+                tasks += json.loads(run_docker(["docker", "inspect", "--type", "task", task], 60))
+            except ClusterError as missing:
+                if "no such" not in str(missing).lower():
+                    raise
+    return sorted(tasks, key=lambda t: t["CreatedAt"], reverse=True)
 
 
 def _found(stack: str, directory: str | Path | None) -> SwarmCluster | None:
