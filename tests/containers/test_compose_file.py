@@ -201,6 +201,8 @@ def test_the_stack_command_pins_five_brokers_and_an_ensemble_to_their_nodes(
         assert [c["target"] for c in service["configs"]] == ["/etc/tidelog/server.properties"]
         assert [s["source"] for s in service["secrets"]] == ["s3-credentials"]
         assert service["networks"] == {"tidelog": None}
+        # Swarm replaces an unhealthy task: the image's check, with room for a loaded node
+        assert service["healthcheck"] == {"timeout": "5s", "retries": 10}
     for number, name in enumerate(("zookeeper", "zookeeper-2", "zookeeper-3"), start=1):
         assert services[name]["deploy"]["placement"]["constraints"] == [
             f"node.labels.tidelog.zookeeper-{number}==true"
@@ -227,6 +229,7 @@ def test_the_stack_command_carries_a_profiles_services_and_refuses_bad_options(
         (["--remote-tier", "gs://x"], "--remote-tier 'gs://x': allowed: volume, s3://"),
         (["--s3-endpoint", "http://x"], "--s3-endpoint and --s3-credentials go with"),
         (["--external-host", "7=h"], "--external-host for brokers [7]: allowed: 1 to 3"),
+        (["--admin-base-port", "19092"], "overlap or leave 1-65535"),
     ]:
         done = subprocess.run(
             [

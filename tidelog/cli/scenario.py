@@ -262,6 +262,9 @@ def run_replication(args: argparse.Namespace) -> int:
         if args.swarm:
             stack = SwarmCluster(args.swarm, directory)
             stack.link_log_dirs()  # the delivery check compares the replicas on this node
+            # from a whole cluster: a task Swarm is replacing would take the topic's replicas
+            stack.wait_healthy(timeout=120)
+            stack.wait_registered(stack.broker_ids, 120)
             cluster: LocalCluster | ComposeCluster | SwarmCluster = stack
         elif args.compose:
             cluster = _compose_cluster(args, directory)

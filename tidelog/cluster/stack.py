@@ -144,6 +144,16 @@ def render_stack(
     unknown = sorted(set(external_hosts or {}) - set(range(1, brokers + 1)))
     if unknown:
         raise StackError(f"--external-host for brokers {unknown}: allowed: 1 to {brokers}")
+    published = [
+        *range(base_port, base_port + brokers),
+        *range(admin_base_port, admin_base_port + brokers),
+        *range(zookeeper_port, zookeeper_port + zookeepers),
+    ]
+    if len(set(published)) < len(published) or not all(0 < p < 65536 for p in published):
+        raise StackError(
+            f"ports {base_port}+{brokers} (listeners), {admin_base_port}+{brokers} (admin APIs) "
+            f"and {zookeeper_port}+{zookeepers} (ZooKeeper) overlap or leave 1-65535"
+        )
     for path in (s3_credentials, properties):
         if path is not None and not Path(path).is_file():
             raise StackError(f"{path}: no such file")
@@ -238,6 +248,9 @@ def _broker(
         {**volume, "source": name} if volume.get("source") == TEMPLATE_BROKER else volume
         for volume in service.get("volumes", [])
     ]
+    # Swarm replaces a task whose healthcheck fails (compose only reports it): a broker slow to
+    # answer /health on a loaded node is given 20 s (the image's check, 10 retries) before that
+    service["healthcheck"] = {"timeout": "5s", "retries": 10}
     _place(service, name, {BROKER_LABEL: str(broker_id)})
     return service
 
