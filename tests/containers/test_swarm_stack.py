@@ -8,6 +8,7 @@ The tests share one stack and run in order: the last one removes it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -200,6 +201,21 @@ def test_a_hard_bounce_scenario_on_the_stack_loses_nothing(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "killed and restarted broker" in done.stdout and "verdict: PASS" in done.stdout
     stack.wait_healthy(timeout=60)
+
+
+def test_a_follower_cut_off_the_overlay_past_its_session_comes_back_and_loses_nothing(
+    stack: SwarmCluster, tmp_path: Path
+) -> None:
+    """network_partition on a stack: the packets on the task's overlay interface dropped, then
+    let through again; the broker's names still resolve afterwards, so it rejoins every ISR."""
+    done = tidelog(
+        *("scenario", "replication", "--swarm", STACK, "--dir", str(tmp_path)),
+        *("--failure", "network_partition", "--target", "follower", "--rate", "100"),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cut broker" in done.stdout and "verdict: PASS" in done.stdout
+    assert json.loads((tmp_path / "network-faults.json").read_text()) == {"faults": []}
 
 
 def test_an_upgrade_roll_to_another_tag_under_an_acks_all_producer_loses_nothing(

@@ -284,10 +284,10 @@ def run_replication(args: argparse.Namespace) -> int:
                 cluster.up(
                     args.brokers, overrides=overrides, progress=lambda _: None, netns=args.netns
                 )
-            elif isinstance(cluster, ComposeCluster):
-                cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
-            else:  # a stack is deployed by its user, and left as it was
+            elif isinstance(cluster, SwarmCluster):  # deployed by its user, left as it was
                 raise ClusterError(f"stack {args.swarm} runs no service: deploy it first")
+            else:
+                cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
         topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
     except (ClusterError, ZooKeeperError, NetworkError, ConfigError) as error:
