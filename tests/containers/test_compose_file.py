@@ -207,6 +207,8 @@ def test_the_stack_command_pins_five_brokers_and_an_ensemble_to_their_nodes(
         assert services[name]["deploy"]["placement"]["constraints"] == [
             f"node.labels.tidelog.zookeeper-{number}==true"
         ]
+        # an ensemble's members resolve each other's names before any is healthy
+        assert services[name]["healthcheck"] == {"disable": True}
     assert stack["networks"]["tidelog"] == {"driver": "overlay", "attachable": True}
     assert "remote-tier" not in stack["volumes"]
 

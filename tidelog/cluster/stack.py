@@ -185,6 +185,10 @@ def render_stack(
             {"target": 2181, "published": zookeeper_port + number - 1, "mode": "host"}
         ]
         _place(zookeeper, f"zookeeper-{number}", {ZOOKEEPER_LABEL: str(number)})
+        if zookeepers > 1:
+            # Swarm gives a task's name to the others only once its healthcheck passed, and an
+            # ensemble's member passes it only once it reached the others by name: no check
+            zookeeper["healthcheck"] = {"disable": True}
     for broker_id in range(1, brokers + 1):
         host = (external_hosts or {}).get(broker_id, external_host)
         service = _broker(template, broker_id, host, base_port, admin_base_port)
