@@ -56,6 +56,8 @@ def swarm(docker_engine: None) -> Iterator[str]:
     afterwards if this module made it."""
     state = docker("info", "--format", "{{.Swarm.LocalNodeState}}").strip()
     made = state != "active"
+    # the bridge a swarm gives its nodes' published ports, left behind by `swarm leave`
+    bridge_before = "docker_gwbridge" in docker("network", "ls", "--format", "{{.Name}}").split()
     if made:
         docker("swarm", "init", "--advertise-addr", "127.0.0.1", "--listen-addr", "127.0.0.1:2377")
     try:
@@ -66,6 +68,8 @@ def swarm(docker_engine: None) -> Iterator[str]:
     finally:
         if made:
             docker("swarm", "leave", "--force", check=False)
+            if not bridge_before:
+                docker("network", "rm", "docker_gwbridge", check=False)
 
 
 @pytest.fixture(scope="module")

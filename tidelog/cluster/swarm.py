@@ -109,8 +109,9 @@ class SwarmCluster(EngineCluster):
         if not brokers or not self.zookeepers:
             raise ClusterError(f"stack {stack} has no tidelog brokers or no published ZooKeeper")
         self.state = SwarmState(dict(sorted(brokers.items())))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        (self.directory / STATE_FILE).write_text(json.dumps({"stack": stack}) + "\n")
+        if directory is not None:  # a directory named: open_cluster finds the stack there again
+            self.directory.mkdir(parents=True, exist_ok=True)
+            (self.directory / STATE_FILE).write_text(json.dumps({"stack": stack}) + "\n")
 
     @classmethod
     def open(cls, directory: str | Path) -> SwarmCluster:
