@@ -1,13 +1,18 @@
 """compose.yaml as Compose and Swarm read it: valid, brokers reachable from the host on
-127.0.0.1 only, named listeners, log dirs on volumes, the ensemble profile."""
+127.0.0.1 only, named listeners, log dirs on volumes, the ensemble profile; the stack file
+`tidelog cluster stack` makes of it, as `docker stack config` reads it."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from tidelog.cluster.stack import swarm_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,32 +151,6 @@ def test_the_locust_profile_runs_a_master_and_workers_on_the_internal_listeners(
     assert {p["host_ip"] for p in master["ports"]} == {"127.0.0.1"}
 
 
-def swarm_stack(config: dict) -> dict:
-    """The README's changes for Swarm, made to compose's rendering of the file: no build (the
-    images come from a registry), no startup ordering (Swarm has none: a broker retries
-    ZooKeeper), no project name (the stack's name is given to ``docker stack deploy``), ports
-    published in host mode on the broker's node (Swarm binds no host address)."""
-    stack = _without_nulls({key: value for key, value in config.items() if key != "name"})
-    for service in stack["services"].values():
-        service["networks"] = sorted(service.get("networks", {}))
-        service.pop("build", None)
-        service.pop("depends_on", None)
-        service["ports"] = [
-            {"target": port["target"], "published": int(port["published"]), "mode": "host"}
-            for port in service.get("ports", [])
-        ]
-    return stack
-
-
-def _without_nulls(value: object) -> object:
-    """Compose's rendering spells unset fields as null, which Swarm's schema refuses."""
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
 def test_swarm_takes_the_file_with_the_readmes_changes(tmp_path: Path) -> None:
     """``docker stack config`` renders a stack as ``docker stack deploy`` would read it."""
     stack = tmp_path / "stack.json"
@@ -192,3 +171,121 @@ def test_swarm_takes_the_file_with_the_readmes_changes(tmp_path: Path) -> None:
         timeout=60,
     )
     assert unchanged.returncode != 0
+
+
+def stack_config(path: Path) -> dict:
+    """The stack file as ``docker stack deploy`` would read it."""
+    done = subprocess.run(
+        ["docker", "stack", "config", "--compose-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def cluster_stack(tmp_path: Path, *options: str) -> dict:
+    path = tmp_path / "stack.yaml"
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "tidelog.cli", "cluster", "stack"),
+            *("--compose-file", str(ROOT / "compose.yaml"), "-o", str(path), *options),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "docker node update --label-add" in done.stdout
+    return stack_config(path)
+
+
+def test_the_stack_command_pins_five_brokers_and_an_ensemble_to_their_nodes(
+    tmp_path: Path,
+) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text("log.retention.hours=24\n")
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_access_key_id=a\naws_secret_access_key=b\n")
+    stack = cluster_stack(
+        tmp_path,
+        *("--brokers", "5", "--zookeeper", "3", "--remote-tier", "s3://tidelog/tier"),
+        *("--s3-endpoint", "http://minio:9000", "--s3-credentials", str(credentials)),
+        *("--properties", str(properties), "--external-host", "4=broker4.example"),
+    )
+    services = stack["services"]
+    assert sorted(services) == [
+        *(f"broker-{n}" for n in range(1, 6)),
+        *("zookeeper", "zookeeper-2", "zookeeper-3"),
+    ]
+    for broker_id in range(1, 6):
+        service = services[f"broker-{broker_id}"]
+        environment = service["environment"]
+        port = 19090 + broker_id
+        host = "broker4.example" if broker_id == 4 else "{{.Node.Hostname}}"
+        assert environment["KAFKA_BROKER_ID"] == str(broker_id)
+        assert environment["KAFKA_ADVERTISED_LISTENERS"] == (
+            f"INTERNAL://broker-{broker_id}:9092,EXTERNAL://{host}:{port}"
+        )
+        assert environment["KAFKA_ZOOKEEPER_CONNECT"] == (
+            "zookeeper:2181,zookeeper-2:2181,zookeeper-3:2181"
+        )
+        assert environment["KAFKA_REMOTE_LOG_STORAGE_URI"] == "s3://tidelog/tier"
+        assert environment["KAFKA_RSM_CONFIG_ENDPOINT__URL"] == "http://minio:9000"
+        assert service["deploy"]["placement"]["constraints"] == [
+            f"node.labels.tidelog.broker-{broker_id}==true"
+        ]
+        published = {(p["target"], p["published"], p["mode"]) for p in service["ports"]}
+        assert published == {(port, port, "host"), (8080, 18080 + broker_id, "host")}
+        # its own log volume, no remote-tier volume (the tier is the bucket)
+        assert [(v["source"], v["target"]) for v in service["volumes"]] == [
+            (f"broker-{broker_id}", "/var/lib/tidelog/logs")
+        ]
+        assert [c["target"] for c in service["configs"]] == ["/etc/tidelog/server.properties"]
+        assert [s["source"] for s in service["secrets"]] == ["s3-credentials"]
+        assert service["networks"] == {"tidelog": None}
+        # Swarm replaces an unhealthy task: the image's check, with room for a loaded node
+        assert service["healthcheck"] == {"timeout": "5s", "retries": 10}
+    for number, name in enumerate(("zookeeper", "zookeeper-2", "zookeeper-3"), start=1):
+        assert services[name]["deploy"]["placement"]["constraints"] == [
+            f"node.labels.tidelog.zookeeper-{number}==true"
+        ]
+        # an ensemble's members resolve each other's names before any is healthy
+        assert services[name]["healthcheck"] == {"disable": True}
+    assert stack["networks"]["tidelog"] == {"driver": "overlay", "attachable": True}
+    assert "remote-tier" not in stack["volumes"]
+
+
+def test_the_stack_command_carries_a_profiles_services_and_refuses_bad_options(
+    tmp_path: Path,
+) -> None:
+    stack = cluster_stack(tmp_path, "--remote-tier", "volume", "--profile", "locust")
+    services = stack["services"]
+    assert {"locust-master", "locust-worker"} <= set(services)
+    assert services["locust-worker"]["deploy"]["replicas"] == 2
+    for broker_id in (1, 2, 3):
+        environment = services[f"broker-{broker_id}"]["environment"]
+        assert environment["KAFKA_REMOTE_LOG_STORAGE_URI"] == "file:///var/lib/tidelog/remote"
+        volumes = {v["target"]: v["source"] for v in services[f"broker-{broker_id}"]["volumes"]}
+        assert volumes["/var/lib/tidelog/remote"] == "remote-tier"
+    for options, message in [
+        (["--zookeeper", "2"], "invalid choice"),
+        (["--brokers", "0"], "--brokers 0: allowed: 1 or more"),
+        (["--remote-tier", "gs://x"], "--remote-tier 'gs://x': allowed: volume, s3://"),
+        (["--s3-endpoint", "http://x"], "--s3-endpoint and --s3-credentials go with"),
+        (["--external-host", "7=h"], "--external-host for brokers [7]: allowed: 1 to 3"),
+        (["--admin-base-port", "19092"], "overlap or leave 1-65535"),
+    ]:
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "tidelog.cli", "cluster", "stack"),
+                *("--compose-file", str(ROOT / "compose.yaml")),
+                *("-o", str(tmp_path / "refused.yaml"), *options),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2 and message in done.stderr, (options, done.stderr)
+    assert not (tmp_path / "refused.yaml").exists()

@@ -116,6 +116,7 @@ def test_scenario_and_perf_argument_errors_are_refused_before_anything_starts(tm
     fails(*replication, "degraded", "--link-loss", "1.5", says="--link-loss 1.5: allowed")
     fails(*replication, "power_loss", "--topic-config", "flush.messages", says="expected key=value")
     fails(*replication, "partition", "--netns", "--compose", says="choose one")
+    fails(*replication, "disk_full", "--swarm", "s", says="disk_full is not available on a Swarm")
     fails(
         "perf",
         "produce",

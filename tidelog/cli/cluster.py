@@ -40,6 +40,11 @@ def add(commands) -> None:
     )
     up.set_defaults(act=up_cluster)
     status = action_parser(actions, "status", "show each broker: process, registration, ports")
+    status.add_argument(
+        "--swarm",
+        metavar="STACK",
+        help="a Swarm stack's brokers instead (its tasks, as this manager's engine sees them)",
+    )
     status.set_defaults(act=show_status)
     down = action_parser(
         actions, "down", "stop every broker, then ZooKeeper; remove its namespaces and links"
@@ -67,8 +72,81 @@ def add(commands) -> None:
     )
     restart.set_defaults(act=restart_broker)
     for action in actions.choices.values():
-        action.add_argument("--dir", required=True, help="the cluster's state directory")
+        action.add_argument(
+            "--dir",
+            required=action is not status,
+            help="the cluster's state directory"
+            + (" (with --swarm: optional)" if action is status else ""),
+        )
+    _add_stack(actions)
     cluster.set_defaults(run=run)
+
+
+def _add_stack(actions) -> None:
+    stack = action_parser(
+        actions, "stack", "write a Docker Swarm stack file made from compose.yaml's rendering"
+    )
+    stack.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
+    stack.add_argument(
+        "--zookeeper", type=int, default=1, choices=[1, 3], help="one ZooKeeper or an ensemble"
+    )
+    stack.add_argument(
+        "--remote-tier",
+        metavar="volume|s3://BUCKET[/PREFIX]",
+        help="the remote tier (KIP-405) on the stack's remote-tier volume, or in an S3 bucket",
+    )
+    stack.add_argument("--s3-endpoint", metavar="URL", help="with s3://: the S3 endpoint's URL")
+    stack.add_argument(
+        "--s3-credentials",
+        metavar="FILE",
+        help="with s3://: an AWS credentials file, given to every broker as a Swarm secret",
+    )
+    stack.add_argument(
+        "--properties",
+        metavar="FILE",
+        help="server.properties settings for every broker, as a Swarm config (KAFKA_* settings "
+        "of the stack's environment win over it)",
+    )
+    stack.add_argument(
+        "--external-host",
+        action="append",
+        metavar="HOST|BROKER=HOST",
+        help="the host a broker's EXTERNAL listener is advertised with (default: Swarm's "
+        "{{.Node.Hostname}}, its node's name); BROKER=HOST for one broker; repeatable",
+    )
+    stack.add_argument(
+        "--profile",
+        action="append",
+        default=[],
+        metavar="PROFILE",
+        help="also the services of this compose profile (report, locust, ...)",
+    )
+    stack.add_argument(
+        "--base-port",
+        type=int,
+        default=19091,
+        metavar="N",
+        help="broker i's EXTERNAL listener on port N+i-1 of its node (default 19091)",
+    )
+    stack.add_argument(
+        "--admin-base-port",
+        type=int,
+        default=18081,
+        metavar="N",
+        help="broker i's admin API on port N+i-1 of its node (default 18081)",
+    )
+    stack.add_argument(
+        "--zookeeper-port",
+        type=int,
+        default=12181,
+        metavar="N",
+        help="ZooKeeper k's client port on port N+k-1 of its node (default 12181)",
+    )
+    stack.add_argument(
+        "--compose-file", default="compose.yaml", help="the compose file (default ./compose.yaml)"
+    )
+    stack.add_argument("-o", "--output", required=True, metavar="FILE", help="the stack file")
+    stack.set_defaults(act=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,12 +157,75 @@ def run(args: argparse.Namespace) -> int:
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.config import ConfigError
 
-    cluster = LocalCluster(args.dir)
+    if args.action == "stack":
+        return write_stack(args)
     try:
-        args.act(cluster, args)
+        if getattr(args, "swarm", None):
+            show_swarm_status(args.swarm, args.dir)
+            return 0
+        if args.dir is None:
+            return fail(f"cluster {args.action}", "--dir DIR or --swarm STACK: one is needed")
+        args.act(LocalCluster(args.dir), args)
     except (ClusterError, ZooKeeperError, ConfigError, NetworkError) as error:
         return fail(f"cluster {args.action}", error)
     return 0
+
+
+def write_stack(args: argparse.Namespace) -> int:
+    """``cluster stack``: the stack file, and what to do with it."""
+    from tidelog.cluster.stack import NODE_ADDRESS, StackError, render_stack
+    from tidelog.cluster.stack import write_stack as write
+
+    default_host, hosts = NODE_ADDRESS, {}
+    for value in args.external_host or []:
+        broker, equals, host = value.rpartition("=")
+        if not equals:
+            default_host = host
+        elif broker.isdigit() and host:
+            hosts[int(broker)] = host
+        else:
+            return fail("cluster stack", f"--external-host {value!r}: allowed: HOST or BROKER=HOST")
+    try:
+        stack = render_stack(
+            args.compose_file,
+            brokers=args.brokers,
+            zookeepers=args.zookeeper,
+            remote_tier=args.remote_tier,
+            s3_endpoint=args.s3_endpoint,
+            s3_credentials=args.s3_credentials,
+            properties=args.properties,
+            external_host=default_host,
+            external_hosts=hosts,
+            profiles=tuple(args.profile),
+            base_port=args.base_port,
+            admin_base_port=args.admin_base_port,
+            zookeeper_port=args.zookeeper_port,
+        )
+    except StackError as error:
+        return fail("cluster stack", error)
+    path = write(stack, args.output)
+    labels = [f"tidelog.zookeeper-{n}" for n in range(1, args.zookeeper + 1)]
+    labels += [f"tidelog.broker-{n}" for n in range(1, args.brokers + 1)]
+    print(f"stack file written to {path}: {len(stack['services'])} services")
+    print("label the nodes (docker node update --label-add LABEL=true NODE): " + " ".join(labels))
+    print(f"then: docker stack deploy --compose-file {path} STACK")
+    return 0
+
+
+def show_swarm_status(stack: str, directory: str | None) -> None:
+    from tidelog.cluster.swarm import SwarmCluster
+
+    cluster = SwarmCluster(stack, directory)
+    print(f"bootstrap servers: {cluster.bootstrap_servers}")
+    print(f"zookeeper: {cluster.zookeeper}")
+    header = ("broker", "service", "task", "registered", "address", "admin", "image")
+    print("{:>6}  {:24} {:10} {:10} {:22} {:>6}  {}".format(*header))
+    for row in cluster.status():
+        address = f"{row['host']}:{row['port']}"
+        print(
+            f"{row['broker']:>6}  {row['service']:24} {row['state']:10} "
+            f"{row['registered']!s:10} {address:22} {row['admin_port']:>6}  {row['image']}"
+        )
 
 
 def up_cluster(cluster: LocalCluster, args: argparse.Namespace) -> None:

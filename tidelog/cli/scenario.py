@@ -18,6 +18,7 @@ from tidelog.reach import Unreachable
 
 if TYPE_CHECKING:
     from tidelog.cluster.compose import ComposeCluster
+    from tidelog.cluster.swarm import SwarmCluster
 
 
 def add(commands) -> None:
@@ -130,6 +131,16 @@ def _add_replication(kinds) -> None:
         "--compose-file", default="compose.yaml", help="with --compose (default: ./compose.yaml)"
     )
     replication.add_argument(
+        "--swarm",
+        metavar="STACK",
+        help=(
+            "run on the Swarm stack STACK as deployed (`tidelog cluster stack`), from the node "
+            "that runs the target's task: kill its container (the service then scaled to 0 "
+            "until started again), pause it, scale the service to 0 and back (clean_shutdown, "
+            "clean_bounce), network_partition and partition (docker network disconnect)"
+        ),
+    )
+    replication.add_argument(
         "--idempotent",
         action="store_true",
         help=(
@@ -180,6 +191,7 @@ def _add_replication(kinds) -> None:
 
 def run_replication(args: argparse.Namespace) -> int:
     from tidelog import runtime
+    from tidelog.cluster import faults
     from tidelog.cluster.faults import DISK_ERROR_POINTS, DiskErrorSettings
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.cluster.netns import NetworkError
@@ -191,6 +203,7 @@ def run_replication(args: argparse.Namespace) -> int:
         ScenarioSettings,
         run_scenario,
     )
+    from tidelog.cluster.swarm import SwarmCluster
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.config import ConfigError
 
@@ -238,8 +251,10 @@ def run_replication(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.link_loss < 1:
         return fail("scenario replication", f"--link-loss {args.link_loss}: allowed: 0 <= P < 1")
-    if args.netns and args.compose:
-        return fail("scenario replication", "--netns and --compose: choose one")
+    if sum(map(bool, (args.netns, args.compose, args.swarm))) > 1:
+        return fail("scenario replication", "--netns, --compose and --swarm: choose one")
+    if args.swarm and args.failure in faults.NOT_ON_A_STACK:
+        return fail("scenario replication", str(faults.not_on_a_stack(args.failure)))
     directory = args.dir or tempfile.mkdtemp(prefix="tidelog-scenario-")
     overrides = {
         **SCENARIO_OVERRIDES,
@@ -249,7 +264,17 @@ def run_replication(args: argparse.Namespace) -> int:
         "replica.truncation.mode": args.truncation_mode,
     }
     try:
-        cluster = _compose_cluster(args, directory) if args.compose else LocalCluster(directory)
+        if args.swarm:
+            stack = SwarmCluster(args.swarm, directory)
+            stack.link_log_dirs()  # the delivery check compares the replicas on this node
+            # from a whole cluster: a task Swarm is replacing would take the topic's replicas
+            stack.wait_healthy(timeout=120)
+            stack.wait_registered(stack.broker_ids, 120)
+            cluster: LocalCluster | ComposeCluster | SwarmCluster = stack
+        elif args.compose:
+            cluster = _compose_cluster(args, directory)
+        else:
+            cluster = LocalCluster(directory)
         started_here = not cluster.running
     except ClusterError as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
@@ -264,6 +289,8 @@ def run_replication(args: argparse.Namespace) -> int:
                 cluster.up(
                     args.brokers, overrides=overrides, progress=lambda _: None, netns=args.netns
                 )
+            elif isinstance(cluster, SwarmCluster):  # deployed by its user, left as it was
+                raise ClusterError(f"stack {args.swarm} runs no service: deploy it first")
             else:
                 cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
@@ -271,8 +298,12 @@ def run_replication(args: argparse.Namespace) -> int:
     except (ClusterError, ZooKeeperError, NetworkError, ConfigError) as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
     finally:
-        if started_here and (
-            cluster.state is not None or (isinstance(cluster, LocalCluster) and cluster.network)
+        if (
+            started_here
+            and not isinstance(cluster, SwarmCluster)
+            and (
+                cluster.state is not None or (isinstance(cluster, LocalCluster) and cluster.network)
+            )
         ):
             cluster.down(progress=lambda _: None)
     print()

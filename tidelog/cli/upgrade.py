@@ -27,7 +27,7 @@ def add(commands) -> None:
         ("run", "perform the steps (or resume an unfinished run); stops at the first failed check"),
     ]:
         action = actions.add_parser(name, help=text, description=text[0].upper() + text[1:])
-        action.add_argument("--dir", required=True, help="the cluster's state directory")
+        _add_cluster_options(action, "the cluster's state directory")
         action.add_argument("--to", required=True, choices=TARGETS, help="the target release")
         if name == "run":
             _add_acting_options(action, "after the last step before checking its format")
@@ -59,14 +59,37 @@ def add(commands) -> None:
                 help="partitions the canary stays preferred leader of (default 1)",
             )
         action.set_defaults(run=run_canary)
-    text = "recreate a compose cluster's brokers from another image tag, one at a time"
+    text = "recreate a compose cluster's or a stack's brokers from another image tag, one at a time"
     roll = actions.add_parser("roll", help=text, description=text[0].upper() + text[1:] + ".")
-    roll.add_argument(
-        "--dir", required=True, help="the compose cluster's directory (it holds compose.env)"
-    )
+    _add_cluster_options(roll, "the compose cluster's directory (it holds compose.env)")
     roll.add_argument("--image-tag", required=True, help="the brokers' new image: tidelog:TAG")
     roll.add_argument("--timeout", type=float, default=120.0, help="seconds each check may take")
     roll.set_defaults(run=run_roll)
+
+
+def _add_cluster_options(action: argparse.ArgumentParser, directory: str) -> None:
+    """--dir, or --swarm STACK (its state directory: --dir if given)."""
+    action.add_argument("--dir", help=directory)
+    action.add_argument(
+        "--swarm",
+        metavar="STACK",
+        help="a Swarm stack's brokers, each restart a `docker service update` from this manager",
+    )
+
+
+def _open(args: argparse.Namespace):
+    """The cluster of --swarm or --dir; ClusterError if neither is given."""
+    from tidelog.cluster.local import ClusterError
+    from tidelog.cluster.rolling import open_cluster
+    from tidelog.cluster.swarm import SwarmCluster
+
+    if args.swarm:
+        cluster = SwarmCluster(args.swarm, args.dir)
+        cluster.link_log_dirs()  # the plan reads the segments of the brokers on this node
+        return cluster
+    if args.dir is None:
+        raise ClusterError("--dir DIR or --swarm STACK: one is needed")
+    return open_cluster(args.dir)
 
 
 def _add_acting_options(action: argparse.ArgumentParser, settle_before: str) -> None:
@@ -81,12 +104,15 @@ def _add_acting_options(action: argparse.ArgumentParser, settle_before: str) -> 
 def run_upgrade(args: argparse.Namespace) -> int:
     """``upgrade plan`` and ``upgrade run`` (``run --dry-run`` prints the plan)."""
     from tidelog.cluster.local import ClusterError
-    from tidelog.cluster.rolling import open_cluster
     from tidelog.config import ConfigError
     from tidelog.upgrade.canary import CANARY_JOURNAL, CanaryJournal
     from tidelog.upgrade.run import UpgradeFailed, UpgradeRun
 
-    cluster = open_cluster(args.dir)
+    try:
+        cluster = _open(args)
+    except ClusterError as error:
+        print(f"tidelog upgrade {args.action}: {error}", file=sys.stderr)
+        return 2
     canary = CanaryJournal.load(cluster.directory / CANARY_JOURNAL)
     if args.action == "run" and canary is not None and canary.unfinished:
         print(
@@ -173,13 +199,17 @@ def run_canary(args: argparse.Namespace) -> int:
 def run_roll(args: argparse.Namespace) -> int:
     from tidelog.cluster.compose import ComposeCluster
     from tidelog.cluster.local import ClusterError
+    from tidelog.cluster.swarm import SwarmCluster
     from tidelog.upgrade.roll import roll_image
 
     try:
-        cluster = ComposeCluster(args.dir)
+        cluster = _open(args)
+        if not isinstance(cluster, ComposeCluster | SwarmCluster):
+            raise ClusterError(f"{args.dir} holds no compose cluster (compose.env) or stack")
+        image = cluster.image_for_tag(args.image_tag)
         rows = roll_image(cluster, args.image_tag, timeout=args.timeout)
     except (ClusterError, TimeoutError) as error:
         print(f"tidelog upgrade roll: {error}", file=sys.stderr)
         return 1
-    print(json.dumps({"image": f"tidelog:{args.image_tag}", "brokers": rows}))
+    print(json.dumps({"image": image, "brokers": rows}))
     return 0

@@ -10,35 +10,37 @@ It offers what the scenario machinery (``tidelog.cluster.faults``, ``delivery``)
 ``directory`` whose ``broker-{id}/logs`` are the brokers' log dirs (links to their volumes,
 readable by root), each done with the engine: SIGKILL is ``docker kill -s KILL``, SIGSTOP and
 SIGCONT are ``docker pause`` and ``unpause``, a clean stop is ``docker stop``;
-``partition_broker`` and ``heal_broker`` take a broker off the compose network and put it back.
+``partition_broker`` and ``heal_broker`` take a broker off the compose network and put it back
+(``tidelog.cluster.engine``, shared with a Swarm stack's cluster).
 """
 
 from __future__ import annotations
 
 import functools
-import io
 import json
 import os
 import re
-import signal
 import subprocess
-import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tidelog.cluster.engine import (
+    CONTAINER_LOG_DIR,
+    EFFECTIVE_CONFIG,
+    NO_ENGINE,
+    EngineCluster,
+    run_docker,
+)
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.zookeeper import free_ports
-from tidelog.reach import Unreachable
 
 BROKERS = (1, 2, 3)
 ENV_FILE = "compose.env"
 BROKER_SETTINGS_FILE = "broker.env"
 ENSEMBLE_SETTINGS_FILE = "docker/ensemble.env"  # beside compose.yaml
 REMOTE_TIER_SETTINGS_FILE = "docker/remote.env"  # beside compose.yaml
-# where the images keep a broker's effective settings and its log dir (docker/entrypoint.py)
-EFFECTIVE_CONFIG = "/var/lib/tidelog/server.properties"
-CONTAINER_LOG_DIR = "/var/lib/tidelog/logs"
+__all__ = ["CONTAINER_LOG_DIR", "EFFECTIVE_CONFIG", "NO_ENGINE", "ComposeCluster", "run_docker"]
 
 
 def kafka_variable(key: str) -> str:
@@ -102,7 +104,7 @@ def host_ports() -> dict[str, int]:
     return dict(zip(names, free_ports(len(names)), strict=True))
 
 
-class ComposeCluster:
+class ComposeCluster(EngineCluster):
     """The compose project whose settings are in ``directory/compose.env``.
 
     ``create`` writes that file; every other method only reads it, so a ComposeCluster can be
@@ -217,6 +219,9 @@ class ComposeCluster:
         tag = self.environment.get(
             f"TIDELOG_BROKER_{broker_id}_TAG", self.environment.get("TIDELOG_TAG", "dev")
         )
+        return f"tidelog:{tag}"
+
+    def image_for_tag(self, tag: str) -> str:
         return f"tidelog:{tag}"
 
     def set_image_tag(self, broker_id: int, tag: str) -> None:
@@ -350,15 +355,7 @@ class ComposeCluster:
     def link_log_dirs(self) -> None:
         """``directory/broker-{id}/logs``: a link to the broker's log volume on this host."""
         for broker in self.state.brokers.values():
-            volume = f"{self.project}_{broker.service}"
-            mountpoint = json.loads(run_docker(["docker", "volume", "inspect", volume], 60))[0][
-                "Mountpoint"
-            ]
-            link = self.directory / broker.service / "logs"
-            link.parent.mkdir(parents=True, exist_ok=True)
-            if link.is_symlink():
-                link.unlink()
-            link.symlink_to(mountpoint)
+            self.link_volume(broker.broker_id, f"{self.project}_{broker.service}")
 
     # -- faults, as a LocalCluster's (see tidelog.cluster.faults) ---------------------------------
 
@@ -405,6 +402,9 @@ class ComposeCluster:
             timeout=timeout + 60,
         )
 
+    def broker_container(self, broker_id: int) -> str:
+        return self.container(self.broker(broker_id).service)
+
     def has_container(self, broker_id: int) -> bool:
         """Whether the broker's service has a container, running or not (none once the project
         is down)."""
@@ -412,11 +412,11 @@ class ComposeCluster:
 
     def exec_command(self, broker_id: int, argv: list[str]) -> list[str]:
         """``argv`` run in the broker's container (as the image's user), as a command line."""
-        return ["docker", "exec", self.container(self.broker(broker_id).service), *argv]
+        return ["docker", "exec", self.broker_container(broker_id), *argv]
 
     def broker_log(self, broker_id: int) -> str:
         """What the broker's container wrote (its output and errors), since it was created."""
-        container = self.container(self.broker(broker_id).service)
+        container = self.broker_container(broker_id)
         done = subprocess.run(
             ["docker", "logs", container], capture_output=True, text=True, timeout=60
         )
@@ -428,52 +428,18 @@ class ComposeCluster:
         """The host's process id of the broker container's first process (0: not running)."""
         return int(self.inspect(self.broker(broker_id).service)["State"]["Pid"])
 
-    def broker_settings(self, broker_id: int) -> dict[str, str]:
-        """The settings the broker's container started with (the server.properties its entry
-        point wrote, copied to ``directory/broker-{id}/server.properties``), with ``log.dirs``
-        as this host sees the log volume (link_log_dirs)."""
-        from tidelog.config import read_properties
+    @property
+    def zookeeper_members(self) -> list[str]:
+        profiles = self.environment.get("COMPOSE_PROFILES", "").split(",")
+        ensemble = "ensemble" in profiles
+        return ["zookeeper", "zookeeper-2", "zookeeper-3"] if ensemble else ["zookeeper"]
 
-        service = self.broker(broker_id).service
-        archive = subprocess.run(
-            ["docker", "cp", f"{self.container(service)}:{EFFECTIVE_CONFIG}", "-"],
-            capture_output=True,
-            timeout=60,
-        )
-        if archive.returncode != 0:
-            raise ClusterError(f"{service}'s settings: {archive.stderr.decode().strip()}")
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            member = tar.extractfile(Path(EFFECTIVE_CONFIG).name)
-            assert member is not None, "docker cp archives the file under its own name"
-            text = member.read().decode()
-        copy = self.directory / service / "server.properties"
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.write_text(text)
-        settings = read_properties(copy)
-        if settings.get("log.dirs") == CONTAINER_LOG_DIR:
-            settings["log.dirs"] = str(self.directory / service / "logs")
-        return settings
+    def inspect_member(self, member: str) -> dict:
+        return self.inspect(member)
 
-    def registered_brokers(self) -> set[int]:
-        """The brokers registered in ZooKeeper now. A container's health lags behind: a broker
-        put back on the network answers /health until it learns that its session expired."""
-        from tidelog.controller import zookeeper
-
-        with zookeeper.session(self.zookeeper) as client:
-            return set(zookeeper.read_brokers(client))
-
-    def wait_registered(self, broker_ids: list[int], timeout: float = 60.0) -> None:
-        """Waits until every one of ``broker_ids`` is registered in ZooKeeper."""
-        wait_until(
-            lambda: set(broker_ids) <= self.registered_brokers(),
-            timeout,
-            f"brokers {broker_ids} to register",
-            interval=0.3,
-        )
-
-    def log_dirs(self, broker_id: int) -> list[Path]:
-        """The broker's log dir on this host: its volume (link_log_dirs)."""
-        return [(self.directory / self.broker(broker_id).service / "logs").resolve()]
+    def running_image(self, broker_id: int) -> str:
+        """The image the broker's container runs now."""
+        return self.inspect(self.broker(broker_id).service)["Config"]["Image"]
 
     def status(self) -> list[dict]:
         """Each broker as the engine and ZooKeeper see it."""
@@ -491,83 +457,6 @@ class ComposeCluster:
             for broker in self.state.brokers.values()
         ]
 
-    def signal_broker(self, broker_id: int, signum: signal.Signals) -> None:
-        """SIGKILL and SIGTERM through ``docker kill``; SIGSTOP and SIGCONT as ``docker pause``
-        and ``unpause`` (the freezer cgroup stops every process of the container)."""
-        container = self.container(self.broker(broker_id).service)
-        if signum == signal.SIGSTOP:
-            # runc can fail to freeze the cgroup of a busy container ("unable to freeze", seen
-            # under load); it is asked again until the deadline
-            wait_until(
-                lambda: _paused(container),
-                60,
-                f"broker {broker_id}'s container to pause",
-                interval=0.5,
-            )
-        elif signum == signal.SIGCONT:
-            run_docker(["docker", "unpause", container], 60)
-        else:
-            run_docker(
-                ["docker", "kill", "--signal", signum.name.removeprefix("SIG"), container], 60
-            )
-            if signum in (signal.SIGKILL, signal.SIGTERM):
-                wait_until(
-                    lambda: self.health(broker_id) in ("exited", "dead"),
-                    60,
-                    f"broker {broker_id}'s container to exit",
-                    interval=0.2,
-                )
-
-    def kill_paused(self, broker_id: int) -> None:
-        """Kills a paused broker without letting it run again: SIGKILL to its container's first
-        process while the freezer holds it (the signal waits in the kernel), then unpause,
-        which delivers it before any of the broker's own code runs (``docker kill`` refuses a
-        paused container)."""
-        container = self.container(self.broker(broker_id).service)
-        pid = self.inspect(self.broker(broker_id).service)["State"]["Pid"]
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-        run_docker(["docker", "unpause", container], 60)
-        wait_until(
-            lambda: self.health(broker_id) in ("exited", "dead"),
-            60,
-            f"broker {broker_id}'s container to exit",
-            interval=0.2,
-        )
-
-    def partition_broker(self, broker_id: int) -> None:
-        """Takes the broker off the compose network: it reaches neither ZooKeeper nor the other
-        brokers, and they do not reach it."""
-        container = self.container(self.broker(broker_id).service)
-        run_docker(["docker", "network", "disconnect", self.network, container], 60)
-
-    def heal_broker(self, broker_id: int) -> None:
-        """Puts the broker back on the compose network under its service name."""
-        service = self.broker(broker_id).service
-        run_docker(
-            [
-                "docker",
-                "network",
-                "connect",
-                "--alias",
-                service,
-                self.network,
-                self.container(service),
-            ],
-            60,
-        )
-
-
-def _paused(container: str) -> bool:
-    """Pauses the container; False if the freezer could not freeze it this time."""
-    try:
-        run_docker(["docker", "pause", container], 60)
-    except ClusterError as error:
-        if "unable to freeze" not in str(error):
-            raise
-        return False
-    return True
-
 
 def _read_environment(path: Path) -> dict[str, str]:
     """KEY=value lines of an env file; # comments and blank lines skipped."""
@@ -577,26 +466,3 @@ def _read_environment(path: Path) -> dict[str, str]:
 
 def _write_environment(path: Path, environment: dict[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in environment.items()))
-
-
-# what the docker CLI (and its compose plugin) says when no engine takes its connection
-NO_ENGINE = re.compile(r"Cannot connect to the Docker daemon at (?P<address>\S+?)\.? Is the docker")
-
-
-def run_docker(command: list[str], timeout: float) -> str:
-    """The output of a docker (or docker compose) command; ClusterError if it fails,
-    Unreachable if no engine answers it."""
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise ClusterError(
-            f"{command[0]}: not found; scripts/docker-engine.sh installs it"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise ClusterError(f"{' '.join(command)}: no answer in {timeout} s") from None
-    if done.returncode != 0:
-        engine = NO_ENGINE.search(done.stderr)
-        if engine is not None:
-            raise Unreachable("the Docker engine", engine["address"], "no connection")
-        raise ClusterError(f"{' '.join(command)} failed: {done.stderr.strip()[-2000:]}")
-    return done.stdout

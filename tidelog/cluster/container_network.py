@@ -1,6 +1,7 @@
-"""The members of a compose project as the network faults (netfaults.py) act on them: each
-container's network namespace, entered from the host with ``nsenter`` through the container's
-process, its end of the veth pair (``eth0``) and the host's end on the engine's bridge.
+"""The members of a compose project or a Swarm stack (on this node) as the network faults
+(netfaults.py) act on them: each container's network namespace, entered from the host with
+``nsenter`` through the container's process, its end of the veth pair (``eth0``) and the host's
+end on the engine's bridge (a stack's overlay has its end elsewhere: no ``degraded`` there).
 
 The rules and qdiscs go in with the host's own ``iptables`` and ``tc`` (only the network
 namespace is the container's), so the images need neither. All rules in a container's namespace
@@ -16,21 +17,20 @@ import json
 import re
 import subprocess
 
-from tidelog.cluster.compose import ComposeCluster
-from tidelog.cluster.netns import ZOOKEEPER, NetworkError
+from tidelog.cluster.engine import EngineCluster
+from tidelog.cluster.netns import NetworkError
 from tidelog.files import replace_text
 
 FAULTS_FILE = "network-faults.json"
-ENSEMBLE_MEMBERS = (ZOOKEEPER, "zookeeper-2", "zookeeper-3")  # compose.yaml's ensemble profile
 LINK = re.compile(r"^\d+: ([^@:]+)@if(\d+):")
 
 
 class ContainerNetwork:
-    """The network of one compose project, its members named as its services (``zookeeper``,
-    ``broker-N``). ``faults`` is what network-faults.json holds: the faults injected and not
-    yet healed."""
+    """The network of one compose project or stack, its members named as its services
+    (``zookeeper``, ``broker-N``). ``faults`` is what network-faults.json holds: the faults
+    injected and not yet healed."""
 
-    def __init__(self, cluster: ComposeCluster) -> None:
+    def __init__(self, cluster: EngineCluster) -> None:
         self.cluster = cluster
         self.path = cluster.directory / FAULTS_FILE
         self.faults: list[dict] = (
@@ -40,11 +40,10 @@ class ContainerNetwork:
     @property
     def zookeepers(self) -> list[str]:
         """The ZooKeeper members: the one server, or the ensemble's three."""
-        profiles = self.cluster.environment.get("COMPOSE_PROFILES", "").split(",")
-        return list(ENSEMBLE_MEMBERS) if "ensemble" in profiles else [ZOOKEEPER]
+        return self.cluster.zookeeper_members
 
     def _inspect(self, member: str) -> dict:
-        return self.cluster.inspect(member)
+        return self.cluster.inspect_member(member)
 
     def command(self, member: str, argv: list[str]) -> list[str]:
         """``argv`` run in the container's network namespace (and nothing else of it)."""

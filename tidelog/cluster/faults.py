@@ -1,5 +1,5 @@
-"""Faults a scenario injects into a LocalCluster or a ComposeCluster, each followed by a wait for
-recovery."""
+"""Faults a scenario injects into a LocalCluster, a ComposeCluster or a SwarmCluster (the last two
+through the engine, ``tidelog.cluster.engine``), each followed by a wait for recovery."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ from pathlib import Path
 from tidelog.cluster import disks, netfaults, power
 from tidelog.cluster.compose import CONTAINER_LOG_DIR, ComposeCluster
 from tidelog.cluster.container_network import ContainerNetwork
+from tidelog.cluster.engine import EngineCluster
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
 from tidelog.cluster.netns import member_name
+from tidelog.cluster.swarm import SwarmCluster
 from tidelog.config import read_properties
 from tidelog.controller import zookeeper
 
@@ -52,11 +54,13 @@ NETWORK_FAILURES = (
     "partition_halves",
     "degraded",
 )
+# Failures a Swarm stack does not take: a task's disk is its node's, out of this host's reach.
+NOT_ON_A_STACK = ("disk_full", "disk_errors")
 TARGETS = ("leader", "follower", "controller", "replicas")  # replicas: power_loss only
 CLOCK_SKEW_MS = -120_000
 
-# What the faults act on: processes on this host, or containers of a compose project.
-Cluster = LocalCluster | ComposeCluster
+# What the faults act on: processes on this host, or containers of a compose project or a stack.
+Cluster = LocalCluster | ComposeCluster | SwarmCluster
 
 
 def _zookeeper_read(cluster: Cluster, read):
@@ -120,7 +124,7 @@ class LinkSettings:
 
 
 def network_of(cluster: Cluster, failure: str) -> netfaults.FaultNetwork:
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         return ContainerNetwork(cluster)
     network = cluster.network
     if network is None:
@@ -136,13 +140,15 @@ def inject_network(
 ) -> str:
     """A network fault around ``broker_id``, held for ``hold_s``, then healed (also when the
     hold is interrupted); returns what was done, in words."""
-    if isinstance(cluster, ComposeCluster) and failure == "partition":
+    if isinstance(cluster, EngineCluster) and failure == "partition":
         cluster.partition_broker(broker_id)
         try:
             time.sleep(hold_s)
         finally:
             cluster.heal_broker(broker_id)
-        return f"cut broker {broker_id} off the compose network for {hold_s:.0f} s, then healed it"
+        return (
+            f"cut broker {broker_id} off the cluster's network for {hold_s:.0f} s, then healed it"
+        )
     network = network_of(cluster, failure)
     member = member_name(broker_id)
     others = [member_name(b) for b in cluster.broker_ids if b != broker_id]
@@ -223,8 +229,10 @@ def inject(
             f"broker {broker_id} so that one of them took over, restarted it"
         )
     if failure == "network_partition":
-        if not isinstance(cluster, ComposeCluster):
-            raise ClusterError("network_partition needs a compose cluster (--compose)")
+        if not isinstance(cluster, EngineCluster):
+            raise ClusterError(
+                "network_partition needs a compose cluster or a stack (--compose, --swarm)"
+            )
         cluster.partition_broker(broker_id)
         time.sleep(session_timeout_s + 2)
         cluster.heal_broker(broker_id)
@@ -257,7 +265,7 @@ def power_loss(
     had written to the disk plus a random part of the rest (power.py); then they start again."""
     # a compose broker is frozen, not killed, until its files are cut: a container's exit
     # unmounts its overlay, which syncs the filesystem the volumes are on as well
-    stop = signal.SIGSTOP if isinstance(cluster, ComposeCluster) else signal.SIGKILL
+    stop = signal.SIGSTOP if isinstance(cluster, EngineCluster) else signal.SIGKILL
     for broker_id in broker_ids:
         cluster.signal_broker(broker_id, stop)
     survivors = [b for b in cluster.broker_ids if b not in broker_ids and cluster.broker(b).alive]
@@ -276,7 +284,7 @@ def power_loss(
     cuts: list[power.Cut] = []
     for broker_id in broker_ids:
         cuts += power.lose_unwritten(broker_log_dirs(cluster, broker_id), rng)
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         for broker_id in broker_ids:
             cluster.kill_paused(broker_id)
     for broker_id in broker_ids:
@@ -292,7 +300,7 @@ def power_loss(
 def broker_log_dirs(cluster: Cluster, broker_id: int) -> list[Path]:
     """Where the broker's log dirs are on this host: its log.dirs, or a compose broker's
     volume (the same page cache: the kernel is the host's)."""
-    if isinstance(cluster, ComposeCluster):
+    if isinstance(cluster, EngineCluster):
         return cluster.log_dirs(broker_id)
     return [
         Path(d) for d in read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
@@ -300,6 +308,14 @@ def broker_log_dirs(cluster: Cluster, broker_id: int) -> list[Path]:
 
 
 HALTED = "Halting due to unrecoverable I/O error"
+
+
+def not_on_a_stack(failure: str) -> ClusterError:
+    return ClusterError(
+        f"{failure} is not available on a Swarm stack (--swarm): failures it takes are those "
+        f"of --failure but {', '.join(NOT_ON_A_STACK)}; {failure} runs on a compose cluster "
+        "(--compose) or a local one"
+    )
 
 
 def disk_full(
@@ -310,6 +326,8 @@ def disk_full(
     dir (what it wrote) back on the big disk and the broker started again, to recover."""
     if isinstance(cluster, ComposeCluster):
         return _container_disk_full(cluster, broker_id, headroom=headroom, timeout=timeout)
+    if isinstance(cluster, SwarmCluster):
+        raise not_on_a_stack("disk_full")
     log_dirs = read_properties(cluster.broker(broker_id).config)["log.dirs"].split(",")
     if len(log_dirs) != 1:
         raise ClusterError(f"disk_full needs a broker with one log dir; {broker_id} has {log_dirs}")
@@ -457,6 +475,8 @@ def disk_errors(
         )
     if isinstance(cluster, ComposeCluster):
         return _container_disk_errors(cluster, broker_id, topic, settings, hold_s=hold_s)
+    if isinstance(cluster, SwarmCluster):
+        raise not_on_a_stack("disk_errors")
     if shutil.which("fiu-run") is None:
         raise ClusterError("disk_errors needs libfiu: run 'make install' (Debian's fiu-utils)")
     prefix = Path(cluster.broker(broker_id).config).parent / "fiu-ctrl"

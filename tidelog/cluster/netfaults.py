@@ -147,7 +147,11 @@ def heal(network: FaultNetwork) -> list[str]:
         # no qdisc of ours there: tc says so, and that is fine
         interface = network.interface(member)
         _run(network.command(member, ["tc", "qdisc", "del", "dev", interface, "root"]), check=False)
-        _run(["tc", "qdisc", "del", "dev", network.host_link(member), "root"], check=False)
+        try:
+            host_link = network.host_link(member)
+        except NetworkError:  # a stack's overlay: its end is not on the host, nor a qdisc of ours
+            continue
+        _run(["tc", "qdisc", "del", "dev", host_link, "root"], check=False)
     undone = [fault["summary"] for fault in network.faults]
     network.faults = []
     network.save()
