@@ -7,6 +7,7 @@ here is skipped with the one reason ``scripts/docker-engine.sh --check`` gives.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -22,6 +23,7 @@ os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 from testcontainers.compose import DockerCompose
 
 from tidelog.cluster.compose import ComposeCluster
+from tidelog.cluster.delivery import DeliveryProducer
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,3 +71,23 @@ def compose_cluster(
         yield cluster
     finally:
         compose.stop()  # down --volumes
+
+
+async def produce_through(
+    bootstrap_servers: str, topic: str, roll: list[str], produce_version: int = 2
+) -> tuple[DeliveryProducer, subprocess.CompletedProcess]:
+    """Produces acks=all at 50 messages/s while the command ``roll`` (an upgrade) runs; returns
+    the producer and the finished command."""
+    producer = DeliveryProducer(
+        bootstrap_servers, topic, acks=-1, rate=50, produce_version=produce_version
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(producer.run(stop))
+    await asyncio.sleep(2)  # acknowledgements before the first broker goes
+    done = await asyncio.to_thread(
+        subprocess.run, roll, capture_output=True, text=True, timeout=900
+    )
+    await asyncio.sleep(2)
+    stop.set()
+    await task
+    return producer, done

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer
 
+from tests.containers.conftest import produce_through
 from tidelog.cluster import faults
 from tidelog.cluster.compose import BROKERS, ComposeCluster
-from tidelog.cluster.delivery import DeliveryProducer, verify
+from tidelog.cluster.delivery import verify
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES
 from tidelog.controller import topics, zookeeper
 from tidelog.upgrade import checks
@@ -50,26 +51,6 @@ def client_release(cluster: ComposeCluster, broker_id: int) -> tuple[int, ...]:
         return tuple(consumer.config["api_version"][:3])
     finally:
         consumer.close()
-
-
-async def produce_through(
-    cluster: ComposeCluster, topic: str, roll: list[str], produce_version: int = 2
-):
-    """Produces acks=all at 50 messages/s while the command ``roll`` runs; returns the producer
-    and the finished command."""
-    producer = DeliveryProducer(
-        cluster.bootstrap_servers, topic, acks=-1, rate=50, produce_version=produce_version
-    )
-    stop = asyncio.Event()
-    task = asyncio.create_task(producer.run(stop))
-    await asyncio.sleep(2)  # acknowledgements before the first broker goes
-    done = await asyncio.to_thread(
-        subprocess.run, roll, capture_output=True, text=True, timeout=900
-    )
-    await asyncio.sleep(2)
-    stop.set()
-    await task
-    return producer, done
 
 
 def test_roll_moves_every_broker_to_another_image_under_a_producer(
@@ -108,7 +89,7 @@ def test_roll_moves_every_broker_to_another_image_under_a_producer(
             *("--dir", str(tmp_path), "--image-tag", NEW),
         ]
         started = time.time()
-        producer, done = asyncio.run(produce_through(cluster, topic, roll))
+        producer, done = asyncio.run(produce_through(cluster.bootstrap_servers, topic, roll))
         assert done.returncode == 0, done.stdout + done.stderr
         for broker_id in BROKERS:
             assert f"broker {broker_id} runs tidelog:{NEW}; back in every ISR" in done.stdout
@@ -155,7 +136,9 @@ def test_upgrade_run_takes_a_compose_cluster_from_format_v0_to_v1_under_a_produc
             *("--dir", str(tmp_path), "--to", "0.10.0"),
         ]
         # a 0.9 producer (Produce v1, format v0 messages) throughout, as the old clients are
-        producer, done = asyncio.run(produce_through(cluster, topic, upgrade, produce_version=1))
+        producer, done = asyncio.run(
+            produce_through(cluster.bootstrap_servers, topic, upgrade, produce_version=1)
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "the cluster runs 0.10.0: every step done" in done.stdout
         # the run checked the messages appended after each phase; after the last, format v1

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
+from tests.containers.conftest import produce_through
 from tidelog.cluster import faults
-from tidelog.cluster.delivery import DeliveryProducer, verify
+from tidelog.cluster.delivery import verify
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES
 from tidelog.cluster.swarm import STACK_LABEL, SwarmCluster
 from tidelog.controller import topics, zookeeper
@@ -232,21 +233,8 @@ def test_an_upgrade_roll_to_another_tag_under_an_acks_all_producer_loses_nothing
         *("--swarm", STACK, "--dir", str(stack.directory), "--image-tag", NEXT_TAG),
     ]
 
-    async def produce_through() -> tuple[DeliveryProducer, subprocess.CompletedProcess]:
-        producer = DeliveryProducer(stack.bootstrap_servers, "rolled", acks=-1, rate=50)
-        stop = asyncio.Event()
-        task = asyncio.create_task(producer.run(stop))
-        await asyncio.sleep(2)
-        done = await asyncio.to_thread(
-            subprocess.run, roll, capture_output=True, text=True, timeout=900
-        )
-        await asyncio.sleep(2)
-        stop.set()
-        await task
-        return producer, done
-
     started = time.time()
-    producer, done = asyncio.run(produce_through())
+    producer, done = asyncio.run(produce_through(stack.bootstrap_servers, "rolled", roll))
     assert done.returncode == 0, done.stdout + done.stderr
     for broker_id in stack.broker_ids:
         assert f"broker {broker_id} runs tidelog:{NEXT_TAG}; back in every ISR" in done.stdout
