@@ -237,7 +237,7 @@ def test_the_stack_command_pins_five_brokers_and_an_ensemble_to_their_nodes(
             f"node.labels.tidelog.broker-{broker_id}==true"
         ]
         published = {(p["target"], p["published"], p["mode"]) for p in service["ports"]}
-        assert published == {(port, port, "host"), (8080, 18080 + broker_id, "host")}
+        assert published == {(port, port, "host")}  # the admin API stays on the overlay
         # its own log volume, no remote-tier volume (the tier is the bucket)
         assert [(v["source"], v["target"]) for v in service["volumes"]] == [
             (f"broker-{broker_id}", "/var/lib/tidelog/logs")
@@ -275,7 +275,7 @@ def test_the_stack_command_carries_a_profiles_services_and_refuses_bad_options(
         (["--remote-tier", "gs://x"], "--remote-tier 'gs://x': allowed: volume, s3://"),
         (["--s3-endpoint", "http://x"], "--s3-endpoint and --s3-credentials go with"),
         (["--external-host", "7=h"], "--external-host for brokers [7]: allowed: 1 to 3"),
-        (["--admin-base-port", "19092"], "overlap or leave 1-65535"),
+        (["--zookeeper-port", "19092"], "overlap or leave 1-65535"),
     ]:
         done = subprocess.run(
             [

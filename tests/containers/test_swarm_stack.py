@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tests.containers.conftest import produce_through
 from tidelog.cluster import faults
 from tidelog.cluster.delivery import verify
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES
-from tidelog.cluster.swarm import STACK_LABEL, SwarmCluster
+from tidelog.cluster.swarm import GATEWAY_LABEL, STACK_LABEL, SwarmCluster, close_gateways
 from tidelog.controller import topics, zookeeper
 from tidelog.upgrade import checks
 
@@ -80,13 +81,12 @@ def stack_file(swarm: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("swarm")
     properties = directory / "server.properties"
     properties.write_text("".join(f"{k}={v}\n" for k, v in SCENARIO_OVERRIDES.items()))
-    first = _consecutive(7)  # three listeners, three admin APIs, ZooKeeper
+    first = _consecutive(4)  # three listeners, ZooKeeper
     path = directory / "stack.yaml"
     done = tidelog(
         *("cluster", "stack", "--brokers", "3", "--compose-file", str(ROOT / "compose.yaml")),
         *("--properties", str(properties), "--external-host", "127.0.0.1"),
-        *("--base-port", str(first), "--admin-base-port", str(first + 3)),
-        *("--zookeeper-port", str(first + 6), "-o", str(path)),
+        *("--base-port", str(first), "--zookeeper-port", str(first + 3), "-o", str(path)),
     )
     assert done.returncode == 0, done.stderr
     return path
@@ -123,6 +123,7 @@ def stack(stack_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         yield cluster
     finally:
+        close_gateways()  # this process's way to the admin APIs holds the stack's network
         if docker("service", "ls", "--quiet", "--filter", f"label={STACK_LABEL}={STACK}"):
             docker("stack", "rm", STACK, check=False)
         _remove_volumes_when_free()
@@ -195,6 +196,27 @@ def test_kcat_and_kafka_python_produce_and_consume_through_the_published_ports(
     assert perf.stdout.startswith("200 records sent"), perf.stdout
 
 
+def test_the_admin_apis_are_reached_through_loopback_only(stack: SwarmCluster) -> None:
+    """The admin API changes brokers: the stack publishes none, and this host reaches them
+    through its gateway on the stack's network, published on 127.0.0.1 alone."""
+    services = json.loads(
+        docker("service", "inspect", *(stack.broker(b).service for b in stack.broker_ids))
+    )
+    published = [p["TargetPort"] for s in services for p in s["Endpoint"].get("Ports", [])]
+    assert published == [b.port for b in stack.state.brokers.values()]
+
+    view = faults.topic_view(stack.broker(1).admin_port, "__absent__")
+    health = json.loads(
+        urllib.request.urlopen(f"http://127.0.0.1:{stack.broker(2).admin_port}/health").read()
+    )
+
+    assert view is None and health["broker_id"] == 2
+    gateways = docker("ps", "--quiet", "--filter", f"label={GATEWAY_LABEL}={STACK}").split()
+    assert len(gateways) == 1
+    bindings = json.loads(docker("inspect", gateways[0]))[0]["HostConfig"]["PortBindings"]
+    assert {binding["HostIp"] for found in bindings.values() for binding in found} == {"127.0.0.1"}
+
+
 def test_a_hard_bounce_scenario_on_the_stack_loses_nothing(
     stack: SwarmCluster, tmp_path: Path
 ) -> None:
@@ -251,6 +273,9 @@ def test_docker_stack_rm_leaves_no_service_container_or_network(stack: SwarmClus
     for broker_id in stack.broker_ids:
         print(docker("service", "ps", "--no-trunc", stack.broker(broker_id).service))
     stack.remove(progress=lambda _: None)
+    assert (
+        docker("ps", "--all", "--quiet", "--filter", f"label={GATEWAY_LABEL}={STACK}").split() == []
+    )
     label = f"label={STACK_LABEL}={STACK}"
     assert docker("service", "ls", "--quiet", "--filter", label).split() == []
     assert docker("ps", "--all", "--quiet", "--filter", label).split() == []

@@ -129,13 +129,6 @@ def _add_stack(actions) -> None:
         help="broker i's EXTERNAL listener on port N+i-1 of its node (default 19091)",
     )
     stack.add_argument(
-        "--admin-base-port",
-        type=int,
-        default=18081,
-        metavar="N",
-        help="broker i's admin API on port N+i-1 of its node (default 18081)",
-    )
-    stack.add_argument(
         "--zookeeper-port",
         type=int,
         default=12181,
@@ -198,7 +191,6 @@ def write_stack(args: argparse.Namespace) -> int:
             external_hosts=hosts,
             profiles=tuple(args.profile),
             base_port=args.base_port,
-            admin_base_port=args.admin_base_port,
             zookeeper_port=args.zookeeper_port,
         )
     except StackError as error:
@@ -218,13 +210,14 @@ def show_swarm_status(stack: str, directory: str | None) -> None:
     cluster = SwarmCluster(stack, directory)
     print(f"bootstrap servers: {cluster.bootstrap_servers}")
     print(f"zookeeper: {cluster.zookeeper}")
-    header = ("broker", "service", "task", "registered", "address", "admin", "image")
-    print("{:>6}  {:24} {:10} {:10} {:22} {:>6}  {}".format(*header))
+    # the admin APIs stay on the stack's network: no address of theirs is shown
+    header = ("broker", "service", "task", "registered", "address", "node", "image")
+    print("{:>6}  {:24} {:10} {:10} {:22} {:12}  {}".format(*header))
     for row in cluster.status():
         address = f"{row['host']}:{row['port']}"
         print(
             f"{row['broker']:>6}  {row['service']:24} {row['state']:10} "
-            f"{row['registered']!s:10} {address:22} {row['admin_port']:>6}  {row['image']}"
+            f"{row['registered']!s:10} {address:22} {row['node']:12}  {row['image']}"
         )
 
 

@@ -86,6 +86,10 @@ class ComposeBroker:
         return "127.0.0.1"
 
     @property
+    def admin_host(self) -> str:
+        return "127.0.0.1"
+
+    @property
     def alive(self) -> bool:
         """Its container runs (a paused one too, as a stopped process is alive)."""
         return self.health() not in ("created", "exited", "dead", "no container")

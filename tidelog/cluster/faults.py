@@ -107,7 +107,7 @@ def _holds_anything(zk, broker_id: int) -> bool:
 def set_clock_skew(cluster: Cluster, broker_id: int, skew_ms: int) -> None:
     broker = cluster.broker(broker_id)
     request = urllib.request.Request(
-        f"http://{broker.host}:{broker.admin_port}/clock",
+        f"http://{broker.admin_host}:{broker.admin_port}/clock",
         data=json.dumps({"skew_ms": skew_ms}).encode(),
         method="PUT",
     )
@@ -712,7 +712,7 @@ def topic_view(admin_port: int, topic: str, host: str = "127.0.0.1") -> dict | N
 
 def _broker_topic_view(cluster: Cluster, broker_id: int, topic: str) -> dict | None:
     broker = cluster.broker(broker_id)
-    return topic_view(broker.admin_port, topic, broker.host)
+    return topic_view(broker.admin_port, topic, broker.admin_host)
 
 
 def wait_for_offload(cluster: LocalCluster, topic: str, timeout: float = 120) -> None:

@@ -71,6 +71,11 @@ class BrokerProcess:
         return self.process is not None and self.process.running()
 
     @property
+    def admin_host(self) -> str:
+        """Where its admin API listens (admin.listener): beside its listeners."""
+        return self.host
+
+    @property
     def stale(self) -> bool:
         """A process is recorded, but it is gone (or its id now names another process)."""
         return self.process is not None and not self.process.running()

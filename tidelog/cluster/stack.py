@@ -12,8 +12,10 @@ remote tier on a volume) and changes what Swarm reads differently:
   ZooKeeper by ``node.labels.tidelog.zookeeper-K==true``;
 - ports published in host mode on the task's node (Swarm binds every address of the node; the
   routing mesh would send a client to any broker), each broker's EXTERNAL listener advertised
-  with its node's address (``external_host``: Swarm's ``{{.Node.Hostname}}`` by default);
-- one overlay network, attachable (a fault takes a task's container off it and back);
+  with its node's address (``external_host``: Swarm's ``{{.Node.Hostname}}`` by default); the
+  brokers' admin APIs, which change brokers, are not published: they stay on the overlay network;
+- one overlay network, attachable (tidelog's gateway to the admin APIs joins it,
+  tidelog.cluster.gateway);
 - the remote tier on a volume (``volume``) or a user's S3 bucket (``s3://bucket/prefix``, with
   an endpoint and a credentials file given to every broker as a Swarm secret);
 - ``server.properties`` overrides for every broker as a Swarm config.
@@ -39,7 +41,7 @@ TEMPLATE_BROKER = "broker-1"
 COMPOSE_BROKERS = ("broker-1", "broker-2", "broker-3")
 ZOOKEEPERS = ("zookeeper", "zookeeper-2", "zookeeper-3")
 NETWORK = "tidelog"
-BROKER_PORT, ADMIN_PORT, ZOOKEEPER_PORT = 19091, 18081, 12181
+BROKER_PORT, ZOOKEEPER_PORT = 19091, 12181
 REMOTE_TIER_MOUNT = "/var/lib/tidelog/remote"
 PROPERTIES_TARGET = "/etc/tidelog/server.properties"  # docker/entrypoint.py reads it first
 S3_CREDENTIALS_TARGET = "/run/secrets/tidelog-s3-credentials"
@@ -128,7 +130,6 @@ def render_stack(
     external_hosts: dict[int, str] | None = None,
     profiles: tuple[str, ...] = (),
     base_port: int = BROKER_PORT,
-    admin_base_port: int = ADMIN_PORT,
     zookeeper_port: int = ZOOKEEPER_PORT,
 ) -> dict:
     """The stack file's document (see the module's docstring). ``external_hosts`` gives some
@@ -146,13 +147,12 @@ def render_stack(
         raise StackError(f"--external-host for brokers {unknown}: allowed: 1 to {brokers}")
     published = [
         *range(base_port, base_port + brokers),
-        *range(admin_base_port, admin_base_port + brokers),
         *range(zookeeper_port, zookeeper_port + zookeepers),
     ]
     if len(set(published)) < len(published) or not all(0 < p < 65536 for p in published):
         raise StackError(
-            f"ports {base_port}+{brokers} (listeners), {admin_base_port}+{brokers} (admin APIs) "
-            f"and {zookeeper_port}+{zookeepers} (ZooKeeper) overlap or leave 1-65535"
+            f"ports {base_port}+{brokers} (listeners) and {zookeeper_port}+{zookeepers} "
+            "(ZooKeeper) overlap or leave 1-65535"
         )
     for path in (s3_credentials, properties):
         if path is not None and not Path(path).is_file():
@@ -191,7 +191,7 @@ def render_stack(
             zookeeper["healthcheck"] = {"disable": True}
     for broker_id in range(1, brokers + 1):
         host = (external_hosts or {}).get(broker_id, external_host)
-        service = _broker(template, broker_id, host, base_port, admin_base_port)
+        service = _broker(template, broker_id, host, base_port)
         services[f"broker-{broker_id}"] = service
         volumes[f"broker-{broker_id}"] = {}
         if remote_tier != "volume":
@@ -231,23 +231,19 @@ def render_stack(
     return stack
 
 
-def _broker(
-    template: dict, broker_id: int, host: str, base_port: int, admin_base_port: int
-) -> dict:
+def _broker(template: dict, broker_id: int, host: str, base_port: int) -> dict:
     """Compose's broker-1 made broker ``broker_id``: its id, its listener's port, its log
-    volume, its published ports (host mode), its node."""
+    volume, its published port (host mode: its EXTERNAL listener alone; the admin API changes
+    brokers and stays on the stack's network), its node."""
     service = copy.deepcopy(template)
-    port, admin_port = base_port + broker_id - 1, admin_base_port + broker_id - 1
+    port = base_port + broker_id - 1
     name = f"broker-{broker_id}"
     service["hostname"] = name
     environment = service["environment"]
     environment["KAFKA_BROKER_ID"] = str(broker_id)
     environment["KAFKA_LISTENERS"] = f"INTERNAL://0.0.0.0:9092,EXTERNAL://0.0.0.0:{port}"
     environment["KAFKA_ADVERTISED_LISTENERS"] = f"INTERNAL://{name}:9092,EXTERNAL://{host}:{port}"
-    service["ports"] = [
-        {"target": port, "published": port, "mode": "host"},
-        {"target": 8080, "published": admin_port, "mode": "host"},
-    ]
+    service["ports"] = [{"target": port, "published": port, "mode": "host"}]
     service["volumes"] = [
         {**volume, "source": name} if volume.get("source") == TEMPLATE_BROKER else volume
         for volume in service.get("volumes", [])

@@ -20,8 +20,11 @@ A restart with new settings or another image is ``docker service update`` (``--e
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import json
+import os
 import signal
 import tempfile
 import time
@@ -39,23 +42,79 @@ STATE_FILE = "swarm.json"
 # a task's states once it is over (Swarm's task life cycle)
 ENDED = ("complete", "shutdown", "failed", "rejected", "orphaned", "remove")
 STACK_LABEL = "com.docker.stack.namespace"
+GATEWAY_LABEL = "tidelog.gateway-of"
+GATEWAY_PORT = 18080  # broker i's admin API at 18080+i inside a gateway's container
 
 
 @dataclass(frozen=True)
 class SwarmBroker:
-    """One broker service: where its node publishes its ports, and ``alive`` as Swarm sees its
-    task (a paused container's task runs, as a stopped process is alive)."""
+    """One broker service: where its node publishes its listener, where this host reaches its
+    admin API (this process's AdminGateway, on 127.0.0.1: the stack publishes no admin API), and
+    ``alive`` as Swarm sees its task (a paused container's task runs, as a stopped process is
+    alive)."""
 
     broker_id: int
     service: str
     host: str
     port: int
-    admin_port: int
+    gateway_port: Callable[[], int] = field(repr=False, compare=False)
     health: Callable[[], str] = field(repr=False, compare=False)
+
+    @property
+    def admin_host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def admin_port(self) -> int:
+        return self.gateway_port()
 
     @property
     def alive(self) -> bool:
         return self.health() not in ("no task", *ENDED)
+
+
+class AdminGateway:
+    """A container of this process's on a stack's overlay network, running
+    ``tidelog.cluster.gateway`` from the brokers' image: broker i's admin API (``broker-i:8080``
+    on the overlay) at ``ports[i]`` on this host's 127.0.0.1, the only address Docker publishes
+    it on. Started on first use, removed when this process exits (or by ``close``); one left by
+    a killed process exits by itself once idle (``--rm``), and ``SwarmCluster.remove`` removes
+    any of the stack's before ``docker stack rm``, whose network it would otherwise hold."""
+
+    def __init__(self, stack: str, image: str, broker_ids: list[int]) -> None:
+        self.name = f"tidelog-gateway-{stack}-{os.getpid()}"
+        routes = [f"{GATEWAY_PORT + b}=broker-{b}:8080" for b in broker_ids]
+        run_docker(["docker", "rm", "--force", self.name], 60)
+        run_docker(
+            [
+                *("docker", "run", "--detach", "--rm", "--name", self.name),
+                *("--label", f"{GATEWAY_LABEL}={stack}", "--network", f"{stack}_{NETWORK}"),
+                *(a for b in broker_ids for a in ("--publish", f"127.0.0.1::{GATEWAY_PORT + b}")),
+                *("--entrypoint", "python", image, "-m", "tidelog.cluster.gateway", *routes),
+            ],
+            120,
+        )
+        self.ports: dict[int, int] = {}
+        for broker_id in broker_ids:
+            published = run_docker(["docker", "port", self.name, str(GATEWAY_PORT + broker_id)], 60)
+            self.ports[broker_id] = int(published.split()[0].rsplit(":", 1)[1])
+
+    def close(self) -> None:
+        with contextlib.suppress(ClusterError):
+            run_docker(["docker", "rm", "--force", self.name], 60)
+
+
+# this process's gateways, by stack: shared by every SwarmCluster of the stack it makes
+_gateways: dict[str, AdminGateway] = {}
+
+
+def close_gateways() -> None:
+    """Removes this process's gateways (at exit; a test, before it removes its stack)."""
+    while _gateways:
+        _gateways.popitem()[1].close()
+
+
+atexit.register(close_gateways)
 
 
 @dataclass
@@ -92,15 +151,20 @@ class SwarmCluster(EngineCluster):
             }
             if BROKER_LABEL in labels:
                 broker_id = int(labels[BROKER_LABEL])
-                admin_port = ports.pop(8080, None)
-                if admin_port is None or not ports:
-                    raise ClusterError(f"{spec['Name']} publishes no listener and admin port")
+                if 8080 in ports:
+                    raise ClusterError(
+                        f"{spec['Name']} publishes its admin API (port 8080): it changes brokers, "
+                        "so it must stay on the stack's network; write the stack again with "
+                        "`tidelog cluster stack`"
+                    )
+                if not ports:
+                    raise ClusterError(f"{spec['Name']} publishes no listener")
                 brokers[broker_id] = SwarmBroker(
                     broker_id,
                     spec["Name"],
                     nodes.get(f"tidelog.broker-{broker_id}", "127.0.0.1"),
                     next(iter(ports.values())),
-                    admin_port,
+                    functools.partial(self.admin_port, broker_id),
                     functools.partial(self.health, broker_id),
                 )
             elif ZOOKEEPER_LABEL in labels and 2181 in ports:
@@ -178,6 +242,17 @@ class SwarmCluster(EngineCluster):
     @property
     def running(self) -> bool:
         return bool(self._services())
+
+    def admin_port(self, broker_id: int) -> int:
+        """Where this host reaches the broker's admin API: its port on this process's gateway
+        (started on first use, from the first broker's image)."""
+        gateway = _gateways.get(self.stack)
+        if gateway is None or broker_id not in gateway.ports:
+            if gateway is not None:
+                gateway.close()
+            image = self.running_image(self.broker_ids[0])
+            gateway = _gateways[self.stack] = AdminGateway(self.stack, image, self.broker_ids)
+        return gateway.ports[broker_id]
 
     # -- the engine ----------------------------------------------------------------------------
 
@@ -297,6 +372,15 @@ class SwarmCluster(EngineCluster):
         """``docker stack rm``, then waits until no service, container or network of it is left
         (the engine removes them in the background). Its volumes stay, as Swarm leaves them."""
         progress(f"removing stack {self.stack}")
+        gateway = _gateways.pop(self.stack, None)
+        if gateway is not None:
+            gateway.close()
+        left = run_docker(
+            ["docker", "ps", "--all", "--quiet", "--filter", f"label={GATEWAY_LABEL}={self.stack}"],
+            60,
+        ).split()
+        if left:  # other commands' gateways hold the stack's network
+            run_docker(["docker", "rm", "--force", *left], 60)
         run_docker(["docker", "stack", "rm", self.stack], 120)
         label = f"label={STACK_LABEL}={self.stack}"
 
