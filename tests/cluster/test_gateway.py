@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 
+from tidelog.cluster.gateway import READY
 from tidelog.cluster.zookeeper import free_ports
 
 
@@ -58,6 +59,8 @@ def test_each_port_reaches_its_target_and_an_idle_gateway_exits():
         f"{listen}=127.0.0.1:{target}", f"{refused_listen}=127.0.0.1:{nowhere}", "--idle-exit", "2"
     )
     try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == READY
         with connect(listen) as client:
             payload = b"x" * 200_000
             client.sendall(payload)

@@ -12,6 +12,7 @@ Each PORT is listened on and each connection to it forwarded to HOST:PORT, the n
 anew for each connection (a replaced task's address changes under its service's name). A gateway
 with no connection open for ``--idle-exit`` seconds exits (its container is run with ``--rm``):
 one whose command was killed before it could remove it does not keep the network in use for ever.
+It prints READY once every port is listened on.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import functools
 import time
 
 DEFAULT_IDLE_EXIT_S = 900.0
+READY = "gateway: listening"  # printed once every port is listened on
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -69,6 +71,7 @@ class Gateway:
             await asyncio.start_server(functools.partial(self._forward, target), "0.0.0.0", port)
             for port, target in self.routes.items()
         ]
+        print(READY, flush=True)
         try:
             while self.open or time.monotonic() - self.idle_since < idle_exit_s:
                 await asyncio.sleep(1)

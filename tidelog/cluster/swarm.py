@@ -35,6 +35,7 @@ from pathlib import Path
 from tidelog.cluster import netfaults
 from tidelog.cluster.compose import kafka_variable
 from tidelog.cluster.engine import EngineCluster, inspect_container, run_docker
+from tidelog.cluster.gateway import READY
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.stack import BROKER_LABEL, NETWORK, ZOOKEEPER_LABEL
 
@@ -93,6 +94,12 @@ class AdminGateway:
                 *("--entrypoint", "python", image, "-m", "tidelog.cluster.gateway", *routes),
             ],
             120,
+        )
+        wait_until(
+            lambda: READY in run_docker(["docker", "logs", self.name], 60),
+            30,
+            f"the admin gateway {self.name} to listen",
+            interval=0.1,
         )
         self.ports: dict[int, int] = {}
         for broker_id in broker_ids:
