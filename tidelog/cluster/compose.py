@@ -397,14 +397,26 @@ class ComposeCluster(EngineCluster):
     def recreate_broker(self, broker_id: int, wait: bool = True, timeout: float = 90.0) -> None:
         """The broker's container replaced by a new one from its service's current image and
         env files, on the same log volume (a running one is stopped cleanly first); with
-        ``wait``, returns once its healthcheck passes."""
-        waiting = ("--wait", "--wait-timeout", str(int(timeout))) if wait else ()
+        ``wait``, returns once its healthcheck passes. Not ``up --wait``, which gives up at the
+        first unhealthy report: a broker still starting once the image's start period is over
+        (a loaded machine, a broker under libfiu's preload) is reported unhealthy, and healthy
+        a few seconds later. A broker not healthy in ``timeout`` is an error that carries the
+        last lines its container wrote."""
         self.compose(
             *("up", "--detach", "--no-deps", "--no-build", "--pull", "never", "--force-recreate"),
-            *waiting,
             self.broker(broker_id).service,
             timeout=timeout + 60,
         )
+        if not wait:
+            return
+        try:
+            self.wait_healthy([broker_id], timeout)
+        except ClusterError as error:
+            try:
+                written = self.broker_log(broker_id).splitlines()[-20:]
+            except ClusterError:
+                written = []
+            raise ClusterError("\n".join([str(error), *written])) from None
 
     def broker_container(self, broker_id: int) -> str:
         return self.container(self.broker(broker_id).service)
