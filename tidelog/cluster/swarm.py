@@ -85,7 +85,7 @@ class AdminGateway:
     def __init__(self, stack: str, image: str, broker_ids: list[int]) -> None:
         self.name = f"tidelog-gateway-{stack}-{os.getpid()}"
         routes = [f"{GATEWAY_PORT + b}=broker-{b}:8080" for b in broker_ids]
-        run_docker(["docker", "rm", "--force", self.name], 60)
+        self.close()  # one this process left (a pid the engine saw before)
         run_docker(
             [
                 *("docker", "run", "--detach", "--rm", "--name", self.name),
