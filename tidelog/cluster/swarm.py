@@ -35,7 +35,7 @@ from pathlib import Path
 from tidelog.cluster import netfaults
 from tidelog.cluster.compose import kafka_variable
 from tidelog.cluster.engine import EngineCluster, inspect_container, run_docker
-from tidelog.cluster.gateway import READY
+from tidelog.cluster.gateway import DEFAULT_IDLE_EXIT_S, READY
 from tidelog.cluster.local import ClusterError, wait_until
 from tidelog.cluster.stack import BROKER_LABEL, NETWORK, ZOOKEEPER_LABEL
 
@@ -95,16 +95,37 @@ class AdminGateway:
             ],
             120,
         )
-        wait_until(
-            lambda: READY in run_docker(["docker", "logs", self.name], 60),
-            30,
-            f"the admin gateway {self.name} to listen",
-            interval=0.1,
-        )
         self.ports: dict[int, int] = {}
-        for broker_id in broker_ids:
-            published = run_docker(["docker", "port", self.name, str(GATEWAY_PORT + broker_id)], 60)
-            self.ports[broker_id] = int(published.split()[0].rsplit(":", 1)[1])
+        try:
+            wait_until(
+                lambda: READY in run_docker(["docker", "logs", self.name], 60),
+                30,
+                f"the admin gateway {self.name} to listen",
+                interval=0.1,
+            )
+            for broker_id in broker_ids:
+                published = run_docker(
+                    ["docker", "port", self.name, str(GATEWAY_PORT + broker_id)], 60
+                )
+                self.ports[broker_id] = int(published.split()[0].rsplit(":", 1)[1])
+        except BaseException:
+            self.close()  # not left holding the stack's network
+            raise
+        self.used = time.monotonic()
+
+    def port(self, broker_id: int) -> int:
+        self.used = time.monotonic()
+        return self.ports[broker_id]
+
+    def gone(self) -> bool:
+        """Whether its container may have exited by itself (unused for a third of its idle
+        exit) and has: a long command that stopped asking for a while needs a new one."""
+        if time.monotonic() - self.used < DEFAULT_IDLE_EXIT_S / 3:
+            return False
+        try:
+            return not inspect_container(self.name)["State"]["Running"]
+        except ClusterError:
+            return True
 
     def close(self) -> None:
         with contextlib.suppress(ClusterError):
@@ -254,12 +275,12 @@ class SwarmCluster(EngineCluster):
         """Where this host reaches the broker's admin API: its port on this process's gateway
         (started on first use, from the first broker's image)."""
         gateway = _gateways.get(self.stack)
-        if gateway is None or broker_id not in gateway.ports:
+        if gateway is None or broker_id not in gateway.ports or gateway.gone():
             if gateway is not None:
                 gateway.close()
             image = self.running_image(self.broker_ids[0])
             gateway = _gateways[self.stack] = AdminGateway(self.stack, image, self.broker_ids)
-        return gateway.ports[broker_id]
+        return gateway.port(broker_id)
 
     # -- the engine ----------------------------------------------------------------------------
 
@@ -387,7 +408,8 @@ class SwarmCluster(EngineCluster):
             60,
         ).split()
         if left:  # other commands' gateways hold the stack's network
-            run_docker(["docker", "rm", "--force", *left], 60)
+            with contextlib.suppress(ClusterError):  # one may be removing itself meanwhile
+                run_docker(["docker", "rm", "--force", *left], 60)
         run_docker(["docker", "stack", "rm", self.stack], 120)
         label = f"label={STACK_LABEL}={self.stack}"
 

@@ -655,11 +655,13 @@ def read_reassignment(zk: KazooClient) -> dict[tuple[str, int], list[int]]:
 def request_reassignment(zk: KazooClient, assignment: dict[tuple[str, int], list[int]]) -> None:
     """Writes /admin/reassign_partitions; RuntimeError if a reassignment is under way (as
     Kafka, one at a time: a partition is never moved twice at once)."""
-    try:
-        zk.create(REASSIGN_PARTITIONS, _dump(reassignment_document(assignment)), makepath=True)
-    except NodeExistsError:
-        refuse_while_reassigning(zk)
-        raise
+    for _ in range(3):
+        try:
+            zk.create(REASSIGN_PARTITIONS, _dump(reassignment_document(assignment)), makepath=True)
+            return
+        except NodeExistsError:
+            refuse_while_reassigning(zk)  # or it finished meanwhile: try again
+    raise RuntimeError(f"{REASSIGN_PARTITIONS} keeps changing under this request: try again")
 
 
 def refuse_while_reassigning(zk: KazooClient) -> None:
