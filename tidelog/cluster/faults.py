@@ -57,6 +57,8 @@ NETWORK_FAILURES = (
 # Failures a Swarm stack does not take: a task's disk is its node's, out of this host's reach.
 NOT_ON_A_STACK = ("disk_full", "disk_errors")
 TARGETS = ("leader", "follower", "controller", "replicas")  # replicas: power_loss only
+# how long a compose broker recreated by a disk fault may take to be healthy again
+RECREATE_TIMEOUT_S = 180.0
 CLOCK_SKEW_MS = -120_000
 
 # What the faults act on: processes on this host, or containers of a compose project or a stack.
@@ -396,7 +398,7 @@ def _container_disk_full(
         disks.release_volume_disks(cluster.directory)
     if not cluster.has_container(broker_id):
         raise ClusterError(f"broker {broker_id}'s compose project was taken down during disk_full")
-    cluster.recreate_broker(broker_id)
+    cluster.recreate_broker(broker_id, timeout=RECREATE_TIMEOUT_S)
     how = "halted on its I/O error" if halted else "exited WITHOUT the halt's log line"
     return (
         f"broker {broker_id}'s container recreated on a filesystem with {headroom} bytes free, "
@@ -540,7 +542,8 @@ def _container_disk_errors(
     cluster.set_fault_environment(broker_id, {"TIDELOG_FIU_CONTROL": FIU_CONTAINER_PREFIX})
     halted = False
     try:
-        cluster.recreate_broker(broker_id)  # a clean stop, then the broker under the preload
+        # a clean stop, then the broker under the preload, whose start a loaded machine slows
+        cluster.recreate_broker(broker_id, timeout=RECREATE_TIMEOUT_S)
         wait_for_full_isr(cluster, topic)
         if led:
             _lead_again(cluster, topic, broker_id, led)
@@ -570,7 +573,7 @@ def _container_disk_errors(
         # stopped cleanly if it did not halt; not made again in a project taken down meanwhile
         # (an interrupted scenario's teardown)
         if cluster.has_container(broker_id):
-            cluster.recreate_broker(broker_id)
+            cluster.recreate_broker(broker_id, timeout=RECREATE_TIMEOUT_S)
     operations = "/".join(settings.operations)
     outcome = "halted on an I/O error" if halted else f"ran {hold_s:.0f} s without halting"
     return (
