@@ -67,16 +67,21 @@ def test_a_truncation_below_the_log_start_brings_it_down_to_the_log_end(make_log
     assert (log.log_start_offset, log.log_end_offset) == (21, 21)
 
 
-def test_a_reopened_log_keeps_a_checkpointed_log_start_inside_a_segment(make_log, clock, tmp_path):
-    log = five_segments(make_log, clock)
-    log.maybe_increment_log_start_offset(12, "DeleteRecords")
+def reopen(log: Log, tmp_path, clock, log_start_offset: int) -> Log:
+    """The log closed and opened again, as a restart does with its checkpointed log start."""
     log.close()
-    reopened = Log(
+    return Log(
         tmp_path / "t-0",
         LogConfig(segment_bytes=5 * MESSAGE_BYTES),
         clock=clock,
-        log_start_offset=12,
+        log_start_offset=log_start_offset,
     )
+
+
+def test_a_reopened_log_keeps_a_checkpointed_log_start_inside_a_segment(make_log, clock, tmp_path):
+    log = five_segments(make_log, clock)
+    log.maybe_increment_log_start_offset(12, "DeleteRecords")
+    reopened = reopen(log, tmp_path, clock, log_start_offset=12)
     assert reopened.log_start_offset == 12
 
 
@@ -100,13 +105,7 @@ def test_the_leader_epochs_below_a_new_log_start_are_forgotten(make_log, clock, 
     assert log.leader_epochs.entries == [(2, 12), (3, 15), (4, 20)]
     assert log.leader_epochs.end_offset_for(1, log.log_end_offset) == -1
     assert log.leader_epochs.end_offset_for(2, log.log_end_offset) == 15
-    log.close()
-    reopened = Log(
-        tmp_path / "t-0",
-        LogConfig(segment_bytes=5 * MESSAGE_BYTES),
-        clock=clock,
-        log_start_offset=12,
-    )
+    reopened = reopen(log, tmp_path, clock, log_start_offset=12)
     assert reopened.leader_epochs.entries == [(2, 12), (3, 15), (4, 20)]
 
 
