@@ -243,3 +243,92 @@ def test_any_mix_of_wrappers_gets_consecutive_offsets_and_keeps_every_value(batc
         10 + number for number, (count, _, _) in enumerate(batches) for _ in range(count)
     ]
     assert [o for o, *_ in read_with_kafka_python(result.buffer)] == list(range(300, 300 + total))
+
+
+def _general_and_fast(buffer: bytes, policy: RecordsPolicy, last_appended: int = -1):
+    """The general path's outcome (a ValidatedMessageSet or the KafkaError's code and text)
+    and the single-wrapper fast path's (None where it declines), each on its own copy."""
+    from tidelog.records.validation import _single_v1_wrapper, _validated_in_general
+
+    try:
+        general = _validated_in_general(bytearray(buffer), 7, policy, NOW, last_appended)
+    except KafkaError as error:
+        general = (error.code, str(error))
+    fast = _single_v1_wrapper(bytearray(buffer), 7, policy, NOW, last_appended)
+    return general, fast
+
+
+def _wrapper_around(inner: bytes, codec: Codec = Codec.SNAPPY) -> bytes:
+    return encode_entry(0, encode_message(1, None, compress(codec, inner, 1), NOW, int(codec)))
+
+
+def _inner(*messages: tuple[int, bytes | None, int]) -> bytes:
+    """(offset, key, timestamp) per uncompressed v1 message."""
+    return b"".join(
+        encode_entry(offset, encode_message(1, key, b"value", timestamp, 0))
+        for offset, key, timestamp in messages
+    )
+
+
+GOOD_WRAPPER = _wrapper_around(_inner((0, b"k", NOW - 1), (1, b"k", NOW + 5), (2, b"k", NOW)))
+FLIPPED_BYTE = bytearray(GOOD_WRAPPER)
+FLIPPED_BYTE[-3] ^= 0xFF
+
+
+@pytest.mark.parametrize(
+    "producer_set, policy",
+    [
+        pytest.param(GOOD_WRAPPER, V1, id="librdkafka's shape"),
+        pytest.param(GOOD_WRAPPER, V1_APPEND_TIME, id="LogAppendTime"),
+        pytest.param(message_set(4, codec=Codec.GZIP, timestamp=lambda i: NOW - i), V1, id="gzip"),
+        pytest.param(message_set(4, codec=Codec.LZ4, timestamp=NOW), V1, id="lz4"),
+        pytest.param(GOOD_WRAPPER, RecordsPolicy(magic=1, max_message_bytes=40), id="too large"),
+        pytest.param(
+            GOOD_WRAPPER,
+            RecordsPolicy(magic=1, timestamp_difference_max_ms=2),
+            id="CreateTime too far",
+        ),
+        pytest.param(bytes(FLIPPED_BYTE), V1, id="CRC mismatch"),
+        pytest.param(
+            _wrapper_around(_inner((0, None, NOW), (1, b"k", NOW))),
+            RecordsPolicy(magic=1, compacted=True),
+            id="compacted without key",
+        ),
+        pytest.param(
+            _wrapper_around(_inner((0, b"k", NOW), (5, b"k", NOW))), V1, id="inner out of order"
+        ),
+        pytest.param(
+            _wrapper_around(_inner((0, b"k", -1), (1, b"k", -1))), V1, id="no inner timestamps"
+        ),
+        pytest.param(GOOD_WRAPPER + message_set(1), V1, id="a wrapper and a message"),
+        pytest.param(message_set(3), V1, id="uncompressed"),
+        pytest.param(message_set(3, magic=0, codec=Codec.SNAPPY), V1, id="v0 wrapper"),
+        pytest.param(
+            encode_entry(0, encode_message(1, None, None, NOW, int(Codec.SNAPPY))),
+            V1,
+            id="null wrapper value",
+        ),
+        pytest.param(
+            encode_entry(0, encode_message(1, None, b"not snappy", NOW, int(Codec.SNAPPY))),
+            V1,
+            id="value does not decompress",
+        ),
+        pytest.param(GOOD_WRAPPER[:-1], V1, id="cut short"),
+    ],
+)
+def test_the_single_wrapper_fast_path_answers_as_the_general_path_or_declines(producer_set, policy):
+    general, fast = _general_and_fast(producer_set, policy, last_appended=NOW + 100)
+
+    if fast is not None:
+        assert fast == general
+    else:
+        # declined: only a set the fast path is not for, or one the general path refuses
+        refused = isinstance(general, tuple)
+        assert refused or general.recompressed or len(list(iter_shallow(producer_set))) > 1
+
+
+def test_the_fast_path_takes_librdkafkas_shape():
+    _, fast = _general_and_fast(GOOD_WRAPPER, V1)
+
+    assert fast is not None and (fast.first_offset, fast.last_offset) == (7, 9)
+    assert (fast.max_timestamp, fast.offset_of_max_timestamp) == (NOW + 5, 9)

@@ -260,6 +260,23 @@ def _validate_and_assign_offsets(
         return _validated_batches(
             out, next_offset, policy, now, last_appended_timestamp, partition_leader_epoch
         )
+    if target == 1:
+        single = _single_v1_wrapper(out, next_offset, policy, now, last_appended_timestamp)
+        if single is not None:
+            return single
+    return _validated_in_general(out, next_offset, policy, now, last_appended_timestamp)
+
+
+def _validated_in_general(
+    out: bytearray,
+    next_offset: int,
+    policy: RecordsPolicy,
+    now: int,
+    last_appended_timestamp: int,
+) -> ValidatedMessageSet:
+    """Any message set for a topic of format v0 or v1 (the reference for the fast path)."""
+    limit = len(out)
+    target = policy.magic
     converted_down = has_batches(out)
     if converted_down:
         out = down_converted(out, target, now)
@@ -339,6 +356,77 @@ def _validate_and_assign_offsets(
         offset_of_max_timestamp=offset_of_max_timestamp,
         log_append_time=append_time,
         recompressed=bool(replacements) or converted_down,
+    )
+
+
+# A v1 wrapper's header up to its key length: offset, size, crc, magic, attributes, timestamp,
+# key length.
+_V1_WRAPPER = V1_ENTRY_HEADER
+_V1_WRAPPER_KEY_AT = LOG_OVERHEAD + key_position(1)
+
+
+def _single_v1_wrapper(
+    out: bytearray,
+    next_offset: int,
+    policy: RecordsPolicy,
+    now: int,
+    last_appended_timestamp: int,
+) -> ValidatedMessageSet | None:
+    """The set librdkafka and Kafka's own producers send a v1 topic: one compressed v1
+    wrapper whose inner offsets are 0..n-1, validated and assigned in place as
+    ``_validate_and_assign_offsets`` would, with less set-up for this one shape. None, with
+    ``out`` unchanged, for any other set or any check that fails: the general path then
+    validates it and says precisely what is wrong."""
+    limit = len(out)
+    if limit < LOG_OVERHEAD + MESSAGE_OVERHEAD[1]:
+        return None
+    _, size, crc, magic, attributes, _, key_length = _V1_WRAPPER.unpack_from(out, 0)
+    codec = attributes & CODEC_MASK
+    if (
+        magic != 1
+        or not codec
+        or LOG_OVERHEAD + size != limit
+        or limit > policy.max_message_bytes
+        or zlib.crc32(memoryview(out)[LOG_OVERHEAD + MAGIC_POSITION :]) != crc
+        or key_length < -1
+    ):
+        return None
+    value_length_at = _V1_WRAPPER_KEY_AT + 4 + max(key_length, 0)
+    if value_length_at + 4 > limit:
+        return None
+    (value_length,) = INT32.unpack_from(out, value_length_at)
+    if value_length < 0 or value_length_at + 4 + value_length != limit:
+        return None
+    try:
+        inner = decompress(codec, memoryview(out)[value_length_at + 4 :], 1)
+    except KafkaError:
+        return None
+    log_append_time = policy.timestamp_type == TimestampType.LOG_APPEND_TIME
+    append_time = max(last_appended_timestamp, now) if log_append_time else NO_TIMESTAMP
+    max_difference = policy.timestamp_difference_max_ms
+    checked_difference = (
+        max_difference if not log_append_time and max_difference < 2**63 - 1 else None
+    )
+    inner_checks = _Checks(1, 2**31 - 1, policy.compacted, now, checked_difference, NO_TIMESTAMP)
+    try:
+        position, count, inner_max, _, in_order = _plain_run(
+            inner, 0, len(inner), inner_checks, None
+        )
+    except KafkaError:
+        return None  # INVALID_TIMESTAMP: raised again by the general path, in its order
+    if position != len(inner) or not count or not in_order:
+        return None
+    last = next_offset + count - 1
+    timestamp = append_time if log_append_time else inner_max
+    _rewrite_wrapper(out, 0, limit, last, timestamp, log_append_time)
+    return ValidatedMessageSet(
+        buffer=out,
+        first_offset=next_offset,
+        last_offset=last,
+        max_timestamp=max(timestamp, NO_TIMESTAMP),
+        offset_of_max_timestamp=last if timestamp > NO_TIMESTAMP else -1,
+        log_append_time=append_time,
+        recompressed=False,
     )
 
 
