@@ -60,7 +60,7 @@ LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 PRODUCER_ID_EXPIRATION_MS = 604800000
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that costs a setattr per field, per append
 class LogAppendInfo:
     """What an append wrote: its offsets, its largest timestamp, and the LogAppendTime stamped
     (-1 unless the topic uses LogAppendTime)."""
@@ -73,7 +73,7 @@ class LogAppendInfo:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that costs a setattr per field, per append
 class FetchData:
     """A read: ``slice`` holds whole entries from the one holding ``offset`` on (the last one
     may be cut at max_bytes, as in Kafka)."""
@@ -82,7 +82,7 @@ class FetchData:
     slice: FileSlice
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that costs a setattr per field, per append
 class ReadResult:
     """What a fetch of one partition found: ``data`` (a file slice sent with zero copy, or bytes
     read from the remote tier), in message format ``magic``, with the high watermark and log

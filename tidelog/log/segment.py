@@ -54,7 +54,7 @@ class SegmentLogFile(io.FileIO):
         self.close()  # on purpose, so not the "unclosed file" ResourceWarning
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that costs a setattr per field, per append
 class FileSlice:
     """``length`` bytes of a segment's log file from ``position``: what a fetch sends, with
     ``os.sendfile`` when no conversion is needed. The file stays readable after the segment is

@@ -130,7 +130,7 @@ def read_entry(buffer: Buffer, position: int, limit: int) -> tuple[int, int, int
     return offset, size, magic, attributes
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: that costs a setattr per field, per append
 class ShallowScan:
     """What ``scan_entries`` found: ``end`` is the position after the last whole entry (the
     start of a partial one a fetch cut at its max_bytes, if any); offsets are -1 when no entry
