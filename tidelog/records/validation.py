@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from types import ModuleType
 from typing import cast
 
 from tidelog.errors import ErrorCode, KafkaError
@@ -52,6 +53,12 @@ from tidelog.records.format import (
     value_slice,
 )
 from tidelog.records.recompression import recompressed
+
+native: ModuleType | None
+try:  # the walk over v0/v1 messages, built by make install (setup.py)
+    import tidelog.records._record_walk as native
+except ImportError:  # a source tree nobody built: plain_run_python does the same
+    native = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,35 @@ def _checks(
 
 
 def _plain_run(
+    buffer: bytearray | bytes,
+    position: int,
+    limit: int,
+    checks: _Checks,
+    assign_from: int | None,
+) -> tuple[int, int, int, int, bool]:
+    """plain_run_python's walk, in C where make install built it (_record_walk.c)."""
+    if native is None:
+        return plain_run_python(buffer, position, limit, checks, assign_from)
+    max_difference = checks.max_difference
+    position, count, max_timestamp, index_of_max, in_order, bad_timestamp = native.plain_run(
+        buffer,
+        position,
+        limit,
+        checks.magic,
+        checks.max_size,
+        checks.compacted,
+        checks.now,
+        -1 if max_difference is None else max_difference,
+        checks.append_time,
+        -1 if assign_from is None else assign_from,
+    )
+    if bad_timestamp is not None:
+        assert max_difference is not None
+        raise _invalid_timestamp(bad_timestamp, checks.now, max_difference)
+    return position, count, max_timestamp, index_of_max, in_order
+
+
+def plain_run_python(
     buffer: bytearray | bytes,
     position: int,
     limit: int,
