@@ -379,7 +379,12 @@ class Log:
             last_appended_timestamp=self.last_appended_timestamp,
             partition_leader_epoch=-1 if leader_epoch is None else leader_epoch,
         )
-        batches = producer_batches(validated.buffer, len(validated.buffer))
+        # a topic below format v2 holds no batches (validation converted any it was sent)
+        batches = (
+            producer_batches(validated.buffer, len(validated.buffer))
+            if self.policy.magic == 2
+            else []
+        )
         if batches:
             duplicate = self.producer_state.check(batches)
             if duplicate is not None:
@@ -435,14 +440,17 @@ class Log:
         )
         # v2 batches carry the epoch of the leader that wrote them; older formats take the
         # current leader's from where this append starts
-        starts = epoch_starts(buffer, scan.end, self.leader_epochs.latest_epoch)
+        starts = (
+            epoch_starts(buffer, scan.end, self.leader_epochs.latest_epoch) if scan.batches else ()
+        )
         if starts:
             for epoch, start in starts:
                 self.leader_epochs.assign(epoch, start)
         elif leader_epoch is not None:
             self.leader_epochs.assign(leader_epoch, self.log_end_offset)
         self._append(info, memoryview(buffer)[: scan.end])
-        self.producer_state.apply(producer_batches(buffer, scan.end), self.log_end_offset)
+        batches = producer_batches(buffer, scan.end) if scan.batches else []
+        self.producer_state.apply(batches, self.log_end_offset)
         return info
 
     def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:

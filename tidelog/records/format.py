@@ -134,13 +134,15 @@ def read_entry(buffer: Buffer, position: int, limit: int) -> tuple[int, int, int
 class ShallowScan:
     """What ``scan_entries`` found: ``end`` is the position after the last whole entry (the
     start of a partial one a fetch cut at its max_bytes, if any); offsets are -1 when no entry
-    was whole; ``max_timestamp`` is -1 for format v0."""
+    was whole; ``max_timestamp`` is -1 for format v0; ``batches``: a whole entry is a v2 batch
+    (only those carry leader epochs and producer ids)."""
 
     end: int
     first_offset: int
     last_offset: int
     max_timestamp: int
     offset_of_max_timestamp: int
+    batches: bool = False
 
 
 def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
@@ -157,6 +159,7 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
     unpack, crc32, minimum = SHALLOW_HEADER.unpack_from, zlib.crc32, MESSAGE_OVERHEAD
     first_offset = last_offset = offset_of_max = NO_TIMESTAMP
     max_timestamp, next_offset = NO_TIMESTAMP, min_offset
+    batches = False
     while limit - position >= SHALLOW_HEADER.size:
         offset, size, crc, magic, _, timestamp = unpack(view, position)
         end = position + LOG_OVERHEAD + size
@@ -181,6 +184,7 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
             if timestamp > max_timestamp:
                 max_timestamp, offset_of_max = timestamp, last
             last_offset, next_offset, position = last, last + 1, end
+            batches = True
             continue
         if (
             offset < next_offset
@@ -201,7 +205,7 @@ def scan_entries(buffer: Buffer, min_offset: int) -> ShallowScan:
         if position + LOG_OVERHEAD + size <= limit:
             read_entry(view, position, limit)
     view.release()
-    return ShallowScan(position, first_offset, last_offset, max_timestamp, offset_of_max)
+    return ShallowScan(position, first_offset, last_offset, max_timestamp, offset_of_max, batches)
 
 
 def entry_last_offset_and_timestamp(buffer: Buffer, position: int) -> tuple[int, int]:
