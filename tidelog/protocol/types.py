@@ -7,8 +7,10 @@ is a file slice as a separate part so that a fetch response can go out with ``se
 
 Each schema is compiled, the first time it is used, into one reader and one writer function:
 consecutive primitive fields become one ``struct`` format read or written in one call, and the
-decoded dict is built in one expression. Every request and response goes through them, several
-per partition batch, so interpreting the schema field by field is what they replace.
+decoded dict is built in one expression; nested schemas, arrays of them, strings and bytes are
+written out inline, so a produce request's arrays of topics and partitions cost no call per item.
+Every request and response goes through them, several per partition batch, so interpreting the
+schema field by field is what they replace.
 """
 
 from __future__ import annotations
@@ -257,54 +259,218 @@ def _runs(fields: Schema) -> list[tuple[list[str], Any]]:
     ]
 
 
+class _Emitter:
+    """Source lines of one compiled reader or writer function, with the objects they name.
+
+    Nested schemas, arrays, strings and byte fields are written out inline (loops and struct
+    calls in the one function), so a request of nested arrays costs no call per item; any
+    other field type is called through its own ``read`` or ``write``."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.scope: dict[str, Any] = {
+            "ProtocolError": ProtocolError,
+            "I16": INT16.struct,
+            "I32": INT32.struct,
+        }
+        self._names = 0
+
+    def name(self, prefix: str, value: Any = None) -> str:
+        self._names += 1
+        name = f"{prefix}{self._names}"
+        if value is not None:
+            self.scope[name] = value
+        return name
+
+    def add(self, indent: int, *lines: str) -> None:
+        self.lines += ["    " * indent + line for line in lines]
+
+    def function(self, signature: str, result: str) -> Any:
+        source = "\n".join([f"def {signature}:", *self.lines, f"    return {result}"])
+        exec(source, self.scope)
+        return self.scope[signature.split("(")[0]]
+
+
+def _read_length(out: _Emitter, length: str, unpacker: str, what: str, indent: int) -> None:
+    """Lines reading an int16 (I16) or int32 (I32) length into ``length``, as Primitive.read."""
+    size = 2 if unpacker == "I16" else 4
+    out.add(
+        indent,
+        f"if position + {size} > len(buffer):",
+        f"    raise ProtocolError(f'{what} runs past the end of the frame at {{position}}')",
+        f"{length}, = {unpacker}.unpack_from(buffer, position)",
+        f"position += {size}",
+    )
+
+
+def _emit_read(out: _Emitter, member: Any, target: str, indent: int) -> None:
+    """Lines that read one field of type ``member`` at ``position`` into ``target``."""
+    if isinstance(member, tuple):
+        values: list[tuple[str, str]] = []
+        for names, run in _runs(member):
+            variables = [out.name("v") for _ in names]
+            values += zip(names, variables, strict=True)
+            if isinstance(run, struct.Struct):
+                unpacker = out.name("S", run)
+                what = "/".join(names)
+                out.add(
+                    indent,
+                    f"end = position + {run.size}",
+                    "if end > len(buffer):",
+                    f"    raise ProtocolError(f'{what} runs past the end of the frame at "
+                    "{position}')",
+                    f"{', '.join(variables)}, = {unpacker}.unpack_from(buffer, position)",
+                    "position = end",
+                )
+            else:
+                _emit_read(out, run, variables[0], indent)
+        body = ", ".join(f"{name!r}: {variable}" for name, variable in values)
+        out.add(indent, f"{target} = {{{body}}}")
+    elif isinstance(member, Array) and not isinstance(member.item, Primitive):
+        count, items, item = out.name("n"), out.name("items"), out.name("item")
+        _read_length(out, count, "I32", "int32", indent)
+        out.add(indent, f"if {count} < 0:")
+        if member.nullable:
+            out.add(indent + 1, f"if {count} != -1:")
+            out.add(indent + 2, f"raise ProtocolError(f'array length {{{count}}} at {{position}}')")
+            out.add(indent + 1, f"{target} = None")
+        else:
+            out.add(indent + 1, f"raise ProtocolError(f'array length {{{count}}} at {{position}}')")
+        out.add(
+            indent,
+            "else:",
+            f"    if {count} > len(buffer) - position:",
+            f"        raise ProtocolError(f'array of {{{count}}} items cannot fit in the frame')",
+            f"    {items} = []",
+            f"    for _ in range({count}):",
+        )
+        _emit_read(out, member.item, item, indent + 2)
+        out.add(indent + 2, f"{items}.append({item})")
+        out.add(indent + 1, f"{target} = {items}")
+    elif isinstance(member, String):
+        length = out.name("length")
+        _read_length(out, length, "I16", "int16", indent)
+        out.add(indent, f"if {length} < 0:")
+        if member.nullable:
+            out.add(indent + 1, f"if {length} != -1:")
+            out.add(
+                indent + 2, f"raise ProtocolError(f'string length {{{length}}} at {{position}}')"
+            )
+            out.add(indent + 1, f"{target} = None")
+        else:
+            out.add(
+                indent + 1, f"raise ProtocolError(f'string length {{{length}}} at {{position}}')"
+            )
+        out.add(
+            indent,
+            "else:",
+            f"    end = position + {length}",
+            "    if end > len(buffer):",
+            f"        raise ProtocolError(f'string of {{{length}}} bytes runs past the end of the "
+            "frame')",
+            "    try:",
+            f"        {target} = str(buffer[position:end], 'utf-8')",
+            "    except UnicodeDecodeError as error:",
+            "        raise ProtocolError(f'string is not UTF-8: {error}') from None",
+            "    position = end",
+        )
+    elif isinstance(member, Bytes):
+        length = out.name("length")
+        _read_length(out, length, "I32", "int32", indent)
+        out.add(
+            indent,
+            f"if {length} == -1:",
+            f"    {target} = None",
+            "else:",
+            f"    end = position + {length}",
+            f"    if {length} < 0 or end > len(buffer):",
+            f"        raise ProtocolError(f'bytes of length {{{length}}} at {{position}} run past "
+            "the frame')",
+            f"    {target} = buffer[position:end]",
+            "    position = end",
+        )
+    else:
+        reader = out.name("R", member.read)
+        out.add(indent, f"{target}, position = {reader}(buffer, position)")
+
+
 def _compile_reader(fields: Schema) -> Reader:
     """A function reading ``fields`` into a dict, as ``read`` would field by field."""
-    scope: dict[str, Any] = {"ProtocolError": ProtocolError}
-    lines = ["def read_schema(buffer, position):"]
-    values: list[tuple[str, str]] = []
-    for number, (names, member) in enumerate(_runs(fields)):
-        variables = [f"v{len(values) + i}" for i in range(len(names))]
-        values += zip(names, variables, strict=True)
-        if isinstance(member, struct.Struct):
-            scope[f"S{number}"] = member
-            what = "/".join(names)
-            lines += [
-                f"    end = position + {member.size}",
-                "    if end > len(buffer):",
-                f"        raise ProtocolError(f'{what} runs past the end of the frame at "
-                "{position}')",
-                f"    {', '.join(variables)}, = S{number}.unpack_from(buffer, position)",
-                "    position = end",
-            ]
+    out = _Emitter()
+    _emit_read(out, fields, "value", 1)
+    return out.function("read_schema(buffer, position)", "value, position")
+
+
+def _emit_write(out: _Emitter, member: Any, value: str, indent: int) -> None:
+    """Lines that write ``value`` (an expression naming a local) as a field of type ``member``."""
+    if isinstance(member, tuple):
+        for names, run in _runs(member):
+            if isinstance(run, struct.Struct):
+                packer = out.name("S", run)
+                arguments = ", ".join(f"{value}[{name!r}]" for name in names)
+                out.add(indent, f"writer.buffer += {packer}.pack({arguments})")
+            else:
+                field = out.name("f")
+                out.add(indent, f"{field} = {value}[{names[0]!r}]")
+                _emit_write(out, run, field, indent)
+    elif isinstance(member, Array) and not isinstance(member.item, Primitive):
+        item = out.name("item")
+        out.add(indent, f"if {value} is None:")
+        if member.nullable:
+            out.add(indent + 1, "writer.buffer += b'\\xff\\xff\\xff\\xff'")
         else:
-            scope[f"R{number}"] = _reader_of(member)
-            lines.append(f"    {variables[0]}, position = R{number}(buffer, position)")
-    body = ", ".join(f"{name!r}: {variable}" for name, variable in values)
-    lines.append(f"    return {{{body}}}, position")
-    exec("\n".join(lines), scope)
-    return scope["read_schema"]
+            out.add(indent + 1, "raise ValueError('null in a non-nullable array')")
+        out.add(
+            indent,
+            "else:",
+            f"    writer.buffer += I32.pack(len({value}))",
+            f"    for {item} in {value}:",
+        )
+        _emit_write(out, member.item, item, indent + 2)
+    elif isinstance(member, String):
+        data = out.name("data")
+        out.add(indent, f"if {value} is None:")
+        if member.nullable:
+            out.add(indent + 1, "writer.buffer += b'\\xff\\xff'")
+        else:
+            out.add(indent + 1, "raise ValueError('null in a non-nullable string')")
+        out.add(
+            indent,
+            "else:",
+            f"    {data} = {value}.encode('utf-8')",
+            f"    writer.buffer += I16.pack(len({data}))",
+            f"    writer.buffer += {data}",
+        )
+    elif isinstance(member, Bytes) and not member.records:
+        out.add(
+            indent,
+            f"if {value} is None:",
+            "    writer.buffer += b'\\xff\\xff\\xff\\xff'",
+            "else:",
+            f"    writer.buffer += I32.pack(len({value}))",
+            f"    writer.buffer += {value}",
+        )
+    else:  # RECORDS (a file slice is a part of its own) and arrays of primitives
+        writer = out.name("W", member.write)
+        out.add(indent, f"{writer}(writer, {value})")
 
 
 def _compile_writer(fields: Schema) -> WriterFunction:
     """A function writing a dict as ``fields`` say, as ``write`` would field by field; a
     missing field is a ValueError naming it."""
-    scope: dict[str, Any] = {}
-    lines = ["def write_schema(writer, value):", "    try:"]
-    for number, (names, member) in enumerate(_runs(fields)):
-        if isinstance(member, struct.Struct):
-            scope[f"S{number}"] = member
-            arguments = ", ".join(f"value[{name!r}]" for name in names)
-            lines.append(f"        writer.buffer += S{number}.pack({arguments})")
-        else:
-            scope[f"W{number}"] = _writer_of(member)
-            lines.append(f"        W{number}(writer, value[{names[0]!r}])")
-    lines += [
-        "        pass",
-        "    except KeyError as error:",
-        "        raise ValueError(f'missing field {error.args[0]!r}') from None",
-    ]
-    exec("\n".join(lines), scope)
-    return scope["write_schema"]
+    out = _Emitter()
+    out.add(1, "try:")
+    _emit_write(out, fields, "value", 2)
+    out.add(
+        2,
+        "pass",  # an empty schema writes nothing
+    )
+    out.add(
+        1,
+        "except KeyError as error:",
+        "    raise ValueError(f'missing field {error.args[0]!r}') from None",
+    )
+    return out.function("write_schema(writer, value)", "None")
 
 
 def decode(field_type: Any, data: bytes | memoryview, position: int = 0) -> tuple[Any, int]:
