@@ -8,7 +8,7 @@ from typing import Any
 
 from tidelog.protocol.checks import CHECKS
 from tidelog.protocol.schemas import APIS, REQUEST_HEADER, RESPONSE_HEADER, ApiKey
-from tidelog.protocol.types import ProtocolError, Writer, decode, write
+from tidelog.protocol.types import ProtocolError, Writer, decode, read, write
 
 SIZE = struct.Struct(">i")
 
@@ -36,12 +36,16 @@ def decode_request(frame: bytes | memoryview) -> Request:
     """A request frame (without its size prefix). Raises UnsupportedRequest for an API or
     version not served, and ProtocolError for bytes that do not parse or a body that fails
     the checks Kafka makes while parsing (protocol.checks)."""
-    header, position = decode(REQUEST_HEADER, frame)
-    api = APIS.get(header["api_key"])
-    version = header["api_version"]
-    if api is None or not 0 <= version <= api.max_version:
-        raise UnsupportedRequest(header["api_key"], version, header["correlation_id"])
-    body, position = decode(api.requests[version], frame, position)
+    view = memoryview(frame)
+    try:
+        header, position = read(REQUEST_HEADER, view, 0)
+        api = APIS.get(header["api_key"])
+        version = header["api_version"]
+        if api is None or not 0 <= version <= api.max_version:
+            raise UnsupportedRequest(header["api_key"], version, header["correlation_id"])
+        body, position = read(api.requests[version], view, position)
+    except struct.error as error:
+        raise ProtocolError(str(error)) from None
     if position != len(frame):
         raise ProtocolError(f"{len(frame) - position} bytes left after the request body")
     check = CHECKS.get(api.key)
