@@ -14,14 +14,15 @@ HALT_EXIT_CODE = 1
 
 
 class HaltOnIOError:
-    """``with HaltOnIOError(what):`` runs the block; an OSError from it ends the process at
-    once (no clean shutdown: the clean-shutdown marker is not written, so the next start
-    recovers the logs). A class rather than a generator: it wraps every append."""
+    """``with HaltOnIOError(what, *arguments):`` runs the block; an OSError from it ends the
+    process at once (no clean shutdown: the clean-shutdown marker is not written, so the next
+    start recovers the logs). ``what % arguments`` says what was being done, formatted only if
+    it halts. A class rather than a generator: it wraps every append."""
 
-    __slots__ = ("what",)
+    __slots__ = ("arguments", "what")
 
-    def __init__(self, what: str) -> None:
-        self.what = what
+    def __init__(self, what: str, *arguments: object) -> None:
+        self.what, self.arguments = what, arguments
 
     def __enter__(self) -> None:
         return None
@@ -30,7 +31,8 @@ class HaltOnIOError:
         self, kind: type | None, error: BaseException | None, traceback: object
     ) -> Literal[False]:
         if isinstance(error, OSError):
-            log.critical("Halting due to unrecoverable I/O error while %s: %s", self.what, error)
+            what = self.what % self.arguments if self.arguments else self.what
+            log.critical("Halting due to unrecoverable I/O error while %s: %s", what, error)
             logging.shutdown()
             os._exit(HALT_EXIT_CODE)
         return False

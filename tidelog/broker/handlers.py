@@ -120,6 +120,7 @@ class RequestHandler:
     ) -> None:
         self.broker_id = broker_id
         self.release_versions = RELEASE_API_VERSIONS[release]
+        self._served_tops: dict[int, int | None] = {}  # serves(): max_version(advertised=False)
         self.replicas = replicas
         self.metadata = metadata
         self.metrics = metrics
@@ -154,10 +155,15 @@ class RequestHandler:
     def register(self, handlers: dict[ApiKey, Callable[[Request], Awaitable[dict | None]]]) -> None:
         """Adds the handlers of APIs served by other packages (groups, topic admin)."""
         self.handlers.update(handlers)
+        self._served_tops.clear()
 
     def serves(self, api_key: int, api_version: int = 0) -> bool:
-        """Whether ``api_key`` at ``api_version`` is served (by this broker's release)."""
-        top = self.max_version(api_key, advertised=False)
+        """Whether ``api_key`` at ``api_version`` is served (by this broker's release); asked
+        of every request, so each API's answer is kept until ``register`` changes it."""
+        tops = self._served_tops
+        if api_key not in tops:
+            tops[api_key] = self.max_version(api_key, advertised=False)
+        top = tops[api_key]
         return top is not None and api_version <= top
 
     def max_version(self, api_key: int, *, advertised: bool = True) -> int | None:
@@ -340,8 +346,9 @@ class RequestHandler:
             info = self.replicas.append(topic, partition, data["record_set"], acks)
             response["base_offset"] = info.first_offset
             response["log_append_time"] = info.log_append_time
-            partition_log = self.replicas.leader_log(topic, partition)
-            response["log_start_offset"] = partition_log.log_start_offset
+            # appended: the partition is led here (no second leadership check)
+            leader_log = self.replicas.partitions[(topic, partition)].log
+            response["log_start_offset"] = leader_log.log_start_offset
             if acks == -1:
                 waiting[(topic, partition)] = info.last_offset + 1
                 waiting_responses[(topic, partition)] = response

@@ -266,7 +266,7 @@ class ReplicaManager:
                 f"{sorted(partition.isr)}, min.insync.replicas is {minimum}",
             )
         partition.credit_caught_up(self.last_fetch_ms)
-        with HaltOnIOError(f"appending to {topic}-{number}"):
+        with HaltOnIOError("appending to %s-%d", topic, number):
             info = partition.log.append_as_leader(records, leader_epoch=partition.leader_epoch)
         partition.maybe_advance_high_watermark()
         self._wake((topic, number))

@@ -531,7 +531,7 @@ class ReplicaFetcher:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
         records = answer["record_set"]
         if records:
-            with HaltOnIOError(f"appending to {partition.topic}-{partition.partition}"):
+            with HaltOnIOError("appending to %s-%d", partition.topic, partition.partition):
                 info = partition.log.append_as_follower(
                     records, leader_epoch=partition.leader_epoch
                 )
