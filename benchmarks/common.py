@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
 from tidelog.cluster.faults import wait_for_full_isr
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
@@ -28,3 +36,48 @@ def create_topic(
 
 def quiet(_: str) -> None:
     pass
+
+
+@contextlib.contextmanager
+def code_at(ref: str) -> Iterator[dict[str, str]]:
+    """The environment that runs tidelog from ``ref`` (a commit, branch or tag of this
+    repository): a git worktree of it in a temporary directory, its C extensions built in place
+    (where they do not build, its Python paths do the same work), first on PYTHONPATH. A
+    process started with it imports that tree's tidelog, so a LocalCluster brought up under it
+    runs the baseline's brokers beside this tree's, for before/after figures in one run."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="tidelog-baseline-") as directory:
+        tree = Path(directory) / "tree"
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", "--quiet", str(tree), ref],
+            check=True,
+        )
+        try:
+            subprocess.run(
+                [sys.executable, "setup.py", "build_ext", "--inplace", "--quiet"],
+                cwd=tree,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
+            yield {**os.environ, "PYTHONPATH": str(tree)}
+        finally:
+            subprocess.run(
+                ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False
+            )
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str] | None) -> Iterator[None]:
+    """os.environ is ``env`` inside the block (processes started there inherit it)."""
+    if env is None:
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/shape.py [--partitions 6,60,600] [--acks all,1]
                                          [--rates 2,8,20] [--seconds 10] [--drain 20]
                                          [--cost-rate 0.5] [--profile DIR]
-                                         [--release 0.10.1|2.1]
+                                         [--release 0.10.1|2.1] [--against REF]
 
 3 local brokers, replication factor 3, min.insync.replicas 2; 480-byte keyed records (an 8-byte
 key, a 472-byte value), snappy, from confluent-kafka (librdkafka) with its defaults (linger.ms 5),
@@ -29,13 +29,17 @@ rate. ``--release 2.1`` runs the brokers at Kafka 2.1's protocol
 format v2, so librdkafka sends record batches (Produce v7) and the followers fetch in Fetch v10
 sessions; the default, 0.10.1, is tidelog's historic protocol with format v1 (librdkafka then
 sends Produce v2 message sets). ``--profile DIR`` writes py-spy speedscope
-profiles of every broker during the first point of each topic. The load average is printed with
-each point (the machine may be shared). Nothing is asserted.
+profiles of every broker during the first point of each topic. ``--against REF`` brings up a
+second cluster whose brokers run the code of that git commit (a temporary worktree) and runs
+every point on both clusters in turn, so before/after figures come from one run on one machine
+state; the CPU per batch is then also printed as a ratio. The load average is printed with each
+point (the machine may be shared). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -46,7 +50,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import MB, create_topic, quiet
+from common import MB, code_at, create_topic, environment, quiet
 
 from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
@@ -289,47 +293,65 @@ def main() -> None:
         choices=RELEASES,
         help="the brokers' protocol release and the topics' message format",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REF",
+        help="a git commit whose brokers run the same points, alternately with this tree's",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.partitions.split(",")]
     acks_list = args.acks.split(",")
     rates = [float(r) for r in args.rates.split(",") if r]
 
     os.sync()  # the previous benchmark's writeback is not this one's
-    with tempfile.TemporaryDirectory(prefix="tidelog-shape-") as directory:
-        cluster = LocalCluster(Path(directory) / "cluster")
+    with contextlib.ExitStack() as stack:
+        directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tidelog-shape-")))
         overrides = {
             "log.segment.bytes": str(256 * 1024 * 1024),
             "broker.protocol.max.version": RELEASES[args.release][0],
             "inter.broker.protocol.version": RELEASES[args.release][1],
         }
-        cluster.up(3, progress=quiet, overrides=overrides)
-        try:
-            print(
-                f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "
-                f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point, brokers at "
-                f"{args.release}, message format {RELEASES[args.release][2]}"
-            )
-            print(
-                "topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
-                "| undelivered | brokers' cores (idle) | load"
-            )
-            costs = []
-            for count in counts:
-                topic = f"shape-{count}"
-                config = {**CONFIG, "message.format.version": RELEASES[args.release][2]}
+        # each code's own cluster, all up at once (an idle one costs about 0.02 cores), and
+        # every point run on each in turn, so a change in the machine's load falls on both
+        codes: list[tuple[str, LocalCluster]] = []
+        trees: list[tuple[str, dict[str, str] | None]] = [("this tree", None)]
+        if args.against:
+            trees.append((args.against, stack.enter_context(code_at(args.against))))
+        for label, env in trees:
+            cluster = LocalCluster(directory / f"cluster-{len(codes)}")
+            with environment(env):
+                cluster.up(3, progress=quiet, overrides=overrides)
+            stack.callback(cluster.down, progress=quiet)
+            codes.append((label, cluster))
+        print(
+            f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "
+            f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point, brokers at "
+            f"{args.release}, message format {RELEASES[args.release][2]}"
+        )
+        print(
+            "code | topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
+            "| undelivered | brokers' cores (idle) | load"
+        )
+        costs = []
+        for count in counts:
+            topic = f"shape-{count}"
+            config = {**CONFIG, "message.format.version": RELEASES[args.release][2]}
+            idle = {}
+            for label, cluster in codes:
                 create_topic(cluster, topic, count, 3, config)
-                idle = idle_cores(cluster, 3.0)
+                idle[label] = idle_cores(cluster, 3.0)
                 trips = runtime.run(round_trips(cluster, topic, 500))
                 print(
-                    f"{count} partitions: one request at a time, median acks=1 "
+                    f"{label} | {count} partitions: one request at a time, median acks=1 "
                     f"{trips[1] * 1000:.2f} ms, acks=all {trips[-1] * 1000:.2f} ms "
                     f"(replication round trip {(trips[-1] - trips[1]) * 1000:.2f} ms) "
                     f"| {load_average()}",
                     flush=True,
                 )
-                profiled = False
-                for acks in acks_list:
-                    for rate in rates:
+            profiled = False
+            for acks in acks_list:
+                for rate in rates:
+                    for label, cluster in codes:
                         spies = []
                         if args.profile and not profiled:
                             spies = profile_brokers(
@@ -343,40 +365,51 @@ def main() -> None:
                         for spy in spies:
                             spy.wait(timeout=args.seconds + 60)
                         print(
-                            f"{count} partitions | {acks} | {point.offered_mb_s:.1f} | "
-                            f"{point.delivered_mb_s:.1f} "
+                            f"{label} | {count} partitions | {acks} | "
+                            f"{point.offered_mb_s:.1f} | {point.delivered_mb_s:.1f} "
                             f"({point.delivered_mb_s / point.offered_mb_s:.2f}) | "
                             f"{point.p50_ms:,.1f} / {point.p99_ms:,.1f} | "
                             f"{point.undelivered:,}"
                             + (f" ({point.errors:,} errors)" if point.errors else "")
-                            + f" | {point.brokers_cores:.2f} ({idle:.2f}) | {point.load}",
+                            + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) | {point.load}",
                             flush=True,
                         )
-                for acks in acks_list if args.cost_rate else []:
+            for acks in acks_list if args.cost_rate else []:
+                for label, cluster in codes:
                     point = run_point(
                         cluster, topic, acks, args.cost_rate, args.seconds, args.drain
                     )
-                    costs.append((count, acks, point, idle))
-            print(f"brokers' CPU per thousand partition batches at {args.cost_rate:g} MB/s:")
+                    costs.append((label, count, acks, point, idle[label]))
+        print(f"brokers' CPU per thousand partition batches at {args.cost_rate:g} MB/s:")
+        print(
+            "code | topic | acks | produce requests (producer's batches) | records per batch "
+            "| follower fetches per batch | delivered MB/s | p99 ms "
+            "| CPU ms per 1000 batches (idle share) | load"
+        )
+        per_batch = {}
+        for label, count, acks, point, idle_cpu in costs:
+            records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
+            requests = max(point.produce_requests, 1)
+            idle_share = idle_cpu * args.seconds / point.cpu_seconds if point.cpu_seconds else 0
+            per_batch[label, count, acks] = point.cpu_seconds * 1e6 / requests
             print(
-                "topic | acks | produce requests (producer's batches) | records per batch "
-                "| follower fetches per batch | delivered MB/s | p99 ms "
-                "| CPU ms per 1000 batches (idle share) | load"
+                f"{label} | {count} partitions | {acks} | {point.produce_requests:,} "
+                f"({point.producer_batches:,}) | {records / requests:.2f} | "
+                f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | "
+                f"{point.p99_ms:,.1f} | "
+                f"{per_batch[label, count, acks]:,.1f} ({idle_share:.2f}) | {point.load}",
+                flush=True,
             )
-            for count, acks, point, idle in costs:
-                records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
-                requests = max(point.produce_requests, 1)
-                idle_share = idle * args.seconds / point.cpu_seconds if point.cpu_seconds else 0
-                print(
-                    f"{count} partitions | {acks} | {point.produce_requests:,} "
-                    f"({point.producer_batches:,}) | {records / requests:.2f} | "
-                    f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | "
-                    f"{point.p99_ms:,.1f} | "
-                    f"{point.cpu_seconds * 1e6 / requests:,.1f} ({idle_share:.2f}) | {point.load}",
-                    flush=True,
-                )
-        finally:
-            cluster.down(progress=quiet)
+        if args.against:
+            for count in counts:
+                for acks in acks_list if args.cost_rate else []:
+                    ratio = (
+                        per_batch["this tree", count, acks] / per_batch[args.against, count, acks]
+                    )
+                    print(
+                        f"CPU per batch, this tree / {args.against}: {count} partitions, "
+                        f"acks={acks}: {ratio:.2f}"
+                    )
 
 
 if __name__ == "__main__":
