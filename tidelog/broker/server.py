@@ -408,7 +408,8 @@ class KafkaServer:
                     self.max_request_bytes,
                 )
                 return
-            await responses.room(size)
+            if not responses.fits(size):
+                await responses.room(size)
             start, end = position + read_size, position + read_size + size
             if end <= len(buffer):
                 frame = buffer[start:end]
