@@ -236,8 +236,11 @@ async def round_trips(cluster: LocalCluster, topic: str, count: int) -> dict[int
     for acks in (1, -1):
         seconds = []
         for number in range(count):
+            # the time now: a CreateTime of 0 is older than segment.ms, so each append would
+            # roll a new segment (as in Kafka) and this would time the rolls
+            now = int(time.time() * 1000)
             records = build_message_set(
-                [Record(b"%08d" % number, b"v" * (RECORD_BYTES - KEY_BYTES), 0)], magic=1
+                [Record(b"%08d" % number, b"v" * (RECORD_BYTES - KEY_BYTES), now)], magic=1
             )
             body = {
                 "acks": acks,
