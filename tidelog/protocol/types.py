@@ -401,6 +401,20 @@ def _compile_reader(fields: Schema) -> Reader:
     return out.function("read_schema(buffer, position)", "value, position")
 
 
+def _emit_null_or(
+    out: _Emitter, value: str, indent: int, nullable: bool, kind: str, length_bytes: int
+) -> None:
+    """Lines that write a null ``value`` (a length of -1; an error if not ``nullable``), then
+    open the ``else:`` block the caller writes the value in, one indent deeper."""
+    out.add(indent, f"if {value} is None:")
+    if nullable:
+        null = bytes([0xFF] * length_bytes)
+        out.add(indent + 1, f"writer.buffer += {null!r}")
+    else:
+        out.add(indent + 1, f"raise ValueError('null in a non-nullable {kind}')")
+    out.add(indent, "else:")
+
+
 def _emit_write(out: _Emitter, member: Any, value: str, indent: int) -> None:
     """Lines that write ``value`` (an expression naming a local) as a field of type ``member``."""
     if isinstance(member, tuple):
@@ -415,41 +429,22 @@ def _emit_write(out: _Emitter, member: Any, value: str, indent: int) -> None:
                 _emit_write(out, run, field, indent)
     elif isinstance(member, Array) and not isinstance(member.item, Primitive):
         item = out.name("item")
-        out.add(indent, f"if {value} is None:")
-        if member.nullable:
-            out.add(indent + 1, "writer.buffer += b'\\xff\\xff\\xff\\xff'")
-        else:
-            out.add(indent + 1, "raise ValueError('null in a non-nullable array')")
+        _emit_null_or(out, value, indent, member.nullable, "array", 4)
         out.add(
-            indent,
-            "else:",
-            f"    writer.buffer += I32.pack(len({value}))",
-            f"    for {item} in {value}:",
+            indent + 1,
+            f"writer.buffer += I32.pack(len({value}))",
+            f"for {item} in {value}:",
         )
         _emit_write(out, member.item, item, indent + 2)
     elif isinstance(member, String):
         data = out.name("data")
-        out.add(indent, f"if {value} is None:")
-        if member.nullable:
-            out.add(indent + 1, "writer.buffer += b'\\xff\\xff'")
-        else:
-            out.add(indent + 1, "raise ValueError('null in a non-nullable string')")
-        out.add(
-            indent,
-            "else:",
-            f"    {data} = {value}.encode('utf-8')",
-            f"    writer.buffer += I16.pack(len({data}))",
-            f"    writer.buffer += {data}",
-        )
+        _emit_null_or(out, value, indent, member.nullable, "string", 2)
+        out.add(indent + 1, f"{data} = {value}.encode('utf-8')")
+        out.add(indent + 1, f"writer.buffer += I16.pack(len({data})) + {data}")
     elif isinstance(member, Bytes) and not member.records:
-        out.add(
-            indent,
-            f"if {value} is None:",
-            "    writer.buffer += b'\\xff\\xff\\xff\\xff'",
-            "else:",
-            f"    writer.buffer += I32.pack(len({value}))",
-            f"    writer.buffer += {value}",
-        )
+        _emit_null_or(out, value, indent, True, "bytes", 4)
+        out.add(indent + 1, f"writer.buffer += I32.pack(len({value}))")
+        out.add(indent + 1, f"writer.buffer += {value}")
     else:  # RECORDS (a file slice is a part of its own) and arrays of primitives
         writer = out.name("W", member.write)
         out.add(indent, f"{writer}(writer, {value})")
