@@ -3,7 +3,8 @@ workers started by the module with the spark-class script of this environment's 
 loopback ports free at the time, and stopped after it (also when a test fails). The report
 computed there is the one computed in local mode, file for file; the data source reads log
 segments on the workers; a master that has no executor to give, a master nothing listens on, a
-port that never answers and a master tidelog does not run on are one line each.
+port that never answers (refused by tidelog's own probe, which a real master answers at once)
+and a master tidelog does not run on are one line each.
 
 Each command runs in a process of its own, as a user runs it: one process has one SparkSession
 (the session fixture's local one here), and a session on another master needs another JVM."""
@@ -35,6 +36,7 @@ from tests.pipeline.test_segments import fill
 from tidelog import rundata
 from tidelog.cluster.local import wait_until
 from tidelog.cluster.zookeeper import free_ports
+from tidelog.pipeline.session import silence
 from tidelog.pipeline.source import SegmentReader
 
 pytestmark = pytest.mark.integration
@@ -291,8 +293,9 @@ def test_a_master_nothing_listens_on_is_one_line(runs, tmp_path):
 
 
 def test_a_master_that_never_answers_is_one_line(runs, tmp_path):
-    """A port that takes connections and says nothing: Spark's client gives up registering the
-    job after three tries of 20 s, and the command says so."""
+    """A port that takes connections and says nothing: tidelog's probe (a Spark RPC, which a
+    master answers at once) waits 10 s for an answer, where Spark's own client would try to
+    register the job three times, 20 s each."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -302,10 +305,26 @@ def test_a_master_that_never_answers_is_one_line(runs, tmp_path):
             str(runs[0]),
             *("--out", str(tmp_path / "report"), "--master", master),
             line=f"tidelog report: Spark master at {master} does not answer (it took the "
-            "connection but never registered the job): is a Spark master running there, with "
-            "workers registered? (see the README's reports on a Spark cluster)",
-            within=200.0,  # 60 s of Spark's tries, on a loaded machine
+            "connection but did not answer a Spark RPC in 10 s): is a Spark master running "
+            "there, with workers registered? (see the README's reports on a Spark cluster)",
+            within=50.0,  # 10 s of the probe, on a loaded machine; Spark's tries took 60 s
         )
+    assert not (tmp_path / "report").exists()
+
+
+def test_tidelogs_probe_is_answered_by_a_master_at_once(spark_cluster):
+    """The probe is a Spark RPC the master answers at once (with a failure: it names no
+    endpoint of the master's), and it leaves no warning in the master's log (a connection
+    closed with the answer unread would be a reset, which the master logs)."""
+    host, port = spark_cluster.master.removeprefix("spark://").split(":")
+    log = spark_cluster.logs / "master.log"
+    before = len(log.read_bytes())
+    started = time.monotonic()
+    assert silence(host, int(port), timeout=10.0) is None
+    assert time.monotonic() - started < 5.0
+    time.sleep(1)
+    after = log.read_bytes()[before:].decode(errors="replace")
+    assert not [line for line in after.splitlines() if " WARN " in line or " ERROR " in line]
 
 
 @pytest.mark.parametrize("master", ["yarn", "spark://no-port", "local[0]", "mesos://m:5050"])
