@@ -1,9 +1,11 @@
 """``tidelog report --master spark://...`` on a real Spark standalone cluster: a master and two
 workers started by the module with the spark-class script of this environment's PySpark, on
 loopback ports free at the time, and stopped after it (also when a test fails). The report
-computed there is the one computed in local mode, file for file; the data source reads log
+computed there by the command is the one computed in local mode (in the test's process, on the
+session fixture's local session), file for file; the data source reads log
 segments on the workers; a master that has no executor to give, a master nothing listens on, a
-port that never answers and a master tidelog does not run on are one line each.
+port that never answers (refused by tidelog's own probe, which a real master answers at once)
+and a master tidelog does not run on are one line each.
 
 Each command runs in a process of its own, as a user runs it: one process has one SparkSession
 (the session fixture's local one here), and a session on another master needs another JVM."""
@@ -30,11 +32,14 @@ import pytest
 from tests.integration.conftest import run_tidelog
 from tests.integration.test_pipeline_report import write_case
 from tests.integration.test_unreachable import says_in_one_line
-from tests.pipeline.test_report_page import SECONDS, START, write_part
+from tests.pipeline.test_report_page import START
 from tests.pipeline.test_segments import fill
 from tidelog import rundata
 from tidelog.cluster.local import wait_until
 from tidelog.cluster.zookeeper import free_ports
+from tidelog.pipeline.render import write_report
+from tidelog.pipeline.report import compute, load_runs
+from tidelog.pipeline.session import silence
 from tidelog.pipeline.source import SegmentReader
 
 pytestmark = pytest.mark.integration
@@ -167,18 +172,29 @@ def write_delivery(run_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> list[Path]:
-    """Runs that fill every table of the report: tests/pipeline/test_report_page.py's rebuild
-    case with and without the tier (each part a run, as ``runs/ts/*/``), the rebuild case of
-    tests/integration/test_pipeline_report.py (consumer lag and rebuilds; a directory of two run
-    directories), and a scenario with a delivery check."""
+    """Runs that fill every table the report computes with Spark: the rebuild case of
+    tests/integration/test_pipeline_report.py, tiered and not (latency, throughput, consumer
+    lag of in-sync and catching-up consumers, rebuilds, events, the tiered ratios; a directory
+    of two run directories), and a scenario with a delivery check (lost, duplicated and
+    reordered messages). Each run is a few Parquet files to read: a run more is seconds more of
+    each report, on both sides."""
     base = tmp_path_factory.mktemp("runs")
-    for number, tiered in enumerate((False, True)):
-        write_part(base / "ts", "rebuild", "acks=all", tiered, START + number * (SECONDS + 30))
     cases = base / "tiered-cases"
     for tiered in (True, False):
         write_case(cases / f"rebuild-acks-all-{'tiered' if tiered else 'local'}", tiered)
     write_delivery(base / "hard-bounce")
-    return [*sorted((base / "ts").glob("*/")), cases, base / "hard-bounce"]
+    return [cases, base / "hard-bounce"]
+
+
+@pytest.fixture(scope="module")
+def local_report(runs, spark, tmp_path_factory) -> tuple[Path, float]:
+    """The report of ``runs`` computed in local mode, in this process (the session fixture's
+    local[2], as ``tidelog report`` without --master has): ``compute`` and ``write_report``,
+    as the command runs them. (Its directory, the seconds it took.)"""
+    out = tmp_path_factory.mktemp("local-report") / "report"
+    started = time.monotonic()
+    write_report(compute(spark, load_runs(runs), window_seconds=1.0), out)
+    return out, time.monotonic() - started
 
 
 def report(runs: list[Path], out: Path, *options: str) -> tuple[str, float]:
@@ -189,27 +205,31 @@ def report(runs: list[Path], out: Path, *options: str) -> tuple[str, float]:
     return done.stdout, seconds
 
 
-def test_a_report_on_the_cluster_is_the_one_computed_in_local_mode(spark_cluster, runs, tmp_path):
-    local, local_seconds = report(runs, tmp_path / "local")
+def test_a_report_on_the_cluster_is_the_one_computed_in_local_mode(
+    spark_cluster, runs, local_report, tmp_path
+):
+    local, local_seconds = local_report
     said, cluster_seconds = report(runs, tmp_path / "cluster", "--master", spark_cluster.master)
-    computed = [line for output in (local, said) for line in output.splitlines()
-                if line.startswith("computed in")]  # fmt: skip
-    print(f"report: local mode {local_seconds:.1f} s, on the cluster {cluster_seconds:.1f} s")
-    print(f"(of which Spark's session and jobs: {computed})")
+    computed = [line for line in said.splitlines() if line.startswith("computed in")]
+    print(f"report: local mode {local_seconds:.1f} s (in this process), on the cluster "
+          f"{cluster_seconds:.1f} s (of which Spark's session and jobs: {computed})")  # fmt: skip
 
     assert f"Spark at {spark_cluster.master}: {WORKERS} executor(s), {WORKERS} core(s)" in said
     apps = spark_cluster.state()["completedapps"]
     assert [app["name"] for app in apps].count("tidelog-report") >= 1, apps
-    local_files = sorted(p.name for p in (tmp_path / "local").iterdir())
+    local_files = sorted(p.name for p in local.iterdir())
     cluster_files = sorted(p.name for p in (tmp_path / "cluster").iterdir())
     assert cluster_files == local_files
     tables = {"latency", "throughput", "consumer_lag", "rebuilds", "delivery", "events"}
-    assert {f"{table}.csv" for table in tables} <= set(local_files)
-    with open(tmp_path / "local" / "delivery.csv", newline="") as file:
+    assert {f"{table}.csv" for table in tables | {"tiered_ratios"}} <= set(local_files)
+    with open(local / "delivery.csv", newline="") as file:
         delivery = list(csv.DictReader(file))
     assert [sum(int(row[n]) for row in delivery) for n in ("lost", "duplicated")] == [2, 3]
+    with open(local / "consumer_lag.csv", newline="") as file:
+        kinds = {row["kind"] for row in csv.DictReader(file)}
+    assert kinds == {"in-sync", "catching-up"}
     for name in local_files:  # tables, report.md, plots, report.html: byte for byte
-        expected = (tmp_path / "local" / name).read_bytes()
+        expected = (local / name).read_bytes()
         assert (tmp_path / "cluster" / name).read_bytes() == expected, name
 
 
@@ -291,8 +311,9 @@ def test_a_master_nothing_listens_on_is_one_line(runs, tmp_path):
 
 
 def test_a_master_that_never_answers_is_one_line(runs, tmp_path):
-    """A port that takes connections and says nothing: Spark's client gives up registering the
-    job after three tries of 20 s, and the command says so."""
+    """A port that takes connections and says nothing: tidelog's probe (a Spark RPC, which a
+    master answers at once) waits 10 s for an answer, where Spark's own client would try to
+    register the job three times, 20 s each."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
@@ -302,10 +323,26 @@ def test_a_master_that_never_answers_is_one_line(runs, tmp_path):
             str(runs[0]),
             *("--out", str(tmp_path / "report"), "--master", master),
             line=f"tidelog report: Spark master at {master} does not answer (it took the "
-            "connection but never registered the job): is a Spark master running there, with "
-            "workers registered? (see the README's reports on a Spark cluster)",
-            within=200.0,  # 60 s of Spark's tries, on a loaded machine
+            "connection but did not answer a Spark RPC in 10 s): is a Spark master running "
+            "there, with workers registered? (see the README's reports on a Spark cluster)",
+            within=50.0,  # 10 s of the probe, on a loaded machine; Spark's tries took 60 s
         )
+    assert not (tmp_path / "report").exists()
+
+
+def test_tidelogs_probe_is_answered_by_a_master_at_once(spark_cluster):
+    """The probe is a Spark RPC the master answers at once (with a failure: it names no
+    endpoint of the master's), and it leaves no warning in the master's log (a connection
+    closed with the answer unread would be a reset, which the master logs)."""
+    host, port = spark_cluster.master.removeprefix("spark://").split(":")
+    log = spark_cluster.logs / "master.log"
+    before = len(log.read_bytes())
+    started = time.monotonic()
+    assert silence(host, int(port), timeout=10.0) is None
+    assert time.monotonic() - started < 5.0
+    time.sleep(1)
+    after = log.read_bytes()[before:].decode(errors="replace")
+    assert not [line for line in after.splitlines() if " WARN " in line or " ERROR " in line]
 
 
 @pytest.mark.parametrize("master", ["yarn", "spark://no-port", "local[0]", "mesos://m:5050"])

@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import socket
+import struct
 import sys
 import threading
 import time
@@ -36,6 +37,8 @@ STANDALONE_PORT = 7077
 # How long a master may take to accept the application and give it an executor
 EXECUTOR_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 5.0
+# How long a master that took the connection may take to answer tidelog's probe (a Spark RPC)
+ANSWER_TIMEOUT = 10.0
 PROGRESS_SECONDS = 10.0
 
 
@@ -137,11 +140,65 @@ def _driver_host(masters: list[tuple[str, int]]) -> str:
         return str(probe.getsockname()[0])
 
 
+# Spark's transport protocol (org.apache.spark.network.protocol): a frame is its length (8
+# bytes, itself included), the message's type (1 byte) and the message. An RpcRequest (type 3)
+# is a request id (8 bytes) and its body's length (4 bytes), then the body: a NettyRpcEnv
+# RequestMessage, i.e. the sender's and the receiver's addresses (a boolean each: none here),
+# the endpoint's name (Java's writeUTF), then the content, Java-serialized (a String here).
+RPC_REQUEST, RPC_RESPONSE, RPC_FAILURE = 3, 4, 5
+PROBE_ID = 0x7469_6465_6C6F_6701  # any id: the answer carries it back
+PROBE_ENDPOINT = b"tidelog-probe"  # no such endpoint: the answer is a "Could not find" failure
+PROBE_READ = 1 << 16  # the failure's text is a stack trace, about 3 KB
+
+
+def _probe_request() -> bytes:
+    content = b"\xac\xed\x00\x05" + b"\x74" + struct.pack(">H", 5) + b"probe"
+    body = b"\x00\x00" + struct.pack(">H", len(PROBE_ENDPOINT)) + PROBE_ENDPOINT + content
+    header = struct.pack(">bqi", RPC_REQUEST, PROBE_ID, len(body))
+    return struct.pack(">q", 8 + len(header) + len(body)) + header + body
+
+
+def silence(host: str, port: int, timeout: float = ANSWER_TIMEOUT) -> str | None:
+    """Why a Spark master at ``host:port`` cannot take a job: nothing takes the connection,
+    or it takes it and says nothing to a Spark RPC for ``timeout`` seconds (Spark's own client
+    would try to register the job three times, 20 s each, before it gave up). None if it
+    answers: a master (any Spark RPC server) answers the probe at once with a failure, as it
+    names an endpoint there is none of. Any other answer, or a close, is None too: Spark then
+    says what it makes of that end."""
+    reason = refusal(f"{host}:{port}", CONNECT_TIMEOUT, STANDALONE_PORT)
+    if reason:
+        return reason
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT) as connection:
+            connection.sendall(_probe_request())
+            connection.settimeout(timeout)
+            answer = connection.recv(PROBE_READ)
+            _drain(connection, answer)
+    except TimeoutError:
+        return f"it took the connection but did not answer a Spark RPC in {timeout:g} s"
+    except OSError:  # reset under the probe: an answer of a kind
+        pass
+    return None
+
+
+def _drain(connection: socket.socket, answer: bytes) -> None:
+    """The rest of the answer's frame (its first 8 bytes say how long it is), read before the
+    connection closes: a close with unread data is a reset, which the master logs."""
+    length = min(int.from_bytes(answer[:8], "big"), PROBE_READ) if len(answer) >= 8 else 0
+    connection.settimeout(CONNECT_TIMEOUT)
+    with contextlib.suppress(OSError):
+        while len(answer) < length:
+            more = connection.recv(length - len(answer))
+            if not more:
+                return
+            answer += more
+
+
 def _standalone(
     master: str, app_name: str, cores: int | None, executor_timeout: float
 ) -> SparkSession:
     masters = _masters(master)
-    reasons = [refusal(f"{h}:{p}", CONNECT_TIMEOUT, STANDALONE_PORT) for h, p in masters]
+    reasons = [silence(h, p) for h, p in masters]
     if all(reasons):
         raise Unreachable("Spark master", master, "; ".join(r for r in reasons if r))
     driver = _driver_host(masters)
@@ -167,7 +224,7 @@ def _standalone(
     except Py4JJavaError as error:
         if "stopped SparkContext" not in str(error):
             raise
-        # the master took the connection and never registered the application: Spark gave up
+        # the master answered the probe and never registered the application: Spark gave up
         # (its standalone client tries three times, 20 s each) and stopped the context
         context = SparkContext._active_spark_context
         if context is not None:
