@@ -62,7 +62,7 @@ class SparkCluster:
     def alive_workers(self) -> int:
         try:
             return sum(1 for w in self.state()["workers"] if w["state"] == "ALIVE")
-        except OSError:
+        except (OSError, ValueError, KeyError):  # not up yet, or its status page half written
             return 0
 
     def log_tails(self) -> str:
