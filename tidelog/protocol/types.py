@@ -434,6 +434,7 @@ def _emit_write(out: _Emitter, member: Any, value: str, indent: int) -> None:
             indent + 1,
             f"writer.buffer += I32.pack(len({value}))",
             f"for {item} in {value}:",
+            "    pass",  # an item of an empty schema writes nothing
         )
         _emit_write(out, member.item, item, indent + 2)
     elif isinstance(member, String):
