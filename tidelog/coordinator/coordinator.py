@@ -113,14 +113,14 @@ def _apply_chunk(
     partition: int,
     read: Callable[[], bytes],
     position: int,
-    offsets: dict[tuple[str, str, int], CommittedOffset],
+    offsets: dict[str, dict[tuple[str, int], CommittedOffset]],
     metadata: dict[str, dict],
     retention_ms: int = -1,
 ) -> int:
     """Reads one chunk of an offsets partition and applies its messages from ``position`` on to
-    ``offsets`` and ``metadata`` (in a worker thread: nothing else touches them while it runs);
-    returns the offset after the last message read. A commit stored without an expire
-    timestamp expires ``retention_ms`` after it was made."""
+    ``offsets`` (each group's, by topic and partition) and ``metadata`` (in a worker thread:
+    nothing else touches them while it runs); returns the offset after the last message read.
+    A commit stored without an expire timestamp expires ``retention_ms`` after it was made."""
     next_position = position
     for message in iter_deep(read()):
         next_position = message.offset + 1
@@ -129,11 +129,14 @@ def _apply_chunk(
         try:
             kind, key = records.read_key(message.key)
             if kind == "offset":
-                tp = (key["group"], key["topic"], key["partition"])
+                group_offsets = offsets.get(key["group"])
+                if group_offsets is None:
+                    group_offsets = offsets[key["group"]] = {}
+                tp = (key["topic"], key["partition"])
                 if message.value is None:
-                    offsets.pop(tp, None)
+                    group_offsets.pop(tp, None)
                 else:
-                    offsets[tp] = records.read_offset_value(message.value, retention_ms)
+                    group_offsets[tp] = records.read_offset_value(message.value, retention_ms)
             elif message.value is None:
                 metadata.pop(key["group"], None)
             else:
@@ -255,31 +258,39 @@ class GroupCoordinator:
                 await asyncio.sleep(backoff_ms / 1000)
                 backoff_ms = min(2 * backoff_ms, LOAD_RETRY_BACKOFF_MAX_MS)
         self.load_failed.discard(partition)
-        for (group_id, topic, number), committed in offsets.items():
-            group = self.groups.setdefault(group_id, Group(group_id, partition))
-            group.offsets[(topic, number)] = committed
+        # on the loop: work per group, not per committed offset (a dict's update each)
+        committed = 0
+        for group_id, group_offsets in offsets.items():
+            if group_offsets:
+                self._loaded_group(group_id, partition).offsets.update(group_offsets)
+                committed += len(group_offsets)
         for group_id, value in metadata.items():
-            group = self.groups.setdefault(group_id, Group(group_id, partition))
-            self._restore(group, value)
+            self._restore(self._loaded_group(group_id, partition), value)
         self.loading.pop(partition, None)
         self.owned[partition] = epoch
-        (log.info if offsets or metadata else log.debug)(
+        (log.info if committed or metadata else log.debug)(
             "offsets partition %d loaded in %d ms: %d groups, %d committed offsets",
             partition,
             self.clock.milliseconds() - started,
-            len({g for g, _, _ in offsets} | set(metadata)),
-            len(offsets),
+            len({g for g, o in offsets.items() if o} | set(metadata)),
+            committed,
         )
+
+    def _loaded_group(self, group_id: str, partition: int) -> Group:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, partition)
+        return group
 
     async def _read_partition(
         self, partition: int
-    ) -> tuple[dict[tuple[str, str, int], CommittedOffset], dict[str, dict]]:
-        """The latest offset commit of every (group, topic, partition) and the latest metadata
-        of every group in the partition's log, tombstones applied. Each chunk is read and
+    ) -> tuple[dict[str, dict[tuple[str, int], CommittedOffset]], dict[str, dict]]:
+        """The latest offset commit of every (topic, partition) of each group, and the latest
+        metadata of every group, in the partition's log, tombstones applied. Each chunk is read and
         parsed off the event loop; a message larger than offsets.load.buffer.size is read
         whole (as Kafka reads it)."""
         partition_log = self.store.log(partition)
-        offsets: dict[tuple[str, str, int], CommittedOffset] = {}
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         metadata: dict[str, dict] = {}
         if partition_log is None:
             return offsets, metadata
