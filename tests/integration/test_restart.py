@@ -16,6 +16,7 @@ from kafka import KafkaProducer
 from tests.integration.conftest import wait_for_leaders
 from tests.integration.test_kafka_python import consume_all
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import processes_with
 from tidelog.controller import topics, zookeeper
 
 
@@ -132,3 +133,35 @@ def test_down_stops_a_broker_that_another_command_restarted(tmp_path):
     assert LocalCluster(tmp_path / "cluster").broker(1).pid is None
     stat = Path(f"/proc/{restarted}/stat")  # exited: gone, or a zombie until its parent reaps it
     assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_broker_a_killed_command_did_not_record_is_stopped_by_the_next_start_and_by_down(
+    tmp_path,
+):
+    """A command killed between starting a broker and saving the cluster's state leaves the
+    broker running and unrecorded (a canary test's resumed command then started a second one,
+    which failed on the taken port, and the first outlived the cluster): the next start stops
+    it first, and so does down."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    cluster.up(1, progress=lambda _: None)
+    config = cluster.broker(1).config
+
+    def forget_broker_1() -> int:
+        running = cluster.broker(1).pid
+        cluster.broker(1).process = None  # the state the killed command saved
+        cluster._save()
+        return running
+
+    def brokers_serving_it() -> list[int]:
+        return processes_with(f"--config {config}")
+
+    try:
+        orphan = forget_broker_1()
+        cluster.start_broker(1)
+        assert brokers_serving_it() == [cluster.broker(1).pid]
+        assert orphan not in brokers_serving_it()
+
+        forget_broker_1()
+    finally:
+        cluster.down(progress=lambda _: None)
+    assert brokers_serving_it() == []

@@ -36,7 +36,7 @@ from tidelog.cluster.netns import (
     check_can_build,
     member_name,
 )
-from tidelog.cluster.processes import ProcessRecord
+from tidelog.cluster.processes import ProcessRecord, processes_with, stop_process
 from tidelog.cluster.zookeeper import (
     EmbeddedZooKeeper,
     free_ports,
@@ -354,6 +354,12 @@ class LocalCluster:
             elif broker.stale:
                 progress(f"broker {broker.broker_id}: not running (stale record)")
             broker.process = None
+            for pid in self._unrecorded(broker):
+                progress(
+                    f"stopping broker {broker.broker_id} (pid {pid}), which a command killed "
+                    "before it recorded the broker left running"
+                )
+                stop_process(pid, timeout)
         zookeeper = self.state.zookeeper_process
         if zookeeper is not None:
             if zookeeper.running():
@@ -383,6 +389,9 @@ class LocalCluster:
         broker = self.broker(broker_id)
         if broker.alive:
             raise ClusterError(f"broker {broker_id} is already running (pid {broker.pid})")
+        for pid in self._unrecorded(broker):
+            # it holds the broker's ports, so the new one would fail, and it would outlive down
+            stop_process(pid, timeout)
         directory = Path(broker.config).parent
         argv = [*launcher, sys.executable, "-m", "tidelog.cli", "broker", "--config", broker.config]
         if self.network is not None:
@@ -400,6 +409,13 @@ class LocalCluster:
         self._save()
         if wait:
             self.wait_registered([broker_id], timeout)
+
+    @staticmethod
+    def _unrecorded(broker: BrokerProcess) -> list[int]:
+        """Processes serving ``broker``'s configuration that the state does not record: a
+        command killed between starting the broker and saving the state leaves one behind."""
+        recorded = broker.pid
+        return [pid for pid in processes_with(f"--config {broker.config}") if pid != recorded]
 
     def stop_broker(self, broker_id: int, timeout: float = 30.0) -> None:
         """A clean shutdown (SIGTERM), waited for."""

@@ -65,6 +65,17 @@ def command_line(pid: int) -> str:
         return ""
 
 
+def processes_with(marker: str) -> list[int]:
+    """The live processes, this one aside, whose command line holds ``marker``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            if pid != os.getpid() and marker in command_line(pid) and process_alive(pid):
+                found.append(pid)
+    return found
+
+
 @dataclass(frozen=True)
 class ProcessRecord:
     """A process this cluster started: its id, its start time and a text its command line
