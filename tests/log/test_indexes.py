@@ -92,11 +92,17 @@ def test_truncation_zeroes_the_freed_slots_so_a_reopen_counts_right(tmp_path, of
         offset_index.append(110 + 10 * number, 1000 * (number + 1))
 
     offset_index.truncate_to(125)  # keeps 110 and 120
+    assert offset_index.last_entry == (120, 2000)
     offset_index.flush()
     reopened = OffsetIndex(offset_index.path, 100, 80)
 
     assert reopened.entries == 2
     assert reopened.lookup(10**9) == (120, 2000)
+    with pytest.raises(ValueError, match="not after the last entry"):
+        reopened.append(120, 3000)  # checked against the newest entry read at opening
+    offset_index.truncate_to(0)
+    assert (offset_index.entries, offset_index.last_entry) == (0, (100, 0))
+    offset_index.append(105, 500)  # any entry follows an emptied index
     reopened.close()
 
 

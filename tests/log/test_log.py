@@ -246,6 +246,29 @@ def test_roll_of_a_segment_without_timestamps_uses_its_modification_time(make_lo
     assert old.time_index.last_entry == (1_600_000_000_000, 3)
 
 
+def test_appends_and_rolls_of_a_reopened_log_read_nothing_from_its_files(
+    make_log, clock, monkeypatch
+):
+    """Appending writes only: a disk whose reads fail (EIO) must not fail an append, which a
+    broker would halt on, while Kafka, whose indexes are memory maps, reads nothing there. So
+    the indexes' newest entries, which every index append and roll checks, are known from
+    opening, not read on the first append after a restart."""
+    fill(make_log(segment_bytes=2000, index_interval_bytes=200), clock, 12)
+    log = make_log(segment_bytes=2000, index_interval_bytes=200, needs_recovery=False)
+    assert log.active_segment.index.entries and log.active_segment.time_index.entries
+
+    def failing_pread(fd: int, length: int, offset: int) -> bytes:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "pread", failing_pread)
+    rolls = len(log.segments)
+    fill(log, clock, 12)
+
+    assert len(log.segments) > rolls
+    monkeypatch.undo()
+    assert [m.offset for m in read_everything(log)] == list(range(120))
+
+
 # -- retention -----------------------------------------------------------------------------------
 
 

@@ -14,11 +14,14 @@ cost 40 to 140 ms on a busy ext4 disk (the fault waits for the journal), against
 for ``pwrite``, and a thousand partitions' first entries stalled a broker for a minute.
 Lookups search in-memory copies of the two columns (``array``s of keys and values), read with
 one ``pread`` on first use and kept in step with appends and truncations; the file is the
-durable truth. An index that is only searched (every rolled segment's) holds no descriptor, so
-open files grow with the segments being written, not with all segments. Entries are written
-every index.interval.bytes, so keys grow nearly linearly with the slot: a lookup guesses the
-slot by interpolation and bisects a small window around the guess, and bisects the whole column
-only when the key is not inside that window.
+durable truth. The newest entry, which every append and roll checks, is read when the index is
+opened and kept since: appends only write (Kafka's, to its mappings, read nothing either), so a
+disk whose reads fail does not fail an append, which halts a broker. An index that is only
+searched (every rolled segment's) holds no descriptor, so open files grow with the segments
+being written, not with all segments. Entries are written every index.interval.bytes, so keys
+grow nearly linearly with the slot: a lookup guesses the slot by interpolation and bisects a
+small window around the guess, and bisects the whole column only when the key is not inside
+that window.
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ class IndexFile:
             self._length = length or self._rounded(max_index_size)
             self.max_entries = self._length // self.entry.size
             self.entries = self._count_entries(fd) if length else 0
+            # (key, value) of the newest entry, None for an empty index; kept, never read again
+            self._newest: tuple[int, int] | None = (
+                self._read_slot(fd, self.entries - 1) if self.entries else None
+            )
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -101,6 +108,10 @@ class IndexFile:
     def _slot_is_empty(self, fd: int, slot: int) -> bool:
         data = os.pread(fd, self.entry.size, slot * self.entry.size)
         return data.count(0) == len(data)
+
+    def _read_slot(self, fd: int, slot: int) -> tuple[int, int]:
+        key, value = self.entry.unpack(os.pread(fd, self.entry.size, slot * self.entry.size))
+        return key, value
 
     def _count_entries(self, fd: int) -> int:
         """The number of entries: the slots before the first empty one (they form a prefix).
@@ -174,6 +185,7 @@ class IndexFile:
             self._keys.append(key)
             self._values.append(value)
         self.entries += 1
+        self._newest = key, value
 
     def _columns(self) -> array:
         """The key column (and with it the value column), built on first use."""
@@ -218,6 +230,7 @@ class IndexFile:
         """Keeps the first ``count`` entries and zeroes the slots after them."""
         if count >= self.entries:
             return
+        self._newest = self._entry_at(count - 1) if count else None
         start, end = count * self.entry.size, self.entries * self.entry.size
         os.pwrite(self._writable(), bytes(end - start), start)
         self.recently_written = self._dirty = True

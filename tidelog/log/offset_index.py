@@ -26,8 +26,8 @@ class OffsetIndex(IndexFile):
         relative = offset - self.base_offset
         if not 0 <= relative <= 2**31 - 1:
             raise ValueError(f"offset {offset} is out of range for base {self.base_offset}")
-        if self.entries:
-            last_relative, last_position = self._entry_at(self.entries - 1)
+        if self._newest is not None:
+            last_relative, last_position = self._newest
             if relative <= last_relative or position <= last_position:
                 raise ValueError(
                     f"index entry ({offset}, {position}) is not after the last entry "
@@ -48,9 +48,10 @@ class OffsetIndex(IndexFile):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if not self.entries:
+        if self._newest is None:
             return self.base_offset, 0
-        return self.entry_at(self.entries - 1)
+        relative, position = self._newest
+        return self.base_offset + relative, position
 
     def truncate_to(self, offset: int) -> None:
         """Removes every entry for an offset >= ``offset``."""

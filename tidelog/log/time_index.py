@@ -29,9 +29,10 @@ class TimeIndex(IndexFile):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the newest entry, or (-1, base_offset) for an empty index."""
-        if not self.entries:
+        if self._newest is None:
             return -1, self.base_offset
-        return self.entry_at(self.entries - 1)
+        timestamp, relative = self._newest
+        return timestamp, self.base_offset + relative
 
     def entry_at(self, slot: int) -> tuple[int, int]:
         timestamp, relative = self._entry_at(slot)
