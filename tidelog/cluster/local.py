@@ -551,15 +551,20 @@ class LocalCluster:
 
 @dataclass(frozen=True)
 class PortPlan:
-    """Where a cluster's processes listen: chosen free ports, or a fixed range from a base."""
+    """Where a cluster's processes listen: chosen free ports, or a fixed range from a base.
+    Chosen ports are chosen together, so no two of one cluster's listeners get the same one
+    (none is bound until its process starts)."""
 
     base: int | None
     brokers: int
-    chosen: tuple[int, ...] = ()  # without a base: each broker's two ports, in broker order
+    # without a base: each broker's two ports, in broker order, then an embedded ZooKeeper's
+    chosen: tuple[int, ...] = ()
 
     @property
     def zookeeper(self) -> int | None:
-        return None if self.base is None else self.base + 2 * self.brokers
+        if self.base is None:
+            return self.chosen[2 * self.brokers] if len(self.chosen) > 2 * self.brokers else None
+        return self.base + 2 * self.brokers
 
     def broker(self, broker_id: int) -> tuple[int, int]:
         """(Kafka port, admin port) of a broker."""
@@ -570,7 +575,7 @@ class PortPlan:
 
 def _port_plan(brokers: int, base_port: int | None) -> PortPlan:
     if base_port is None:
-        return PortPlan(None, brokers, tuple(free_ports(2 * brokers)))
+        return PortPlan(None, brokers, tuple(free_ports(2 * brokers + 1)))
     last = base_port + 2 * brokers
     if not base_port >= 1024 or last > 65535:
         raise ClusterError(
