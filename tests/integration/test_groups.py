@@ -129,18 +129,25 @@ def test_two_kafka_python_consumers_split_the_partitions_and_one_takes_all_when_
     topic, group = new_topic(partitions=4), new_group()
     first = PollingConsumer(cluster, group, topic)
     second = PollingConsumer(cluster, group, topic)
+
+    def held() -> str:
+        return (
+            f"the first holding {first.assignment or '{}'}, the second {second.assignment or '{}'}"
+        )
+
     try:
 
         def split() -> bool:
             a, b = first.assignment, second.assignment
             return len(a) == 2 and len(b) == 2 and not a & b
 
-        wait_until(split, 60, "the two consumers to hold two partitions each")
+        wait_until(split, 60, "the two consumers to hold two partitions each", state=held)
         second.close()
         wait_until(
             lambda: first.assignment == {0, 1, 2, 3},
             60,
             "the remaining consumer to take all four partitions",
+            state=held,
         )
         produce(cluster, topic, values("after", 20))
         wait_until(lambda: len(first.values) >= 20, 60, "the remaining consumer to read 20")

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -106,11 +106,20 @@ class ClusterState:
     brokers: dict[int, BrokerProcess] = field(default_factory=dict)
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.1) -> None:
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float,
+    what: str,
+    interval: float = 0.1,
+    state: Callable[[], str] | None = None,
+) -> None:
+    """Waits until ``condition()`` is true, at most ``timeout`` s; the error says ``what`` was
+    waited for and, with ``state``, what was found instead."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise ClusterError(f"timed out after {timeout} s waiting for {what}")
+            found = f"; found {state()}" if state is not None else ""
+            raise ClusterError(f"timed out after {timeout} s waiting for {what}{found}")
         time.sleep(interval)
 
 
