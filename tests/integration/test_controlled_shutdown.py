@@ -15,16 +15,18 @@ from tidelog.controller import topics, zookeeper
 
 TOPIC = "payments"
 PARTITIONS = 6
+ANSWER_TIMEOUT_MS = 3000  # controller.socket.timeout.ms
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     cluster = LocalCluster(tmp_path_factory.mktemp("controlled"))
-    cluster.up(
-        3,
-        overrides={"controlled.shutdown.retry.backoff.ms": "200", "min.insync.replicas": "2"},
-        progress=lambda _: None,
-    )
+    overrides = {
+        "controlled.shutdown.retry.backoff.ms": "200",
+        "controller.socket.timeout.ms": str(ANSWER_TIMEOUT_MS),
+        "min.insync.replicas": "2",
+    }
+    cluster.up(3, overrides=overrides, progress=lambda _: None)
     with zookeeper.session(cluster.zookeeper) as client:
         topics.create_topic(client, TOPIC, PARTITIONS, 3)
     wait_for_leaders(cluster, TOPIC, PARTITIONS)
@@ -87,3 +89,22 @@ def test_with_controlled_shutdown_off_the_broker_stops_as_before(cluster):
         f"the controller to elect for what broker {stopping} led",
     )
     cluster.start_broker(stopping)
+
+
+def test_a_controller_that_lost_zookeeper_still_stops_after_its_attempts(cluster):
+    """The last of the module: ZooKeeper goes. A controlled shutdown's request waits for the
+    controller's answer at most controller.socket.timeout.ms, also when the broker is the
+    controller itself and its answer waits on a ZooKeeper that is gone; after
+    controlled.shutdown.max.retries attempts the broker stops anyway, as Kafka's does."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        controller = zookeeper.read_controller(client)
+    assert cluster.state is not None and cluster.state.zookeeper_process is not None
+    cluster.state.zookeeper_process.stop(5.0)
+
+    # three attempts of at most 3 s each, 0.2 s apart, and the stop itself
+    cluster.stop_broker(controller, timeout=3 * ANSWER_TIMEOUT_MS / 1000 + 10)
+
+    broker_log = cluster.broker(controller).log_path.read_text()
+    last_run = broker_log[broker_log.rindex("shutting down cleanly") :]
+    assert "controlled shutdown did not complete in 3 attempts" in last_run
+    assert f"broker {controller} stopped" in last_run

@@ -413,20 +413,33 @@ class BrokerNode:
 
     async def _ask_for_controlled_shutdown(self) -> dict | None:
         """One ControlledShutdown request to the controller (itself, if it is); None if there
-        is no controller or it did not answer."""
+        is no controller or it did not answer in controller.socket.timeout.ms. A controller
+        answering itself waits as long at most: its answer writes to ZooKeeper, which blocks
+        while ZooKeeper is unreachable (the thread waiting there is freed when the broker
+        closes its session)."""
+        timeout_s = self.config["controller.socket.timeout.ms"] / 1000
         controller_id = self.metadata.controller_id
         if controller_id == self.broker_id:
-            return await self._answer_controlled_shutdown(self.broker_id)
+            try:
+                return await asyncio.wait_for(
+                    self._answer_controlled_shutdown(self.broker_id), timeout_s
+                )
+            except TimeoutError:
+                log.info(
+                    "controlled shutdown: no answer as controller in %g s "
+                    "(controller.socket.timeout.ms): its ZooKeeper writes are waiting",
+                    timeout_s,
+                )
+                return None
         endpoint = self.metadata.brokers.get(controller_id)
         if endpoint is None or endpoint.admin is None:
             log.info("controlled shutdown: no controller known yet")
             return None
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=self.config["controller.socket.timeout.ms"] / 1000)
         try:
             async with (
-                aiohttp.ClientSession(timeout=timeout) as client,
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as client,
                 client.post(
                     f"http://{endpoint.admin}/control/controlled-shutdown",
                     json={"broker_id": self.broker_id},
