@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from tests.integration.conftest import run_tidelog, wait_for_leaders
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
+from tidelog.errors import ErrorCode, KafkaError
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +104,31 @@ def test_bad_partition_counts_and_assignments_change_nothing(cluster, arguments,
     assert refused.returncode != 0
     assert said in refused.stderr
     assert assignment_of(cluster, "fixed") == before
+
+
+def test_partitions_added_while_another_admin_adds_some_go_on_top_of_theirs(cluster, monkeypatch):
+    """The topic's node is written with a compare-and-set: a change that lands between the
+    read and the write makes the request read the topic again and be judged against it, so
+    the partitions are added on top, or the request is refused if it no longer adds any."""
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, "raced", 2, 2)
+        read_brokers = zookeeper.read_brokers
+        concurrent = [3]  # what another admin raises the topic to, once, mid-request
+
+        def another_admin_between_the_read_and_the_write(zk, *args, **kwargs):
+            if concurrent:
+                monkeypatch.setattr(zookeeper, "read_brokers", read_brokers)  # for the other
+                topics.add_partitions(zk, "raced", concurrent.pop(0))
+                monkeypatch.setattr(zookeeper, "read_brokers", between)
+            return read_brokers(zk, *args, **kwargs)
+
+        between = another_admin_between_the_read_and_the_write
+        monkeypatch.setattr(zookeeper, "read_brokers", between)
+        added = topics.add_partitions(client, "raced", 5)
+        assert sorted(added) == [3, 4] and len(assignment_of(cluster, "raced")) == 5
+        concurrent.append(6)
+        with pytest.raises(KafkaError) as refused:
+            topics.add_partitions(client, "raced", 6)  # the other admin got there first
+        assert refused.value.code == ErrorCode.INVALID_PARTITIONS
+    assert len(assignment_of(cluster, "raced")) == 6
+    wait_for_leaders(cluster, "raced", 6)

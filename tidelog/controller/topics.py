@@ -195,6 +195,9 @@ def parse_replica_assignment(text: str, first_partition: int = 0) -> dict[int, l
     return assignment
 
 
+ADD_PARTITIONS_ATTEMPTS = 5
+
+
 def add_partitions(
     zk: KazooClient,
     topic: str,
@@ -208,7 +211,32 @@ def add_partitions(
     entry per new partition, at the topic's replication factor, on live brokers); returns the
     new partitions' replicas. Written with a compare-and-set on the topic's node, with each new
     partition's first state (leader: its first replica, all replicas in sync), as at creation;
-    brokers learn of them through their watches. INVALID_PARTITIONS if not more than now."""
+    brokers learn of them through their watches. INVALID_PARTITIONS if not more than now.
+
+    A topic changed by someone else between the read and the write (another admin adding
+    partitions, a reassignment) is read again and the request judged against what it is now,
+    up to ADD_PARTITIONS_ATTEMPTS times."""
+    for _ in range(ADD_PARTITIONS_ATTEMPTS):
+        try:
+            return _add_partitions_once(zk, topic, partitions, assignment, validate_only)
+        except (BadVersionError, NodeExistsError):
+            continue
+    raise KafkaError(
+        ErrorCode.UNKNOWN,
+        f"topic {topic!r} changed during each of {ADD_PARTITIONS_ATTEMPTS} attempts to add its "
+        "partitions; nothing was written",
+    )
+
+
+def _add_partitions_once(
+    zk: KazooClient,
+    topic: str,
+    partitions: int,
+    assignment: dict[int, list[int]] | None,
+    validate_only: bool,
+) -> dict[int, list[int]]:
+    """One read, check and compare-and-set write of add_partitions; BadVersionError or
+    NodeExistsError if the topic changed since the read (nothing written)."""
     stat = zk.exists(zookeeper.topic_path(topic))
     current = zookeeper.read_topic(zk, topic)
     if stat is None or current is None:
@@ -257,11 +285,5 @@ def add_partitions(
                 )
         new = {p: list(r) for p, r in assignment.items()}
     if not validate_only:
-        try:
-            zookeeper.add_partition_nodes(zk, topic, new, stat.version)
-        except (BadVersionError, NodeExistsError):
-            raise RuntimeError(
-                f"topic {topic!r} changed while its partitions were being added; nothing was "
-                "written, try again"
-            ) from None
+        zookeeper.add_partition_nodes(zk, topic, new, stat.version)
     return new
