@@ -4,6 +4,7 @@ session; and the groups of tests that pytest-xdist keeps on one worker."""
 from __future__ import annotations
 
 import importlib.util
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -42,6 +43,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The LONGEST_FIRST groups first; every other test keeps its collection order."""
     rank = {group: number for number, group in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(xdist_group(item.nodeid), len(rank)))
+
+
+# Seconds each group took (setup, calls and teardown) and each worker was busy, summed from the
+# tests' reports where the run is reported (xdist's controller, or the one process)
+GROUP_SECONDS: dict[str, float] = defaultdict(float)
+WORKER_SECONDS: dict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    GROUP_SECONDS[xdist_group(report.nodeid)] += report.duration
+    node = getattr(report, "node", None)  # the xdist worker it ran on
+    WORKER_SECONDS[node.gateway.id if node is not None else "main"] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+    """The slowest groups and each worker's busy time, after the run: what a rebalance
+    (LONGEST_FIRST) or a cut needs to know to keep the suite under its 20 minutes."""
+    if not GROUP_SECONDS:
+        return
+    write = terminalreporter.write_line  # type: ignore[attr-defined]
+    write(f"{'=' * 30} slowest groups (setup, calls, teardown) {'=' * 30}")
+    for group, seconds in sorted(GROUP_SECONDS.items(), key=lambda item: -item[1])[:15]:
+        write(f"{seconds:8.1f}s  {group}")
+    busy = ", ".join(
+        f"{worker} {seconds:.0f} s" for worker, seconds in sorted(WORKER_SECONDS.items())
+    )
+    write(f"busy: {busy}; {len(GROUP_SECONDS)} groups")
 
 
 if importlib.util.find_spec("xdist") is not None:
