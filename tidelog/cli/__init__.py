@@ -18,8 +18,17 @@ from tidelog.cli import broker, cluster, dump_log, perf, report, scenario, topic
 from tidelog.cli.common import unreachable
 from tidelog.reach import Unreachable
 
-# in the order `tidelog --help` lists them
-GROUPS = (dump_log, broker, cluster, topic, perf, scenario, upgrade, report)
+# each group's command, in the order `tidelog --help` lists them
+GROUPS = {
+    "dump-log": dump_log,
+    "broker": broker,
+    "cluster": cluster,
+    "topic": topic,
+    "perf": perf,
+    "scenario": scenario,
+    "upgrade": upgrade,
+    "report": report,
+}
 
 
 class _SubcommandParser(argparse.ArgumentParser):
@@ -33,9 +42,10 @@ class _SubcommandParser(argparse.ArgumentParser):
         return parsed, extras
 
 
-def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
-    """tidelog's command line; ``only_broker``: just the broker command (a broker's start does
-    not pay for the imports of the other commands' choices)."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """tidelog's command line; ``only``: just that command's group, where the command line
+    names it (a broker's start, or any one command, does not pay for the imports of the other
+    commands' choices: some import pyarrow and the fault catalogue, a second of a start)."""
     parser = argparse.ArgumentParser(
         prog="tidelog",
         description="A replicated, Kafka-compatible log broker and cluster testbed.",
@@ -45,14 +55,16 @@ def build_parser(only_broker: bool = False) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_SubcommandParser
     )
-    for group in (broker,) if only_broker else GROUPS:
-        group.add(commands)
+    for name, group in GROUPS.items():
+        if only is None or name == only:
+            group.add(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
-    args = build_parser(only_broker=given[:1] == ["broker"]).parse_args(given)
+    named = given[0] if given and given[0] in GROUPS else None
+    args = build_parser(only=named).parse_args(given)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
