@@ -81,3 +81,18 @@ def test_open_cluster_tells_a_compose_project_from_local_processes(tmp_path: Pat
     ComposeCluster.create(tmp_path / "compose", "compose.yaml", "p4")
     assert isinstance(open_cluster(tmp_path / "compose"), ComposeCluster)
     assert isinstance(open_cluster(tmp_path / "local"), LocalCluster)
+
+
+def test_a_broker_container_that_exits_while_awaited_is_an_error_at_once(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """compose.yaml restarts no container: one that exited while starting (a setting the
+    broker refuses, a crash) is reported on the first look, not after the wait's timeout."""
+    cluster = ComposeCluster.create(tmp_path, "compose.yaml", "p4")
+    seen = iter([{"broker-2": "starting"}, {"broker-2": "exited"}])
+    monkeypatch.setattr(ComposeCluster, "healths", lambda self: next(seen))
+
+    with pytest.raises(ClusterError, match="broker container broker-2 .* ended") as failed:
+        cluster.wait_healthy([2], timeout=600)
+
+    assert "broker-2 exited" in str(failed.value)

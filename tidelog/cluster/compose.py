@@ -108,6 +108,10 @@ def host_ports() -> dict[str, int]:
     return dict(zip(names, free_ports(len(names)), strict=True))
 
 
+# a container's states that it does not leave by itself (no restart policy)
+ENDED_STATES = ("exited", "dead")
+
+
 class ComposeCluster(EngineCluster):
     """The compose project whose settings are in ``directory/compose.env``.
 
@@ -337,12 +341,20 @@ class ComposeCluster(EngineCluster):
         return found
 
     def wait_healthy(self, broker_ids: list[int] | None = None, timeout: float = 90) -> None:
+        """Returns once the brokers' healthchecks pass; a broker whose container has exited
+        (compose.yaml restarts none) is an error at once, not after ``timeout``."""
         wanted = broker_ids or list(self.state.brokers)
         services = [self.broker(b).service for b in wanted]
         last: dict[str, str] = {}
 
         def healthy() -> bool:
             last.update(self.healths())
+            ended = [s for s in services if last.get(s) in ENDED_STATES]
+            if ended:
+                raise ClusterError(
+                    f"broker container {', '.join(ended)} of compose project {self.project} "
+                    "ended while it was waited for to be healthy"
+                )
             return all(last.get(service) == "healthy" for service in services)
 
         try:
