@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
@@ -209,3 +210,20 @@ def test_a_reopen_of_a_large_sparse_index_counts_every_entry(tmp_path, entries):
     if entries:
         assert reopened.lookup(10**9) == (entries, (entries - 1) * 100)
     reopened.close()
+
+
+def test_a_truncation_whose_write_fails_leaves_the_index_as_it_was(offset_index, monkeypatch):
+    for number in range(3):
+        offset_index.append(110 + 10 * number, 1000 * (number + 1))
+
+    def failing_pwrite(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "pwrite", failing_pwrite)
+    with pytest.raises(OSError):
+        offset_index.truncate_to(115)
+    monkeypatch.undo()
+
+    assert (offset_index.entries, offset_index.last_entry) == (3, (130, 3000))
+    with pytest.raises(ValueError, match="not after the last entry"):
+        offset_index.append(125, 2500)  # still checked against the newest entry kept

@@ -184,8 +184,7 @@ class IndexFile:
         if self._keys is not None:
             self._keys.append(key)
             self._values.append(value)
-        self.entries += 1
-        self._newest = key, value
+        self.entries, self._newest = self.entries + 1, (key, value)
 
     def _columns(self) -> array:
         """The key column (and with it the value column), built on first use."""
@@ -230,11 +229,11 @@ class IndexFile:
         """Keeps the first ``count`` entries and zeroes the slots after them."""
         if count >= self.entries:
             return
-        self._newest = self._entry_at(count - 1) if count else None
+        newest = self._entry_at(count - 1) if count else None
         start, end = count * self.entry.size, self.entries * self.entry.size
-        os.pwrite(self._writable(), bytes(end - start), start)
+        os.pwrite(self._writable(), bytes(end - start), start)  # an error here changes nothing
         self.recently_written = self._dirty = True
-        self.entries = count
+        self.entries, self._newest = count, newest
         if self._keys is not None:
             del self._keys[count:]
             del self._values[count:]
