@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,24 @@ log = logging.getLogger(__name__)
 
 # threads laying out new partitions' logs on disk at once (mkdir and file creation wait on it)
 LOG_OPENING_THREADS = 8
+
+
+def _in_a_thread_of_its_own(work: Callable[[], None], name: str) -> asyncio.Future[None]:
+    """``work`` run on a new thread (not the loop's default executor, which may be full of
+    calls that wait); the future is done when it returns."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # handed to the awaiting task
+            loop.call_soon_threadsafe(done.set_exception, error)
+        else:
+            loop.call_soon_threadsafe(done.set_result, None)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
 
 
 class BrokerNode:
@@ -158,6 +177,8 @@ class BrokerNode:
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
         # as controller: the brokers in a controlled shutdown (no leadership goes to them)
         self.shutting_down: set[int] = set()
+        # this broker's controlled shutdown as answered by itself as controller, while it runs
+        self._own_answer: asyncio.Task[dict] | None = None
         # as controller: the partitions being reassigned (left alone by the leader rebalance)
         self.reassigning: set[tuple[str, int]] = set()
         # The admin API's socket is bound before registration (its port is registered); the
@@ -363,9 +384,13 @@ class BrokerNode:
             await self.admin.stop()
         elif self._admin_socket is not None:
             self._admin_socket.close()
+        if self._own_answer is not None:
+            self._own_answer.cancel()  # its thread is freed by the session's close
         if self.zk is not None:
             self.registered = False
-            await asyncio.to_thread(self._close_zookeeper)
+            # on a thread of its own: calls waiting on an unreachable ZooKeeper may hold every
+            # thread of the default executor, and only this close frees them
+            await _in_a_thread_of_its_own(self._close_zookeeper, "zookeeper-close")
         if self.remote is not None:
             await asyncio.to_thread(self.remote.shutdown)
         await asyncio.to_thread(self.logs.shutdown)
@@ -420,10 +445,14 @@ class BrokerNode:
         timeout_s = self.config["controller.socket.timeout.ms"] / 1000
         controller_id = self.metadata.controller_id
         if controller_id == self.broker_id:
-            try:
-                return await asyncio.wait_for(
-                    self._answer_controlled_shutdown(self.broker_id), timeout_s
+            # an answer still being worked out is waited for again, not started anew: each
+            # holds a thread of the default executor while ZooKeeper does not answer
+            if self._own_answer is None or self._own_answer.done():
+                self._own_answer = asyncio.create_task(
+                    self._answer_controlled_shutdown(self.broker_id)
                 )
+            try:
+                return await asyncio.wait_for(asyncio.shield(self._own_answer), timeout_s)
             except TimeoutError:
                 log.info(
                     "controlled shutdown: no answer as controller in %g s "
