@@ -132,3 +132,19 @@ def test_partitions_added_while_another_admin_adds_some_go_on_top_of_theirs(clus
         assert refused.value.code == ErrorCode.INVALID_PARTITIONS
     assert len(assignment_of(cluster, "raced")) == 6
     wait_for_leaders(cluster, "raced", 6)
+
+
+def test_partitions_added_to_a_topic_deleted_meanwhile_are_refused_as_unknown(cluster, monkeypatch):
+    with zookeeper.session(cluster.zookeeper) as client:
+        topics.create_topic(client, "vanishing", 1, 1)
+        read_brokers = zookeeper.read_brokers
+
+        def deleted_between_the_read_and_the_write(zk, *args, **kwargs):
+            zookeeper.delete_topic_nodes(zk, "vanishing")
+            return read_brokers(zk, *args, **kwargs)
+
+        monkeypatch.setattr(zookeeper, "read_brokers", deleted_between_the_read_and_the_write)
+        with pytest.raises(KafkaError) as refused:
+            topics.add_partitions(client, "vanishing", 3)
+
+    assert refused.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

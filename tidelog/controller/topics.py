@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from tidelog.broker.handlers import valid_topic_name
 from tidelog.config import TOPIC_KEYS, ConfigError, check_format_supported, parse_config
@@ -219,8 +219,19 @@ def add_partitions(
     for _ in range(ADD_PARTITIONS_ATTEMPTS):
         try:
             return _add_partitions_once(zk, topic, partitions, assignment, validate_only)
-        except (BadVersionError, NodeExistsError):
+        except BadVersionError:
             continue
+        except NoNodeError:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} was deleted while its partitions were being added",
+            ) from None
+        except NodeExistsError:  # the topic's node unchanged: a partition's node left behind
+            raise KafkaError(
+                ErrorCode.UNKNOWN,
+                f"ZooKeeper holds a partition node of {topic!r} that the topic's assignment "
+                "does not name; nothing was written",
+            ) from None
     raise KafkaError(
         ErrorCode.UNKNOWN,
         f"topic {topic!r} changed during each of {ADD_PARTITIONS_ATTEMPTS} attempts to add its "
@@ -235,8 +246,8 @@ def _add_partitions_once(
     assignment: dict[int, list[int]] | None,
     validate_only: bool,
 ) -> dict[int, list[int]]:
-    """One read, check and compare-and-set write of add_partitions; BadVersionError or
-    NodeExistsError if the topic changed since the read (nothing written)."""
+    """One read, check and compare-and-set write of add_partitions; BadVersionError if the
+    topic changed since the read, NoNodeError if it is gone (nothing written)."""
     stat = zk.exists(zookeeper.topic_path(topic))
     current = zookeeper.read_topic(zk, topic)
     if stat is None or current is None:
