@@ -3,7 +3,6 @@ session; and the groups of tests that pytest-xdist keeps on one worker."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -72,8 +71,11 @@ def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> 
     write(f"busy: {busy}; {len(GROUP_SECONDS)} groups")
 
 
-if importlib.util.find_spec("xdist") is not None:
+class _GroupScheduling:
+    """pytest-xdist's hook, registered only where xdist runs (``-p no:xdist`` knows no such
+    hook, and pytest refuses a conftest that implements one it does not know)."""
 
+    @staticmethod
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
         """xdist's scope scheduling over these groups (its own --dist loadgroup sets the group
         through a node attribute that pytest 9.2 no longer reads, and so splits modules)."""
@@ -84,6 +86,11 @@ if importlib.util.find_spec("xdist") is not None:
                 return xdist_group(nodeid)
 
         return GroupScheduling(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_GroupScheduling(), "tidelog-group-scheduling")
 
 
 @pytest.fixture(scope="session")
