@@ -544,16 +544,23 @@ def _tasks(service: str) -> list[dict]:
     try:
         tasks = json.loads(run_docker(["docker", "inspect", "--type", "task", *ids], 60))
     except ClusterError as error:
-        if "no such" not in str(error).lower():
+        if not _task_gone(error):
             raise
         tasks = []
         for task in ids:
             try:
                 tasks += json.loads(run_docker(["docker", "inspect", "--type", "task", task], 60))
             except ClusterError as missing:
-                if "no such" not in str(missing).lower():
+                if not _task_gone(missing):
                     raise
     return sorted(tasks, key=lambda t: t["CreatedAt"], reverse=True)
+
+
+def _task_gone(error: ClusterError) -> bool:
+    """Whether ``docker inspect --type task`` failed on a task that no longer exists: the CLI
+    says "No such task", the daemon "task ID not found" (seen when Swarm pruned one)."""
+    text = str(error).lower()
+    return "no such" in text or ("task " in text and " not found" in text)
 
 
 def _found(stack: str, directory: str | Path | None) -> SwarmCluster | None:
