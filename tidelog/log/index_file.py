@@ -105,12 +105,15 @@ class IndexFile:
     def size_in_bytes(self) -> int:
         return self.entries * self.entry.size
 
+    def _slot(self, fd: int, slot: int) -> bytes:
+        return os.pread(fd, self.entry.size, slot * self.entry.size)
+
     def _slot_is_empty(self, fd: int, slot: int) -> bool:
-        data = os.pread(fd, self.entry.size, slot * self.entry.size)
+        data = self._slot(fd, slot)
         return data.count(0) == len(data)
 
     def _read_slot(self, fd: int, slot: int) -> tuple[int, int]:
-        key, value = self.entry.unpack(os.pread(fd, self.entry.size, slot * self.entry.size))
+        key, value = self.entry.unpack(self._slot(fd, slot))
         return key, value
 
     def _count_entries(self, fd: int) -> int:
