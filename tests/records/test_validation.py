@@ -392,3 +392,25 @@ def test_the_c_walk_over_v0_v1_messages_answers_as_the_python_one(
     c = _run_outcome(_plain_run, bytes(buffer), checks, assign_from)
 
     assert c == python
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_offsets_that_would_pass_the_largest_offset_are_refused_before_any_is_written(magic):
+    """A log at the end of the offset range (only a damaged or crafted one gets there): both
+    walks refuse the run with the same error and leave every byte as it was, where the C loop
+    used to write offsets that wrapped round to negative ones."""
+    from tidelog.records.validation import LARGEST_OFFSET, _Checks, _plain_run, plain_run_python
+
+    buffer = bytes(
+        b"".join(encode_entry(i, encode_message(magic, b"k", b"v", NOW, 0)) for i in range(3))
+    )
+    checks = _Checks(magic, 2**31 - 1, False, NOW, None, -1)
+
+    python = _run_outcome(plain_run_python, buffer, checks, LARGEST_OFFSET - 1)
+    c = _run_outcome(_plain_run, buffer, checks, LARGEST_OFFSET - 1)
+
+    assert c == python
+    assert python[0][0] == ErrorCode.UNKNOWN and "largest offset" in python[0][1]
+    assert python[1] == buffer
+    # far enough from the end, the same run is taken
+    assert _run_outcome(_plain_run, buffer, checks, LARGEST_OFFSET - 2**20)[0][1] == 3

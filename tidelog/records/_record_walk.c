@@ -246,6 +246,8 @@ static PyObject *plain_run(PyObject *self, PyObject *args)
             break;
         if (assign_from < 0)
             in_order = in_order && offset == count;
+        else if (assign_from > INT64_MAX - count)
+            break; /* the offset would wrap round: the caller refuses such runs before */
         else
             put_int64(entry, assign_from + count); /* the size stays as it is */
         if (v1) {

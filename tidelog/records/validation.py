@@ -54,6 +54,8 @@ from tidelog.records.format import (
 )
 from tidelog.records.recompression import recompressed
 
+LARGEST_OFFSET = 2**63 - 1  # an offset is a signed 64-bit integer
+
 native: ModuleType | None
 try:  # the walk over v0/v1 messages, built by make install (setup.py)
     import tidelog.records._record_walk as native
@@ -137,6 +139,7 @@ def _plain_run(
     """plain_run_python's walk, in C where make install built it (_record_walk.c)."""
     if native is None:
         return plain_run_python(buffer, position, limit, checks, assign_from)
+    _check_offsets_fit(position, limit, checks.magic, assign_from)
     max_difference = checks.max_difference
     position, count, max_timestamp, index_of_max, in_order, bad_timestamp = native.plain_run(
         buffer,
@@ -154,6 +157,22 @@ def _plain_run(
         assert max_difference is not None
         raise _invalid_timestamp(bad_timestamp, checks.now, max_difference)
     return position, count, max_timestamp, index_of_max, in_order
+
+
+def _check_offsets_fit(position: int, limit: int, magic: int, assign_from: int | None) -> None:
+    """Refuses a run whose offsets, assigned from ``assign_from``, could pass the largest
+    offset (2^63 - 1), before a walk writes any: counted as if every entry were as small as an
+    entry can be, so a log within a few thousand offsets of the end refuses an append that
+    might still have fitted, and no walk ever writes an offset that wrapped round."""
+    if assign_from is None:
+        return
+    most = (limit - position) // (LOG_OVERHEAD + MESSAGE_OVERHEAD[magic])
+    if assign_from + most > LARGEST_OFFSET:
+        raise KafkaError(
+            ErrorCode.UNKNOWN,
+            f"offsets from {assign_from} for up to {most} messages would pass the largest "
+            f"offset, {LARGEST_OFFSET}",
+        )
 
 
 def plain_run_python(
@@ -175,6 +194,7 @@ def plain_run_python(
     offsets in order).
     """
     magic = checks.magic
+    _check_offsets_fit(position, limit, magic, assign_from)
     v1 = magic == 1
     header = V1_ENTRY_HEADER if v1 else V0_ENTRY_HEADER
     header_size, unpack_header = header.size, header.unpack_from
