@@ -60,10 +60,14 @@ def test_leadership_goes_back_to_the_preferred_replicas_after_a_bounce(cluster):
     )
     # within a few check intervals of the replica being back in sync
     assert time.monotonic() - back_in_sync < 10
-    logs = "".join(
-        (cluster.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
-    )
-    assert "automatic leader rebalance moved" in logs
+
+    def logs() -> str:
+        return "".join(
+            (cluster.directory / f"broker-{b}" / "broker.log").read_text() for b in (1, 2, 3)
+        )
+
+    # by the automatic rebalance, which logs once its ZooKeeper writes (seen above) are back
+    wait_until(lambda: "automatic leader rebalance moved" in logs(), 10, "the rebalance's log line")
 
 
 def cache_of(assignment: dict[int, tuple[int, ...]], leaders: dict[int, int]) -> MetadataCache:
