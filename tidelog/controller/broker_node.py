@@ -14,7 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
 from tidelog.broker.control import ControlRequests
@@ -458,6 +458,15 @@ class BrokerNode:
                     "controlled shutdown: no answer as controller in %g s "
                     "(controller.socket.timeout.ms): its ZooKeeper writes are waiting",
                     timeout_s,
+                )
+                return None
+            except KazooException as error:
+                # a request out as the connection dropped fails at once (later ones wait):
+                # no answer this attempt, as from a controller that did not answer
+                log.info(
+                    "controlled shutdown: no answer as controller: ZooKeeper failed its "
+                    "request (%s)",
+                    type(error).__name__,
                 )
                 return None
         endpoint = self.metadata.brokers.get(controller_id)
