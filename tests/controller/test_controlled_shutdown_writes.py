@@ -1,13 +1,138 @@
-"""A controller's answer to its own controlled shutdown, and what ZooKeeper does to it."""
+"""A controller's answer to a controlled shutdown, when leaders change ISRs at the same moment
+and when ZooKeeper drops.
+
+In a rolling restart, the previous broker's departure makes leaders shrink their ISRs while the
+next broker asks the controller to move its leaderships. Each of the controller's writes is a
+compare-and-set on the partition's state; one that loses to a leader's ISR change is read and
+decided again at once, as Kafka's controller does, instead of being answered as still to move
+(the stopping broker would ask again only controlled.shutdown.retry.backoff.ms later, 5 s by
+default), for as long as the controller gives it (half the time the stopping broker waits for
+its answer). Against a real ZooKeeper."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Iterator
 
+import pytest
 from kazoo.exceptions import ConnectionLoss
 
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, TopicMetadata
+from tidelog.cluster.zookeeper import EmbeddedZooKeeper
 from tidelog.config import broker_config
+from tidelog.controller import controller, zookeeper
 from tidelog.controller.broker_node import BrokerNode
+
+REPLICAS = {0: (1, 2, 3), 1: (2, 1, 3), 2: (3, 1, 2)}
+
+
+@pytest.fixture(scope="module")
+def connect_string(tmp_path_factory) -> Iterator[str]:
+    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
+    process = server.start()
+    try:
+        with zookeeper.session(server.connect_string) as zk:
+            zookeeper.ensure_layout(zk)
+            for broker_id in (1, 2, 3):
+                zookeeper.register_broker(
+                    zk, BrokerEndpoint(broker_id, "127.0.0.1", 9090 + broker_id)
+                )
+            yield server.connect_string
+    finally:
+        process.stop(10.0)
+
+
+def cache_of(topic: str) -> MetadataCache:
+    return MetadataCache(topics={topic: TopicMetadata(topic, dict(REPLICAS))})
+
+
+def test_a_move_that_loses_to_a_leaders_isr_change_is_decided_again_on_the_new_state(
+    connect_string, monkeypatch
+):
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "rolling", {p: list(r) for p, r in REPLICAS.items()}, {})
+        write_states = zookeeper.write_states
+        raced = []
+
+        def leaders_shrink_first(zk_, writes):
+            if not raced:  # between the controller's read and its first write
+                raced.append(None)  # (the leader's own write goes through write_states too)
+                dropped = [("rolling", 0, 0, frozenset({1, 2}))]  # broker 3 out of 0's ISR
+                raced[0] = zookeeper.update_isrs(zk_, 1, dropped)
+            return write_states(zk_, writes)
+
+        monkeypatch.setattr(zookeeper, "write_states", leaders_shrink_first)
+        moves = controller.move_away_from(zk, 1, 1, cache_of("rolling"), {1}, time.monotonic() + 10)
+        after = zookeeper.read_topic(zk, "rolling")
+
+    assert raced == [[True]]
+    assert moves.remaining == [] and moves.stuck == []
+    assert after is not None
+    # partition 0: led by 1, its ISR [1, 2] after the leader's change: moved to 2 on top of it
+    assert (after.states[0].leader, after.states[0].isr) == (2, (2,))
+    assert after.states[0].leader_epoch == 1
+    # the others: broker 1 taken out of their ISRs, leaders unchanged
+    assert [(after.states[p].leader, after.states[p].isr) for p in (1, 2)] == [
+        (2, (2, 3)),
+        (3, (2, 3)),
+    ]
+    assert sorted(c.partition for c in moves.changes) == [0, 1, 2]
+
+
+def test_a_partition_whose_isr_became_the_stopping_broker_alone_is_stuck_not_moved(
+    connect_string, monkeypatch
+):
+    """The state read again decides: a leader that shrank its ISR to itself meanwhile leaves
+    no in-sync replica to take the partition."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "alone", {p: list(r) for p, r in REPLICAS.items()}, {})
+        write_states = zookeeper.write_states
+        raced = []
+
+        def leader_shrinks_to_itself(zk_, writes):
+            if not raced:
+                raced.append(None)
+                raced[0] = zookeeper.update_isrs(zk_, 1, [("alone", 0, 0, frozenset({1}))])
+            return write_states(zk_, writes)
+
+        monkeypatch.setattr(zookeeper, "write_states", leader_shrinks_to_itself)
+        moves = controller.move_away_from(zk, 1, 1, cache_of("alone"), {1}, time.monotonic() + 10)
+        after = zookeeper.read_topic(zk, "alone")
+
+    assert raced == [[True]]
+    assert moves.stuck == [("alone", 0)] and moves.remaining == []
+    assert after is not None and (after.states[0].leader, after.states[0].isr) == (1, (1,))
+
+
+def test_a_write_still_lost_when_the_time_is_up_is_left_to_the_brokers_next_attempt(
+    connect_string, monkeypatch
+):
+    """With no time left to try again (or a leader that changes its ISR each time), the move
+    is answered as remaining: the stopping broker asks again after its back-off."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "busy", {p: list(r) for p, r in REPLICAS.items()}, {})
+        write_states = zookeeper.write_states
+        raced = []
+
+        def leader_changes_its_isr_each_time(zk_, writes):
+            controllers = [w for w in writes if w[:2] == ("busy", 0) and w[2].leader_epoch > 0]
+            if controllers:  # the controller's move (not the leader's own write, in epoch 0)
+                raced.append(None)
+                state = zookeeper.read_partition_state(zk_, "busy", 0)
+                assert state is not None
+                isr = frozenset({1, 2}) if 3 in state.isr else frozenset({1, 2, 3})
+                zookeeper.update_isrs(zk_, 1, [("busy", 0, 0, isr)])
+            return write_states(zk_, writes)
+
+        monkeypatch.setattr(zookeeper, "write_states", leader_changes_its_isr_each_time)
+        moves = controller.move_away_from(zk, 1, 1, cache_of("busy"), {1}, time.monotonic() + 0.5)
+        after = zookeeper.read_topic(zk, "busy")
+
+    assert moves.remaining == [("busy", 0)]
+    assert len(raced) > 1  # tried again, then given up when the time was up
+    assert after is not None and after.states[0].leader == 1
+    assert sorted(c.partition for c in moves.changes) == [1, 2]
 
 
 def test_a_controllers_own_answer_failed_by_zookeeper_is_no_answer_not_a_crash(tmp_path):

@@ -8,6 +8,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -503,6 +504,10 @@ class BrokerNode:
         if broker_id not in self.metadata.brokers:
             return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE), "partitions_remaining": []}
         self.shutting_down.add(broker_id)
+        # writes lost to concurrent changes are tried again for half the time the stopping
+        # broker waits for this answer (controller.socket.timeout.ms), the rest left to its
+        # next attempt
+        retry_s = self.config["controller.socket.timeout.ms"] / 2000
         moves = await asyncio.to_thread(
             controller.move_away_from,
             self.zk,
@@ -510,6 +515,7 @@ class BrokerNode:
             self.controller_epoch,
             self.metadata.copy_of_topics(),
             set(self.shutting_down),
+            time.monotonic() + retry_s,
         )
         self._take_changes(moves.changes)
         # queued, not waited for, as Kafka's controller answers: one unresponsive broker (a

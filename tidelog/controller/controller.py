@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -278,67 +279,106 @@ def move_away_from(
     controller_epoch: int,
     cache: MetadataCache,
     shutting_down: set[int],
+    retry_until: float = 0.0,
 ) -> ShutdownMoves:
     """Controlled shutdown of ``broker_id``, as Kafka 0.10's controller does it: each partition
     with more than one replica that the broker leads gets the first assigned replica that is
     live, in the ISR and not shutting down as leader, with the shutting-down brokers out of the
     ISR; each it follows loses it from the ISR. Every state goes in a new leader epoch (a
-    compare-and-set, as every controller write). Called in a worker thread with a copy of the
-    cache (MetadataCache.copy_of_topics)."""
+    compare-and-set, as every controller write). A write that lost to a concurrent change (a
+    leader shrinking its ISR as the previous broker of a rolling restart left) is read and
+    decided again, as Kafka's controller does, until ``retry_until`` (time.monotonic()); what
+    is still lost then is answered as remaining, for the broker's next attempt. Called in a
+    worker thread with a copy of the cache (MetadataCache.copy_of_topics)."""
     brokers = zookeeper.read_brokers(zk)
     live = set(brokers)
-    writes: list[tuple[str, int, PartitionState, int]] = []
-    described: list[tuple[tuple[int, ...], str]] = []
-    stuck: list[tuple[str, int]] = []
-    for name, topic in sorted(cache.topics.items()):
-        numbers = [
+    to_read = {
+        name: [
             n
             for n, replicas in topic.assignment.items()
             if broker_id in replicas and len(replicas) > 1
         ]
-        if not numbers:
-            continue
-        for number, (state, version) in sorted(
-            zookeeper.read_states_and_versions(zk, name, numbers).items()
-        ):
-            replicas = topic.assignment[number]
-            isr = tuple(r for r in state.isr if r not in shutting_down)
-            if state.leader == broker_id:
-                candidates = [r for r in replicas if r in isr and r in live]
-                if not candidates:
-                    stuck.append((name, number))
-                    continue
-                new_state = PartitionState(
-                    candidates[0], state.leader_epoch + 1, isr, controller_epoch, version + 1
-                )
-                what = (
-                    f"{name}-{number}: leader {broker_id} -> {candidates[0]} in epoch "
-                    f"{new_state.leader_epoch}, ISR {list(isr)} (controlled shutdown of "
-                    f"broker {broker_id})"
-                )
-            elif broker_id in state.isr and state.leader in live:
-                isr = tuple(r for r in state.isr if r != broker_id)
-                new_state = PartitionState(
-                    state.leader, state.leader_epoch + 1, isr, controller_epoch, version + 1
-                )
-                what = (
-                    f"{name}-{number}: ISR {list(state.isr)} -> {list(isr)} (controlled "
-                    f"shutdown of broker {broker_id})"
-                )
-            else:
-                continue
-            writes.append((name, number, new_state, version))
-            described.append((replicas, what))
+        for name, topic in sorted(cache.topics.items())
+    }
     changes: list[Change] = []
     remaining: list[tuple[str, int]] = []
-    for (name, number, new_state, _), (replicas, what), written in zip(
-        writes, described, zookeeper.write_states(zk, writes), strict=True
-    ):
-        if written:
-            changes.append(Change(name, number, replicas, new_state, what))
-        elif new_state.leader != broker_id:
-            remaining.append((name, number))
-    return ShutdownMoves(changes, remaining, stuck, brokers)
+    stuck: list[tuple[str, int]] = []
+    while True:
+        writes: list[tuple[str, int, PartitionState, int]] = []
+        described: list[tuple[tuple[int, ...], str]] = []
+        for name, numbers in to_read.items():
+            if not numbers:
+                continue
+            replicas_of = cache.topics[name].assignment
+            for number, (state, version) in sorted(
+                zookeeper.read_states_and_versions(zk, name, numbers).items()
+            ):
+                decided = _moved_away(
+                    broker_id, controller_epoch, state, version, replicas_of[number], live,
+                    shutting_down, f"{name}-{number}",
+                )  # fmt: skip
+                if decided == "stuck":
+                    stuck.append((name, number))
+                elif decided != "unchanged":
+                    new_state, what = decided
+                    writes.append((name, number, new_state, version))
+                    described.append((replicas_of[number], what))
+        to_read, remaining = {}, []
+        for (name, number, new_state, _), (replicas, what), written in zip(
+            writes, described, zookeeper.write_states(zk, writes), strict=True
+        ):
+            if written:
+                changes.append(Change(name, number, replicas, new_state, what))
+            else:
+                to_read.setdefault(name, []).append(number)
+                if new_state.leader != broker_id:
+                    remaining.append((name, number))
+        if not to_read or time.monotonic() >= retry_until:
+            return ShutdownMoves(changes, remaining, stuck, brokers)
+        log.info(
+            "controlled shutdown of broker %d: %d writes lost to concurrent changes; reading "
+            "them again",
+            broker_id,
+            sum(map(len, to_read.values())),
+        )
+
+
+def _moved_away(
+    broker_id: int,
+    controller_epoch: int,
+    state: PartitionState,
+    version: int,
+    replicas: tuple[int, ...],
+    live: set[int],
+    shutting_down: set[int],
+    name: str,
+) -> tuple[PartitionState, str] | Literal["stuck", "unchanged"]:
+    """The state one partition gets from the controlled shutdown of ``broker_id``, and the
+    line that says so; "stuck" if the broker leads it and no other live in-sync replica can
+    take it, "unchanged" if there is nothing to write."""
+    isr = tuple(r for r in state.isr if r not in shutting_down)
+    if state.leader == broker_id:
+        candidates = [r for r in replicas if r in isr and r in live]
+        if not candidates:
+            return "stuck"
+        new_state = PartitionState(
+            candidates[0], state.leader_epoch + 1, isr, controller_epoch, version + 1
+        )
+        return new_state, (
+            f"{name}: leader {broker_id} -> {candidates[0]} in epoch "
+            f"{new_state.leader_epoch}, ISR {list(isr)} (controlled shutdown of "
+            f"broker {broker_id})"
+        )
+    if broker_id in state.isr and state.leader in live:
+        isr = tuple(r for r in state.isr if r != broker_id)
+        new_state = PartitionState(
+            state.leader, state.leader_epoch + 1, isr, controller_epoch, version + 1
+        )
+        return new_state, (
+            f"{name}: ISR {list(state.isr)} -> {list(isr)} (controlled shutdown of "
+            f"broker {broker_id})"
+        )
+    return "unchanged"
 
 
 @dataclass(frozen=True)
