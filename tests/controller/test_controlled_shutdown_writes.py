@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, TopicMetadata
+from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
 from tidelog.cluster.zookeeper import EmbeddedZooKeeper
 from tidelog.config import broker_config
 from tidelog.controller import controller, zookeeper
@@ -126,12 +126,76 @@ def test_a_write_still_lost_when_the_time_is_up_is_left_to_the_brokers_next_atte
             return write_states(zk_, writes)
 
         monkeypatch.setattr(zookeeper, "write_states", leader_changes_its_isr_each_time)
-        moves = controller.move_away_from(zk, 1, 1, cache_of("busy"), {1}, time.monotonic() + 0.5)
+        started = time.monotonic()
+        moves = controller.move_away_from(zk, 1, 1, cache_of("busy"), {1}, started + 0.5)
+        took = time.monotonic() - started
         after = zookeeper.read_topic(zk, "busy")
 
     assert moves.remaining == [("busy", 0)]
-    assert len(raced) > 1  # tried again, then given up when the time was up
+    assert len(raced) > 2  # tried again and again, then given up when the time was up
+    assert 0.5 <= took < 5
     assert after is not None and after.states[0].leader == 1
+    assert sorted(c.partition for c in moves.changes) == [1, 2]
+
+
+def test_zookeeper_failing_a_later_round_keeps_what_the_earlier_rounds_wrote(
+    connect_string, monkeypatch
+):
+    """Round one moves partitions 1 and 2 and loses 0; ZooKeeper then fails round two's read.
+    Round one's writes are in ZooKeeper: they are answered (and so told to the brokers), and
+    partition 0, still led by the stopping broker, is left to its next attempt."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "dropped", {p: list(r) for p, r in REPLICAS.items()}, {})
+        write_states, read_states = zookeeper.write_states, zookeeper.read_states_and_versions
+        raced = []
+
+        def leader_shrinks_first(zk_, writes):
+            if not raced:
+                raced.append(None)
+                raced[0] = zookeeper.update_isrs(zk_, 1, [("dropped", 0, 0, frozenset({1, 2}))])
+            return write_states(zk_, writes)
+
+        def connection_drops_after_round_one(zk_, topic, numbers):
+            if raced and raced[0] is not None:  # (not the leader's own read, in the race)
+                raise ConnectionLoss()
+            return read_states(zk_, topic, numbers)
+
+        monkeypatch.setattr(zookeeper, "write_states", leader_shrinks_first)
+        monkeypatch.setattr(zookeeper, "read_states_and_versions", connection_drops_after_round_one)
+        moves = controller.move_away_from(zk, 1, 1, cache_of("dropped"), {1}, time.monotonic() + 10)
+
+    assert sorted(c.partition for c in moves.changes) == [1, 2]
+    assert moves.remaining == [("dropped", 0)]
+
+
+def test_a_state_a_newer_controller_wrote_is_not_written_over(connect_string, monkeypatch):
+    """A controller replaced while it answers (a newer controller epoch wrote partition 0
+    between its read and its write) writes nothing over the newer controller's state, as
+    Kafka's controllers check the epoch; the stopping broker asks the new controller next."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "replaced", {p: list(r) for p, r in REPLICAS.items()}, {})
+        write_states = zookeeper.write_states
+        raced = []
+
+        def newer_controller_first(zk_, writes):
+            if not raced:
+                raced.append(None)
+                state, version = zookeeper.read_states_and_versions(zk_, "replaced", [0])[0]
+                newer = PartitionState(1, state.leader_epoch + 1, (1, 3), 2, version + 1)
+                raced[0] = write_states(zk_, [("replaced", 0, newer, version)])
+            return write_states(zk_, writes)
+
+        monkeypatch.setattr(zookeeper, "write_states", newer_controller_first)
+        moves = controller.move_away_from(
+            zk, 1, 1, cache_of("replaced"), {1}, time.monotonic() + 10
+        )
+        after = zookeeper.read_topic(zk, "replaced")
+
+    assert raced == [[True]]
+    assert after is not None
+    state = after.states[0]
+    assert (state.leader, state.isr, state.controller_epoch) == (1, (1, 3), 2)
+    assert moves.remaining == [("replaced", 0)]
     assert sorted(c.partition for c in moves.changes) == [1, 2]
 
 

@@ -449,6 +449,8 @@ class BrokerNode:
             # an answer still being worked out is waited for again, not started anew: each
             # holds a thread of the default executor while ZooKeeper does not answer
             if self._own_answer is None or self._own_answer.done():
+                if self._own_answer is not None and not self._own_answer.cancelled():
+                    self._own_answer.exception()  # one that failed after its wait: dropped
                 self._own_answer = asyncio.create_task(
                     self._answer_controlled_shutdown(self.broker_id)
                 )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState
 from tidelog.controller import zookeeper
@@ -287,9 +287,12 @@ def move_away_from(
     ISR; each it follows loses it from the ISR. Every state goes in a new leader epoch (a
     compare-and-set, as every controller write). A write that lost to a concurrent change (a
     leader shrinking its ISR as the previous broker of a rolling restart left) is read and
-    decided again, as Kafka's controller does, until ``retry_until`` (time.monotonic()); what
-    is still lost then is answered as remaining, for the broker's next attempt. Called in a
-    worker thread with a copy of the cache (MetadataCache.copy_of_topics)."""
+    decided again, as Kafka's controller does, until ``retry_until`` (time.monotonic(), checked
+    after each round). Remaining, for the broker's next attempt: the leaderships still lost
+    then, and those a newer controller has written (this one then writes nothing over them).
+    ZooKeeper failing a round after the first ends the call with what the earlier rounds wrote,
+    which stands. Called in a worker thread with a copy of the cache
+    (MetadataCache.copy_of_topics)."""
     brokers = zookeeper.read_brokers(zk)
     live = set(brokers)
     to_read = {
@@ -301,46 +304,68 @@ def move_away_from(
         for name, topic in sorted(cache.topics.items())
     }
     changes: list[Change] = []
-    remaining: list[tuple[str, int]] = []
+    lost: list[tuple[str, int]] = []  # the last round's lost leadership moves
+    fenced: list[tuple[str, int]] = []  # led here, but a newer controller has written them
     stuck: list[tuple[str, int]] = []
+    rounds = 0
     while True:
         writes: list[tuple[str, int, PartitionState, int]] = []
-        described: list[tuple[tuple[int, ...], str]] = []
-        for name, numbers in to_read.items():
-            if not numbers:
-                continue
-            replicas_of = cache.topics[name].assignment
-            for number, (state, version) in sorted(
-                zookeeper.read_states_and_versions(zk, name, numbers).items()
-            ):
-                decided = _moved_away(
-                    broker_id, controller_epoch, state, version, replicas_of[number], live,
-                    shutting_down, f"{name}-{number}",
-                )  # fmt: skip
-                if decided == "stuck":
-                    stuck.append((name, number))
-                elif decided != "unchanged":
-                    new_state, what = decided
-                    writes.append((name, number, new_state, version))
-                    described.append((replicas_of[number], what))
-        to_read, remaining = {}, []
-        for (name, number, new_state, _), (replicas, what), written in zip(
-            writes, described, zookeeper.write_states(zk, writes), strict=True
+        described: list[tuple[tuple[int, ...], str, bool]] = []  # replicas, line, a move
+        try:
+            for name, numbers in to_read.items():
+                if not numbers:
+                    continue
+                replicas_of = cache.topics[name].assignment
+                for number, (state, version) in sorted(
+                    zookeeper.read_states_and_versions(zk, name, numbers).items()
+                ):
+                    decided = _moved_away(
+                        broker_id, controller_epoch, state, version, replicas_of[number], live,
+                        shutting_down, f"{name}-{number}",
+                    )  # fmt: skip
+                    if decided == "stuck":
+                        stuck.append((name, number))
+                    elif decided == "fenced":
+                        if state.leader == broker_id:
+                            fenced.append((name, number))
+                    elif decided != "unchanged":
+                        new_state, what = decided
+                        writes.append((name, number, new_state, version))
+                        described.append((replicas_of[number], what, state.leader == broker_id))
+            written = zookeeper.write_states(zk, writes)
+        except KazooException as error:
+            if not rounds:
+                raise
+            # the earlier rounds' writes stand: they are answered, and told to the brokers
+            log.warning(
+                "controlled shutdown of broker %d: ZooKeeper failed round %d (%s); answering "
+                "with what the earlier rounds wrote",
+                broker_id,
+                rounds + 1,
+                type(error).__name__,
+            )
+            return ShutdownMoves(changes, lost + fenced, stuck, brokers)
+        rounds += 1
+        to_read, lost = {}, []
+        for (name, number, new_state, _), (replicas, what, moved), ok in zip(
+            writes, described, written, strict=True
         ):
-            if written:
+            if ok:
                 changes.append(Change(name, number, replicas, new_state, what))
             else:
                 to_read.setdefault(name, []).append(number)
-                if new_state.leader != broker_id:
-                    remaining.append((name, number))
+                if moved:
+                    lost.append((name, number))
         if not to_read or time.monotonic() >= retry_until:
-            return ShutdownMoves(changes, remaining, stuck, brokers)
-        log.info(
-            "controlled shutdown of broker %d: %d writes lost to concurrent changes; reading "
-            "them again",
-            broker_id,
-            sum(map(len, to_read.values())),
-        )
+            if rounds > 1:
+                log.info(
+                    "controlled shutdown of broker %d: writes lost to concurrent changes were "
+                    "read and made again in %d rounds (%d still lost)",
+                    broker_id,
+                    rounds,
+                    sum(map(len, to_read.values())),
+                )
+            return ShutdownMoves(changes, lost + fenced, stuck, brokers)
 
 
 def _moved_away(
@@ -352,10 +377,14 @@ def _moved_away(
     live: set[int],
     shutting_down: set[int],
     name: str,
-) -> tuple[PartitionState, str] | Literal["stuck", "unchanged"]:
+) -> tuple[PartitionState, str] | Literal["stuck", "unchanged", "fenced"]:
     """The state one partition gets from the controlled shutdown of ``broker_id``, and the
     line that says so; "stuck" if the broker leads it and no other live in-sync replica can
-    take it, "unchanged" if there is nothing to write."""
+    take it, "unchanged" if there is nothing to write, "fenced" if a newer controller wrote
+    the state (this one has been replaced and must not write over it, as Kafka's controllers
+    check)."""
+    if state.controller_epoch > controller_epoch:
+        return "fenced"
     isr = tuple(r for r in state.isr if r not in shutting_down)
     if state.leader == broker_id:
         candidates = [r for r in replicas if r in isr and r in live]
