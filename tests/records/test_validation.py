@@ -414,3 +414,36 @@ def test_offsets_that_would_pass_the_largest_offset_are_refused_before_any_is_wr
     assert python[1] == buffer
     # far enough from the end, the same run is taken
     assert _run_outcome(_plain_run, buffer, checks, LARGEST_OFFSET - 2**20)[0][1] == 3
+    # the C loop alone, called past the caller's check, stops before an offset would wrap
+    from tidelog.records.validation import native
+
+    assert native is not None
+    out = bytearray(buffer)
+    walked = native.plain_run(
+        out, 0, len(out), magic, 2**31 - 1, False, NOW, -1, -1, LARGEST_OFFSET - 1
+    )
+    assert walked[1] == 2  # offsets 2^63 - 2 and 2^63 - 1, then it stops
+    assert [int.from_bytes(out[at : at + 8], "big", signed=True) for at in (0, len(out) // 3)] == [
+        LARGEST_OFFSET - 1,
+        LARGEST_OFFSET,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("magic", "policy"),
+    [(1, V1), (0, V0), (0, V1)],
+    ids=["v1 wrapper, fast path", "v0 wrapper", "v0 wrapper converted to v1"],
+)
+def test_a_compressed_wrapper_whose_offsets_would_pass_the_largest_is_refused(magic, policy):
+    """A wrapper's inner count is not bounded by its compressed bytes, so its offsets are
+    checked once it is decompressed, before the wrapper or its inner set is rewritten."""
+    from tidelog.records.validation import LARGEST_OFFSET
+
+    wrapper = message_set(3, magic=magic, codec=Codec.GZIP, timestamp=NOW)
+
+    with pytest.raises(KafkaError, match="largest offset") as refused:
+        validate(wrapper, policy=policy, next_offset=LARGEST_OFFSET - 2)
+    assert refused.value.code == ErrorCode.UNKNOWN
+    assert validate(wrapper, policy=policy, next_offset=LARGEST_OFFSET - 3).last_offset == (
+        LARGEST_OFFSET - 1
+    )

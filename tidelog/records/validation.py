@@ -161,17 +161,22 @@ def _plain_run(
 
 def _check_offsets_fit(position: int, limit: int, magic: int, assign_from: int | None) -> None:
     """Refuses a run whose offsets, assigned from ``assign_from``, could pass the largest
-    offset (2^63 - 1), before a walk writes any: counted as if every entry were as small as an
-    entry can be, so a log within a few thousand offsets of the end refuses an append that
-    might still have fitted, and no walk ever writes an offset that wrapped round."""
+    offset, before a walk writes any: counted as if every entry were as small as an entry can
+    be, so a log within a few thousand offsets of the end refuses an append that might still
+    have fitted, and no walk ever writes an offset that wrapped round."""
     if assign_from is None:
         return
     most = (limit - position) // (LOG_OVERHEAD + MESSAGE_OVERHEAD[magic])
-    if assign_from + most > LARGEST_OFFSET:
+    _check_last_offset(assign_from, assign_from + most - 1)
+
+
+def _check_last_offset(first: int, last: int) -> None:
+    """Refuses offsets ``first`` to ``last`` if the log end offset after them would pass the
+    largest offset (2^63 - 1); only a damaged or crafted log gets there."""
+    if last >= LARGEST_OFFSET:
         raise KafkaError(
             ErrorCode.UNKNOWN,
-            f"offsets from {assign_from} for up to {most} messages would pass the largest "
-            f"offset, {LARGEST_OFFSET}",
+            f"offsets {first} to {last} would pass the largest offset, {LARGEST_OFFSET}",
         )
 
 
@@ -380,6 +385,7 @@ def _validated_in_general(
             converted, timestamp = _converted_message(
                 out, position, limit, magic, target, checks_for
             )
+            _check_last_offset(offset, offset)
             replacements.append((position, end, encode_entry(offset, converted)))
             last = offset
         else:
@@ -390,6 +396,7 @@ def _validated_in_general(
             )
             inner, count, inner_max, in_order = _checked_inner_set(out, start, magic, codec, checks)
             last = offset + count - 1
+            _check_last_offset(offset, last)  # before the wrapper or its inner set is written
             if magic == target == 1 and in_order:
                 timestamp = append_time if log_append_time else inner_max
                 _rewrite_wrapper(out, position, end, last, timestamp, log_append_time)
@@ -473,6 +480,7 @@ def _single_v1_wrapper(
     if position != len(inner) or not count or not in_order:
         return None
     last = next_offset + count - 1
+    _check_last_offset(next_offset, last)
     timestamp = append_time if log_append_time else inner_max
     _rewrite_wrapper(out, 0, limit, last, timestamp, log_append_time)
     return ValidatedMessageSet(
