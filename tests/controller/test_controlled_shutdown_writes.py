@@ -199,6 +199,45 @@ def test_a_state_a_newer_controller_wrote_is_not_written_over(connect_string, mo
     assert sorted(c.partition for c in moves.changes) == [1, 2]
 
 
+def test_the_first_round_decides_from_the_cache_and_reads_only_what_it_must(
+    connect_string, monkeypatch
+):
+    """The controller's cache holds each state at the version it was read at, so the first
+    round writes without reading: a cached state that is stale (partition 0's leader shrank
+    its ISR since) loses its compare-and-set and is read; one after which the cache says
+    nothing is to be written (partition 2's ISR without the stopping broker, which its leader
+    has since taken back) is read to be sure. The outcome is the one from ZooKeeper's states."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "cached", {p: list(r) for p, r in REPLICAS.items()}, {})
+        assert zookeeper.update_isrs(zk, 3, [("cached", 2, 0, frozenset({2, 3}))]) == [True]
+        seen = zookeeper.read_topic(zk, "cached")
+        assert seen is not None
+        cache = MetadataCache(
+            topics={"cached": TopicMetadata("cached", dict(REPLICAS), seen.states)}
+        )
+        assert zookeeper.update_isrs(zk, 1, [("cached", 0, 0, frozenset({1, 2}))]) == [True]
+        assert zookeeper.update_isrs(zk, 3, [("cached", 2, 0, frozenset({1, 2, 3}))]) == [True]
+        read_states, read = zookeeper.read_states_and_versions, []
+
+        def counted(zk_, topic, numbers):
+            read.extend(numbers)
+            return read_states(zk_, topic, numbers)
+
+        monkeypatch.setattr(zookeeper, "read_states_and_versions", counted)
+        moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() + 10)
+        monkeypatch.undo()
+        after = zookeeper.read_topic(zk, "cached")
+
+    assert sorted(read) == [0, 2]
+    assert moves.remaining == [] and moves.stuck == []
+    assert after is not None
+    assert [(after.states[p].leader, after.states[p].isr) for p in (0, 1, 2)] == [
+        (2, (2,)),
+        (2, (2, 3)),
+        (3, (2, 3)),
+    ]
+
+
 def test_a_controllers_own_answer_failed_by_zookeeper_is_no_answer_not_a_crash(tmp_path):
     """A controller stopping as ZooKeeper goes: the request its own answer makes as the
     connection drops fails at once (ConnectionLoss; later ones wait). That attempt has no

@@ -285,56 +285,76 @@ def move_away_from(
     with more than one replica that the broker leads gets the first assigned replica that is
     live, in the ISR and not shutting down as leader, with the shutting-down brokers out of the
     ISR; each it follows loses it from the ISR. Every state goes in a new leader epoch (a
-    compare-and-set, as every controller write). A write that lost to a concurrent change (a
-    leader shrinking its ISR as the previous broker of a rolling restart left) is read and
-    decided again, as Kafka's controller does, until ``retry_until`` (time.monotonic(), checked
-    after each round). Remaining, for the broker's next attempt: the leaderships still lost
-    then, and those a newer controller has written (this one then writes nothing over them).
-    ZooKeeper failing a round after the first ends the call with what the earlier rounds wrote,
-    which stands. Called in a worker thread with a copy of the cache
+    compare-and-set, as every controller write).
+
+    The first round decides from the cache's states, at the versions they were read or written
+    at (as Kafka's controller decides from its context), and reads from ZooKeeper only the
+    partitions the cache has no version of or says nothing is to be written for. A write lost
+    to a concurrent change (a stale cached state; a leader shrinking its ISR as the previous
+    broker of a rolling restart left) is read and decided again until ``retry_until``
+    (time.monotonic(), checked after each round). Remaining, for the broker's next attempt: the
+    leaderships still lost then, and those a newer controller has written (this one writes
+    nothing over them). ZooKeeper failing a round after a write ends the call with what was
+    written, which stands. Called in a worker thread with a copy of the cache
     (MetadataCache.copy_of_topics)."""
     brokers = zookeeper.read_brokers(zk)
     live = set(brokers)
-    to_read = {
-        name: [
-            n
-            for n, replicas in topic.assignment.items()
-            if broker_id in replicas and len(replicas) > 1
-        ]
-        for name, topic in sorted(cache.topics.items())
-    }
+    # the first round decides from the cache's states, at the versions they were read or
+    # written at (a stale one loses its compare-and-set and is read); only a partition the
+    # cache has no version of, or whose cached state says nothing is to be written, is read
+    from_cache: dict[tuple[str, int], PartitionState] = {}
+    to_read: dict[str, list[int]] = {}
+    for name, topic in sorted(cache.topics.items()):
+        for number, replicas in sorted(topic.assignment.items()):
+            if broker_id not in replicas or len(replicas) < 2:
+                continue
+            cached = topic.states.get(number)
+            if cached is not None and cached.zk_version >= 0:
+                from_cache[(name, number)] = cached
+            else:
+                to_read.setdefault(name, []).append(number)
     changes: list[Change] = []
-    lost: list[tuple[str, int]] = []  # the last round's lost leadership moves
+    reading_led: list[tuple[str, int]] = []  # leaderships this round reads to decide again
+    given_up: list[tuple[str, int]] = []  # leaderships lost once the time was up
     fenced: list[tuple[str, int]] = []  # led here, but a newer controller has written them
     stuck: list[tuple[str, int]] = []
     rounds = 0
     while True:
         writes: list[tuple[str, int, PartitionState, int]] = []
         described: list[tuple[tuple[int, ...], str, bool]] = []  # replicas, line, a move
+        unverified: dict[str, list[int]] = {}  # nothing to write, said by the cache only
+        unverified_led: list[tuple[str, int]] = []
         try:
-            for name, numbers in to_read.items():
-                if not numbers:
-                    continue
-                replicas_of = cache.topics[name].assignment
-                for number, (state, version) in sorted(
+            read = [
+                ((name, number), state, True)
+                for name, numbers in to_read.items()
+                for number, (state, _) in sorted(
                     zookeeper.read_states_and_versions(zk, name, numbers).items()
-                ):
-                    decided = _moved_away(
-                        broker_id, controller_epoch, state, version, replicas_of[number], live,
-                        shutting_down, f"{name}-{number}",
-                    )  # fmt: skip
-                    if decided == "stuck":
-                        stuck.append((name, number))
-                    elif decided == "fenced":
-                        if state.leader == broker_id:
-                            fenced.append((name, number))
-                    elif decided != "unchanged":
-                        new_state, what = decided
-                        writes.append((name, number, new_state, version))
-                        described.append((replicas_of[number], what, state.leader == broker_id))
+                )
+            ]
+            decided_from = [(key, state, False) for key, state in from_cache.items()] + read
+            from_cache = {}
+            for (name, number), state, verified in decided_from:
+                replicas = cache.topics[name].assignment[number]
+                decided = _moved_away(
+                    broker_id, controller_epoch, state, state.zk_version, replicas, live,
+                    shutting_down, f"{name}-{number}",
+                )  # fmt: skip
+                if isinstance(decided, tuple):
+                    new_state, what = decided
+                    writes.append((name, number, new_state, state.zk_version))
+                    described.append((replicas, what, state.leader == broker_id))
+                elif not verified:
+                    unverified.setdefault(name, []).append(number)
+                    if state.leader == broker_id:
+                        unverified_led.append((name, number))
+                elif decided == "stuck":
+                    stuck.append((name, number))
+                elif decided == "fenced" and state.leader == broker_id:
+                    fenced.append((name, number))
             written = zookeeper.write_states(zk, writes)
         except KazooException as error:
-            if not rounds:
+            if not changes:
                 raise
             # the earlier rounds' writes stand: they are answered, and told to the brokers
             log.warning(
@@ -344,28 +364,38 @@ def move_away_from(
                 rounds + 1,
                 type(error).__name__,
             )
-            return ShutdownMoves(changes, lost + fenced, stuck, brokers)
+            # the leaderships not decided yet are asked for again
+            return ShutdownMoves(changes, reading_led + given_up + fenced, stuck, brokers)
         rounds += 1
-        to_read, lost = {}, []
+        retried: dict[str, list[int]] = {}
+        lost = []
         for (name, number, new_state, _), (replicas, what, moved), ok in zip(
             writes, described, written, strict=True
         ):
             if ok:
                 changes.append(Change(name, number, replicas, new_state, what))
             else:
-                to_read.setdefault(name, []).append(number)
+                retried.setdefault(name, []).append(number)
                 if moved:
                     lost.append((name, number))
-        if not to_read or time.monotonic() >= retry_until:
-            if rounds > 1:
+        # what the cache alone said is always read; lost writes are tried until retry_until
+        to_read, reading_led = unverified, unverified_led
+        if time.monotonic() < retry_until:
+            for name, numbers in retried.items():
+                to_read.setdefault(name, []).extend(numbers)
+            reading_led += lost
+        else:
+            given_up += lost
+        if not to_read:
+            if retried and rounds > 1:
                 log.info(
                     "controlled shutdown of broker %d: writes lost to concurrent changes were "
                     "read and made again in %d rounds (%d still lost)",
                     broker_id,
                     rounds,
-                    sum(map(len, to_read.values())),
+                    sum(map(len, retried.values())),
                 )
-            return ShutdownMoves(changes, lost + fenced, stuck, brokers)
+            return ShutdownMoves(changes, given_up + fenced, stuck, brokers)
 
 
 def _moved_away(
