@@ -12,6 +12,7 @@ its answer). Against a real ZooKeeper."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -236,6 +237,114 @@ def test_the_first_round_decides_from_the_cache_and_reads_only_what_it_must(
         (2, (2, 3)),
         (3, (2, 3)),
     ]
+
+
+FOUR = {0: (1, 2, 3), 1: (2, 1, 3), 2: (3, 1, 2), 3: (1, 2, 3)}
+
+
+def moves_when_the_second_writes_fail(
+    zk, monkeypatch, topic: str, race
+) -> controller.ShutdownMoves:
+    """move_away_from over FOUR with ``race`` run before the first round's writes, and
+    ZooKeeper failing the second round's writes."""
+    zookeeper.create_topic_nodes(zk, topic, {p: list(r) for p, r in FOUR.items()}, {})
+    write_states, rounds, inside = zookeeper.write_states, [], []
+
+    def racing_then_failing(zk_, writes):
+        if inside:  # the race's own writes
+            return write_states(zk_, writes)
+        rounds.append(writes)
+        if len(rounds) == 1:
+            inside.append(None)
+            race(zk_, write_states)
+            inside.clear()
+            return write_states(zk_, writes)
+        raise ConnectionLoss()
+
+    monkeypatch.setattr(zookeeper, "write_states", racing_then_failing)
+    cache = MetadataCache(topics={topic: TopicMetadata(topic, dict(FOUR))})
+    moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() + 10)
+    monkeypatch.undo()
+    assert len(rounds) == 2
+    return moves
+
+
+def test_a_round_that_fails_counts_each_partition_once(connect_string, monkeypatch):
+    """Round one loses partitions 0 and 3 (their leader shrank their ISRs, 0's to itself);
+    round two finds 0 stuck and fails writing 3. Partition 0 is stuck, not also remaining;
+    3, whose write may or may not have been made, is remaining."""
+
+    def leader_shrinks(zk_, _write_states):
+        shrunk = [("once", 0, 0, frozenset({1})), ("once", 3, 0, frozenset({1, 2}))]
+        assert zookeeper.update_isrs(zk_, 1, shrunk) == [True, True]
+
+    with zookeeper.session(connect_string) as zk:
+        moves = moves_when_the_second_writes_fail(zk, monkeypatch, "once", leader_shrinks)
+
+    assert moves.stuck == [("once", 0)]
+    assert moves.remaining == [("once", 3)]
+    assert sorted(c.partition for c in moves.changes) == [1, 2]
+
+
+def test_a_round_that_fails_counts_a_fenced_partition_once(connect_string, monkeypatch):
+    def newer_controller_and_leader(zk_, write_states):
+        state, version = zookeeper.read_states_and_versions(zk_, "fenced", [0])[0]
+        newer = PartitionState(1, state.leader_epoch + 1, (1, 3), 2, version + 1)
+        assert write_states(zk_, [("fenced", 0, newer, version)]) == [True]
+        assert zookeeper.update_isrs(zk_, 1, [("fenced", 3, 0, frozenset({1, 2}))]) == [True]
+
+    with zookeeper.session(connect_string) as zk:
+        moves = moves_when_the_second_writes_fail(
+            zk, monkeypatch, "fenced", newer_controller_and_leader
+        )
+
+    assert sorted(moves.remaining) == [("fenced", 0), ("fenced", 3)]
+    assert moves.stuck == []
+
+
+def test_a_stale_cached_state_is_read_even_when_the_time_is_up(connect_string):
+    """A write decided from the cache that loses is not a concurrent change but the cache
+    being behind: it is read and decided again whatever time is left, so the outcome is the
+    one a decision from ZooKeeper gives. Lost writes of followed partitions are never
+    remaining (only leaderships are, as Kafka's partitionsRemaining)."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "behind", {p: list(r) for p, r in REPLICAS.items()}, {})
+        seen = zookeeper.read_topic(zk, "behind")
+        assert seen is not None
+        cache = MetadataCache(
+            topics={"behind": TopicMetadata("behind", dict(REPLICAS), seen.states)}
+        )
+        assert zookeeper.update_isrs(zk, 1, [("behind", 0, 0, frozenset({1, 2}))]) == [True]
+        assert zookeeper.update_isrs(zk, 2, [("behind", 1, 0, frozenset({1, 2}))]) == [True]
+        moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() - 1)
+        after = zookeeper.read_topic(zk, "behind")
+
+    assert moves.remaining == []
+    assert after is not None
+    assert [(after.states[p].leader, after.states[p].isr) for p in (0, 1)] == [(2, (2,)), (2, (2,))]
+
+
+def test_a_cached_state_without_a_version_is_read_not_written_blind(connect_string, monkeypatch):
+    """A state whose version the cache does not know (-1) is read first: written with -1, the
+    compare-and-set would check nothing (ZooKeeper takes -1 as any version)."""
+    with zookeeper.session(connect_string) as zk:
+        zookeeper.create_topic_nodes(zk, "unknown", {p: list(r) for p, r in REPLICAS.items()}, {})
+        seen = zookeeper.read_topic(zk, "unknown")
+        assert seen is not None
+        states = dict(seen.states)
+        states[1] = dataclasses.replace(states[1], zk_version=-1)
+        cache = MetadataCache(topics={"unknown": TopicMetadata("unknown", dict(REPLICAS), states)})
+        read_states, read = zookeeper.read_states_and_versions, []
+
+        def counted(zk_, topic, numbers):
+            read.extend(numbers)
+            return read_states(zk_, topic, numbers)
+
+        monkeypatch.setattr(zookeeper, "read_states_and_versions", counted)
+        moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() + 10)
+
+    assert read == [1]
+    assert sorted(c.partition for c in moves.changes) == [0, 1, 2]
 
 
 def test_a_controllers_own_answer_failed_by_zookeeper_is_no_answer_not_a_crash(tmp_path):

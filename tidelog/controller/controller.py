@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from kazoo.client import KazooClient
@@ -318,12 +318,8 @@ def move_away_from(
     given_up: list[tuple[str, int]] = []  # leaderships lost once the time was up
     fenced: list[tuple[str, int]] = []  # led here, but a newer controller has written them
     stuck: list[tuple[str, int]] = []
-    rounds = 0
+    rounds = retried_writes = 0
     while True:
-        writes: list[tuple[str, int, PartitionState, int]] = []
-        described: list[tuple[tuple[int, ...], str, bool]] = []  # replicas, line, a move
-        unverified: dict[str, list[int]] = {}  # nothing to write, said by the cache only
-        unverified_led: list[tuple[str, int]] = []
         try:
             read = [
                 ((name, number), state, True)
@@ -332,70 +328,103 @@ def move_away_from(
                     zookeeper.read_states_and_versions(zk, name, numbers).items()
                 )
             ]
-            decided_from = [(key, state, False) for key, state in from_cache.items()] + read
-            from_cache = {}
-            for (name, number), state, verified in decided_from:
-                replicas = cache.topics[name].assignment[number]
-                decided = _moved_away(
-                    broker_id, controller_epoch, state, state.zk_version, replicas, live,
-                    shutting_down, f"{name}-{number}",
-                )  # fmt: skip
-                if isinstance(decided, tuple):
-                    new_state, what = decided
-                    writes.append((name, number, new_state, state.zk_version))
-                    described.append((replicas, what, state.leader == broker_id))
-                elif not verified:
-                    unverified.setdefault(name, []).append(number)
-                    if state.leader == broker_id:
-                        unverified_led.append((name, number))
-                elif decided == "stuck":
-                    stuck.append((name, number))
-                elif decided == "fenced" and state.leader == broker_id:
-                    fenced.append((name, number))
-            written = zookeeper.write_states(zk, writes)
         except KazooException as error:
             if not changes:
                 raise
-            # the earlier rounds' writes stand: they are answered, and told to the brokers
-            log.warning(
-                "controlled shutdown of broker %d: ZooKeeper failed round %d (%s); answering "
-                "with what the earlier rounds wrote",
-                broker_id,
-                rounds + 1,
-                type(error).__name__,
-            )
-            # the leaderships not decided yet are asked for again
+            _round_failed(broker_id, rounds, error)
             return ShutdownMoves(changes, reading_led + given_up + fenced, stuck, brokers)
+        decisions = [(key, state, False) for key, state in from_cache.items()] + read
+        from_cache = {}
+        round_ = _Round()
+        for (name, number), state, verified in decisions:
+            replicas = cache.topics[name].assignment[number]
+            decided = _moved_away(
+                broker_id, controller_epoch, state, state.zk_version, replicas, live,
+                shutting_down, f"{name}-{number}",
+            )  # fmt: skip
+            key = (name, number)
+            led = state.leader == broker_id
+            if isinstance(decided, tuple):
+                new_state, what = decided
+                round_.writes.append((name, number, new_state, state.zk_version))
+                round_.described.append((replicas, what, led, verified))
+            elif not verified:  # the cache's word for it is not enough: read it
+                round_.to_read.setdefault(name, []).append(number)
+                if led:
+                    round_.reading_led.append(key)
+            elif decided == "stuck":
+                round_.stuck.append(key)
+            elif decided == "fenced" and led:
+                round_.fenced.append(key)
+        try:
+            written = zookeeper.write_states(zk, round_.writes)
+        except KazooException as error:
+            if not changes:
+                raise
+            _round_failed(broker_id, rounds, error)
+            # this round's leadership writes may or may not have been made: asked again
+            attempted = [
+                (name, number)
+                for (name, number, _, _), (_, _, led, _) in zip(
+                    round_.writes, round_.described, strict=True
+                )
+                if led
+            ]
+            remaining = attempted + given_up + fenced + round_.fenced + round_.reading_led
+            return ShutdownMoves(changes, remaining, stuck + round_.stuck, brokers)
         rounds += 1
-        retried: dict[str, list[int]] = {}
-        lost = []
-        for (name, number, new_state, _), (replicas, what, moved), ok in zip(
-            writes, described, written, strict=True
+        stuck += round_.stuck
+        fenced += round_.fenced
+        to_read, reading_led = round_.to_read, round_.reading_led
+        in_time = time.monotonic() < retry_until
+        for (name, number, new_state, _), (replicas, what, led, verified), ok in zip(
+            round_.writes, round_.described, written, strict=True
         ):
             if ok:
                 changes.append(Change(name, number, replicas, new_state, what))
-            else:
-                retried.setdefault(name, []).append(number)
-                if moved:
-                    lost.append((name, number))
-        # what the cache alone said is always read; lost writes are tried until retry_until
-        to_read, reading_led = unverified, unverified_led
-        if time.monotonic() < retry_until:
-            for name, numbers in retried.items():
-                to_read.setdefault(name, []).extend(numbers)
-            reading_led += lost
-        else:
-            given_up += lost
+            elif in_time or not verified:  # a stale cached state is read in any case
+                to_read.setdefault(name, []).append(number)
+                retried_writes += 1
+                if led:
+                    reading_led.append((name, number))
+            elif led:
+                given_up.append((name, number))
         if not to_read:
-            if retried and rounds > 1:
+            if retried_writes:
                 log.info(
-                    "controlled shutdown of broker %d: writes lost to concurrent changes were "
-                    "read and made again in %d rounds (%d still lost)",
+                    "controlled shutdown of broker %d: %d writes lost to concurrent changes "
+                    "were read and decided again (%d rounds, %d leaderships still lost)",
                     broker_id,
+                    retried_writes,
                     rounds,
-                    sum(map(len, retried.values())),
+                    len(given_up),
                 )
             return ShutdownMoves(changes, given_up + fenced, stuck, brokers)
+
+
+@dataclass
+class _Round:
+    """One round of move_away_from: the writes it decided (with their replicas, line, whether
+    the stopping broker leads the partition, and whether the state was read from ZooKeeper
+    rather than the cache) and what it found, merged into the call's figures once its writes
+    are done."""
+
+    writes: list[tuple[str, int, PartitionState, int]] = field(default_factory=list)
+    described: list[tuple[tuple[int, ...], str, bool, bool]] = field(default_factory=list)
+    to_read: dict[str, list[int]] = field(default_factory=dict)
+    reading_led: list[tuple[str, int]] = field(default_factory=list)
+    stuck: list[tuple[str, int]] = field(default_factory=list)
+    fenced: list[tuple[str, int]] = field(default_factory=list)
+
+
+def _round_failed(broker_id: int, rounds: int, error: Exception) -> None:
+    log.warning(
+        "controlled shutdown of broker %d: ZooKeeper failed round %d (%s); answering with what "
+        "the earlier rounds wrote",
+        broker_id,
+        rounds + 1,
+        type(error).__name__,
+    )
 
 
 def _moved_away(
