@@ -150,11 +150,23 @@ def nearest_rank(
     return counts.join(values, keys)
 
 
+def _ascending(value: Any) -> tuple:
+    """A sort key that orders as Spark's ascending sort does: nulls first."""
+    return (0,) if value is None else (1, value)
+
+
 def _rows(frame: DataFrame, order: Sequence[str], groups: list[tuple]) -> list[dict[str, Any]]:
-    """The rows, collected, ``group`` replaced by the group's run, case, workload, tiered."""
+    """The rows, collected, sorted by ``order`` and ``group`` replaced by the group's run,
+    case, workload, tiered.
+
+    The frames are aggregates of a few rows per group: the driver sorts them (a stable sort
+    of the rows in the order collected), where Spark's orderBy would run a sampling job and a
+    shuffle more for each.
+    """
+    collected = [row.asDict() for row in frame.collect()]
+    collected.sort(key=lambda fields: tuple(_ascending(fields[name]) for name in order))
     found = []
-    for row in frame.orderBy(*order).collect():
-        fields = row.asDict()
+    for fields in collected:
         named = dict(zip(GROUP, groups[fields.pop("group")], strict=True))
         found.append(named | fields)
     return found
