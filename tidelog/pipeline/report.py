@@ -406,29 +406,47 @@ def consumer_lag_tables(
 REBUILDS = ["rebuild", "wipe_and_rebuild"]
 
 
-def rebuild_table(events: DataFrame, groups: list[tuple]) -> list[dict[str, Any]]:
+def rebuild_table(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per group: the rebuilds (events of a REBUILDS kind with a duration), their total and
-    longest duration in seconds."""
-    rebuilds = events.where(F.col("kind").isin(REBUILDS) & F.col("duration_ms").isNotNull())
-    summary = rebuilds.groupBy("group").agg(
-        F.count("*").alias("rebuilds"),
-        (F.sum("duration_ms") / 1000).alias("total_s"),
-        (F.max("duration_ms") / 1000).alias("longest_s"),
-    )
-    return _rows(summary, ["group"], groups)
+    longest duration in seconds. From the events' rows on the driver (a run has a handful)."""
+    durations: dict[tuple, list[float]] = {}
+    for event in events:
+        if event["kind"] in REBUILDS and event["duration_ms"] is not None:
+            durations.setdefault(group_key(event), []).append(event["duration_ms"])
+    return [
+        dict(zip(GROUP, key, strict=True))
+        | {"rebuilds": len(found), "total_s": sum(found) / 1000, "longest_s": max(found) / 1000}
+        for key, found in sorted(durations.items())
+    ]
 
 
 def _starts(
-    frames: list[tuple[DataFrame | None, str]], groups: list[tuple]
+    acks: DataFrame | None,
+    consumer: DataFrame | None,
+    events: list[dict[str, Any]],
+    groups: list[tuple],
 ) -> dict[tuple, datetime]:
-    """Each group's time zero: its first acknowledgement, or else its first consumer sample or
-    event (the first frame that has the group decides)."""
+    """Each group's time zero: its first acknowledgement, or else its first consumer sample,
+    or else its first event. One query finds the firsts of both tables; the events are on the
+    driver already."""
+    firsts = [
+        frame.select("group", F.lit(source).alias("source"), F.col(column).alias("at"))
+        for source, (frame, column) in enumerate([(acks, "acked_at"), (consumer, "sampled_at")])
+        if frame is not None
+    ]
+    found = []
+    if firsts:
+        union = firsts[0]
+        for frame in firsts[1:]:
+            union = union.unionByName(frame)
+        first = union.groupBy("group", "source").agg(F.min("at").alias("first"))
+        found = sorted(first.collect(), key=lambda row: row["source"])
     starts: dict[tuple, datetime] = {}
-    for frame, column in frames:
-        if frame is None:
-            continue
-        for row in frame.groupBy("group").agg(F.min(column).alias("first")).collect():
-            starts.setdefault(groups[row["group"]], row["first"])
+    for row in found:
+        starts.setdefault(groups[row["group"]], row["first"])
+    for event in events:  # in time order within a group
+        if event["at"] is not None:
+            starts.setdefault(group_key(event), event["at"])
     return starts
 
 
@@ -441,10 +459,10 @@ def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -
     events = _table(spark, runs, "events")
     if acks is not None:
         acks = acks.cache()
-    data.starts = _starts([(acks, "acked_at"), (consumer, "sampled_at"), (events, "at")], groups)
     if events is not None:
         data.events = _rows(events, ["group", "at"], groups)
-        data.rebuilds = rebuild_table(events, groups)
+        data.rebuilds = rebuild_table(data.events)
+    data.starts = _starts(acks, consumer, data.events, groups)
     if acks is not None:
         data.latency, data.windows, data.cdf = latency_tables(
             acks, window_seconds, data.starts, groups
