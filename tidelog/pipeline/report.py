@@ -22,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from tidelog import rundata
 
@@ -99,15 +100,20 @@ def group_ids(runs: list[Run]) -> list[tuple]:
 
 
 def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
-    """Table ``name`` of every run that has it, with its group's id in column ``group``."""
+    """Table ``name`` of every run that has it, with its group's id in column ``group``.
+
+    Read with the schema rundata writes the table in: a read that infers a file's schema
+    runs a Spark job to read its footer, a job per run and table.
+    """
     ids = {key: number for number, key in enumerate(group_ids(runs))}
+    schema = from_arrow_schema(rundata.TABLES[name])
     frames = []
     for run in runs:
         path = rundata.table_path(run.directory, name)
         if not path.exists():
             continue
         # absolute: a cluster's executors read it from another working directory
-        frame = spark.read.parquet(str(path.absolute()))
+        frame = spark.read.schema(schema).parquet(str(path.absolute()))
         meta = run.metadata
         key = (run.label, meta.case, meta.workload, bool(meta.tiered))
         frames.append(frame.select(F.lit(ids[key]).alias("group"), *frame.columns))
