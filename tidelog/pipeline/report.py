@@ -126,34 +126,42 @@ def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
 
 
 def nearest_rank(
-    frame: DataFrame, keys: Sequence[str], fractions: Sequence[float], column: str = "latency_ms"
+    frame: DataFrame,
+    keys: Sequence[str],
+    fractions: Sequence[float],
+    column: str = "latency_ms",
+    more: Sequence[Column] = (),
 ) -> DataFrame:
-    """Per group of ``keys``: records (count), max_ms (the largest of ``column``), and the
-    nearest-rank percentile of ``column`` for each fraction (columns q0, q1, ...): the
-    ceil(f * n)-th smallest of the n values.
+    """Per group of ``keys``: records (count), max_ms (the largest of ``column``), the
+    aggregates ``more`` (named columns), and the nearest-rank percentile of ``column`` for each
+    fraction (columns q0, q1, ...): the ceil(f * n)-th smallest of the n values.
 
     One sort per group serves every fraction: each row gets its rank in its group, and a hash
     join with the small table of wanted ranks (a few per group, broadcast) keeps the rows at
     those ranks, so only they reach the final aggregation. The group sizes come from an
-    aggregation, not from a window over the whole group (which would buffer it).
+    aggregation, not from a window over the whole group (which would buffer it); the wanted
+    ranks carry the group's aggregates to the final one, where every group has a row (rank
+    1 <= ceil(f * n) <= n).
     """
     keys = list(keys)
-    counts = frame.groupBy(*keys).agg(F.count("*").alias("records"), F.max(column).alias("max_ms"))
+    counts = frame.groupBy(*keys).agg(
+        F.count("*").alias("records"), F.max(column).alias("max_ms"), *more
+    )
+    carried = [name for name in counts.columns if name not in keys]
     ranks = [
         F.greatest(F.lit(1), F.ceil(F.lit(fraction) * F.col("records"))).cast("long")
         for fraction in fractions
     ]
-    wanted = counts.select(*keys, F.posexplode(F.array(*ranks)).alias("q", "rank"))
+    wanted = counts.select(*keys, *carried, F.posexplode(F.array(*ranks)).alias("q", "rank"))
     order = Window.partitionBy(*keys).orderBy(column)
     ranked = frame.select(*keys, column, F.row_number().over(order).cast("long").alias("rank"))
     picked = ranked.join(F.broadcast(wanted), [*keys, "rank"])
-    values = picked.groupBy(*keys).agg(
+    return picked.groupBy(*keys, *carried).agg(
         *[
             F.max(F.when(F.col("q") == number, F.col(column))).alias(f"q{number}")
             for number in range(len(fractions))
         ]
     )
-    return counts.join(values, keys)
 
 
 def _ascending(value: Any) -> tuple:
@@ -382,16 +390,14 @@ def consumer_lag_tables(
         .cache()
     )
     keys = ["group", "kind"]
-    ranked = nearest_rank(samples, keys, list(LAG_FRACTIONS.values()), column="lag")
-    counted = samples.groupBy(*keys).agg(
-        F.countDistinct("consumer").alias("consumers"), F.avg("lag").alias("mean_lag")
-    )
+    counted = [F.countDistinct("consumer").alias("consumers"), F.avg("lag").alias("mean_lag")]
+    ranked = nearest_rank(samples, keys, list(LAG_FRACTIONS.values()), "lag", counted)
     summary = [
         {name: row[name] for name in [*GROUP, "kind"]}
         | {"consumers": row["consumers"], "samples": row["records"], "mean_lag": row["mean_lag"]}
         | {name: row[f"q{i}"] for i, name in enumerate(LAG_FRACTIONS)}
         | {"max_lag": row["max_ms"]}
-        for row in _rows(ranked.join(counted, keys), keys, groups)
+        for row in _rows(ranked, keys, groups)
     ]
     per_window = (
         samples.withColumn("window", _window("sampled_at", window_seconds))
