@@ -324,19 +324,23 @@ def delivery_table(
     """Per group and partition: acknowledged, consumed, lost (acknowledged, never consumed),
     duplicated (consumed copies beyond the first), reordered (a sequence number below the one
     consumed before it, in offset order)."""
-    acked = acks.where(F.col("message").isNotNull())
     keys = ["group", "partition", "message"]
-    lost = (
-        acked.select(*keys)
-        .join(consumed.select(*keys), keys, "left_anti")
-        .groupBy("group", "partition")
-        .agg(F.count("*").alias("lost"))
+    # per message: the copies acknowledged and consumed (null where there were none)
+    acked = (
+        acks.where(F.col("message").isNotNull())
+        .groupBy(*keys)
+        .agg(F.count("*").alias("acked_copies"))
     )
-    duplicated = (
-        consumed.groupBy(*keys)
-        .count()
+    consumed_copies = consumed.groupBy(*keys).agg(F.count("*").alias("consumed_copies"))
+    counts = (
+        acked.join(consumed_copies, keys, "full")
         .groupBy("group", "partition")
-        .agg(F.sum(F.col("count") - 1).alias("duplicated"))
+        .agg(
+            F.sum("acked_copies").alias("acknowledged"),
+            F.sum("consumed_copies").alias("consumed"),
+            F.sum(F.when(F.col("consumed_copies").isNull(), F.col("acked_copies"))).alias("lost"),
+            F.sum(F.col("consumed_copies") - 1).alias("duplicated"),
+        )
     )
     in_order = Window.partitionBy("group", "partition").orderBy("offset")
     sequence = F.element_at(F.split("message", "-"), -1).cast("long")
@@ -346,20 +350,8 @@ def delivery_table(
         .groupBy("group", "partition")
         .agg(F.sum((F.col("sequence") <= F.col("previous")).cast("int")).alias("reordered"))
     )
-    counts = (
-        acked.groupBy("group", "partition")
-        .agg(F.count("*").alias("acknowledged"))
-        .join(
-            consumed.groupBy("group", "partition").agg(F.count("*").alias("consumed")),
-            ["group", "partition"],
-            "full",
-        )
-    )
-    table = (
-        counts.join(lost, ["group", "partition"], "left")
-        .join(duplicated, ["group", "partition"], "left")
-        .join(reordered, ["group", "partition"], "left")
-        .na.fill(0, ["acknowledged", "consumed", "lost", "duplicated", "reordered"])
+    table = counts.join(reordered, ["group", "partition"], "left").na.fill(
+        0, ["acknowledged", "consumed", "lost", "duplicated", "reordered"]
     )
     return _rows(
         table.select(
