@@ -199,17 +199,35 @@ def _seconds(row: dict[str, Any], starts: dict[tuple, datetime], window_seconds:
     return row["window"] * window_seconds - starts[group_key(row)].timestamp()
 
 
-def latency_tables(
-    acks: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
-) -> tuple[list, list, list]:
-    """(summary per group, p50/p95/p99 per window, CDF points per group). The averages and
-    maxima over windows are taken on the driver from the per-window rows."""
-    fractions = list(SUMMARY_FRACTIONS.values())
+FIRST = "first"  # a window's earliest time, of which its group's time zero is the least
+
+
+def latency_windows(
+    acks: DataFrame, window_seconds: float, groups: list[tuple]
+) -> list[dict[str, Any]]:
+    """Per group and window (collected, in order): records, max_ms, the SUMMARY_FRACTIONS'
+    percentiles (q0, q1, ...) and FIRST, the window's first acknowledgement."""
     with_window = acks.withColumn("window", _window("acked_at", window_seconds))
+    first = [F.min("acked_at").alias(FIRST)]
+    ranked = nearest_rank(
+        with_window, ["group", "window"], list(SUMMARY_FRACTIONS.values()), more=first
+    )
+    return _rows(ranked, ["group", "window"], groups)
+
+
+def latency_tables(
+    acks: DataFrame,
+    per_window: list[dict[str, Any]],
+    window_seconds: float,
+    starts: dict[tuple, datetime],
+    groups: list[tuple],
+) -> tuple[list, list, list]:
+    """(summary per group, p50/p95/p99 per window, CDF points per group), ``per_window``
+    being latency_windows'. The averages and maxima over windows are taken on the driver from
+    the per-window rows."""
+    fractions = list(SUMMARY_FRACTIONS.values())
     windows = []
-    for row in _rows(
-        nearest_rank(with_window, ["group", "window"], fractions), ["group", "window"], groups
-    ):
+    for row in per_window:
         windows.append(
             {key: row[key] for key in GROUP}
             | {"second": _seconds(row, starts, window_seconds), "records": row["records"]}
@@ -366,21 +384,44 @@ CONSUMER_KIND = r"-\d+$"  # "catching-up-3" is one consumer of kind "catching-up
 LAG_FRACTIONS = {"p50_lag": 0.50, "p99_lag": 0.99}
 
 
-def consumer_lag_tables(
-    consumer: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
-) -> tuple[list, list]:
-    """(per group and consumer kind: consumers, samples, mean, exact p50 and p99 and max lag;
-    per group, kind and window: the largest lag of a consumer of that kind in the window).
-
-    A sample is one consumer's lag summed over its partitions at one ``sampled_at``: the
-    records it has yet to read. Percentiles are nearest rank over the samples of a kind.
-    """
-    samples = (
+def consumer_samples(consumer: DataFrame) -> DataFrame:
+    """The samples, cached (two queries read them; unpersist after): a sample is one
+    consumer's lag summed over its partitions at one ``sampled_at``, the records it has yet to
+    read, with the consumer's kind."""
+    return (
         consumer.groupBy("group", "consumer", "sampled_at")
         .agg(F.sum("lag").alias("lag"))
         .withColumn("kind", F.regexp_replace("consumer", CONSUMER_KIND, ""))
         .cache()
     )
+
+
+def lag_windows(
+    samples: DataFrame, window_seconds: float, groups: list[tuple]
+) -> list[dict[str, Any]]:
+    """Per group, consumer kind and window (collected, in order): max_lag, the largest lag of
+    a consumer of that kind in the window, and FIRST, the window's first sample."""
+    keys = ["group", "kind"]
+    per_window = (
+        samples.withColumn("window", _window("sampled_at", window_seconds))
+        .groupBy(*keys, "window")
+        .agg(F.max("lag").alias("max_lag"), F.min("sampled_at").alias(FIRST))
+    )
+    return _rows(per_window, [*keys, "window"], groups)
+
+
+def consumer_lag_tables(
+    samples: DataFrame,
+    per_window: list[dict[str, Any]],
+    window_seconds: float,
+    starts: dict[tuple, datetime],
+    groups: list[tuple],
+) -> tuple[list, list]:
+    """(per group and consumer kind: consumers, samples, mean, exact p50 and p99 and max lag;
+    per group, kind and window: the largest lag of a consumer of that kind in the window),
+    from consumer_samples' samples and lag_windows' rows. Percentiles are nearest rank over
+    the samples of a kind.
+    """
     keys = ["group", "kind"]
     # a set, not countDistinct: a kind has a few consumers, and a distinct count would add
     # an aggregation and a shuffle
@@ -396,17 +437,11 @@ def consumer_lag_tables(
         | {"max_lag": row["max_ms"]}
         for row in _rows(ranked, keys, groups)
     ]
-    per_window = (
-        samples.withColumn("window", _window("sampled_at", window_seconds))
-        .groupBy(*keys, "window")
-        .agg(F.max("lag").alias("max_lag"))
-    )
     windows = [
         {name: row[name] for name in [*GROUP, "kind"]}
         | {"second": _seconds(row, starts, window_seconds), "max_lag": row["max_lag"]}
-        for row in _rows(per_window, [*keys, "window"], groups)
+        for row in per_window
     ]
-    samples.unpersist()
     return summary, windows
 
 
@@ -430,30 +465,23 @@ def rebuild_table(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _starts(
-    acks: DataFrame | None,
-    consumer: DataFrame | None,
+    ack_windows: list[dict[str, Any]],
+    sample_windows: list[dict[str, Any]],
     events: list[dict[str, Any]],
-    groups: list[tuple],
 ) -> dict[tuple, datetime]:
     """Each group's time zero: its first acknowledgement, or else its first consumer sample,
-    or else its first event. One query finds the firsts of both tables; the events are on the
-    driver already."""
-    firsts = [
-        frame.select("group", F.lit(source).alias("source"), F.col(column).alias("at"))
-        for source, (frame, column) in enumerate([(acks, "acked_at"), (consumer, "sampled_at")])
-        if frame is not None
-    ]
-    found = []
-    if firsts:
-        union = firsts[0]
-        for frame in firsts[1:]:
-            union = union.unionByName(frame)
-        first = union.groupBy("group", "source").agg(F.min("at").alias("first"))
-        found = sorted(first.collect(), key=lambda row: row["source"])
+    or else its first event: the least FIRST of its latency windows, else of its lag windows
+    (rows collected anyway), else the first of its events (in time order)."""
     starts: dict[tuple, datetime] = {}
-    for row in found:
-        starts.setdefault(groups[row["group"]], row["first"])
-    for event in events:  # in time order within a group
+    for windows in (ack_windows, sample_windows):
+        firsts: dict[tuple, datetime] = {}
+        for window in windows:
+            key, first = group_key(window), window[FIRST]
+            if first is not None and (key not in firsts or first < firsts[key]):
+                firsts[key] = first
+        for key, first in firsts.items():
+            starts.setdefault(key, first)
+    for event in events:
         if event["at"] is not None:
             starts.setdefault(group_key(event), event["at"])
     return starts
@@ -471,10 +499,13 @@ def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -
     if events is not None:
         data.events = _rows(events, ["group", "at"], groups)
         data.rebuilds = rebuild_table(data.events)
-    data.starts = _starts(acks, consumer, data.events, groups)
+    ack_windows = [] if acks is None else latency_windows(acks, window_seconds, groups)
+    samples = None if consumer is None else consumer_samples(consumer)
+    sample_windows = [] if samples is None else lag_windows(samples, window_seconds, groups)
+    data.starts = _starts(ack_windows, sample_windows, data.events)
     if acks is not None:
         data.latency, data.windows, data.cdf = latency_tables(
-            acks, window_seconds, data.starts, groups
+            acks, ack_windows, window_seconds, data.starts, groups
         )
         data.throughput, data.throughput_summary = throughput_tables(acks, data.starts, groups)
         consumed = _table(spark, runs, "consumed")
@@ -482,8 +513,9 @@ def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -
             data.delivery = delivery_table(acks, consumed, groups)
         acks.unpersist()
     data.ratios = tiered_ratios(data.latency, data.rebuilds)
-    if consumer is not None:
+    if samples is not None:
         data.consumer_lag, data.lag_windows = consumer_lag_tables(
-            consumer, window_seconds, data.starts, groups
+            samples, sample_windows, window_seconds, data.starts, groups
         )
+        samples.unpersist()
     return data
