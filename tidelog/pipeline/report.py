@@ -22,6 +22,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
 
 from tidelog import rundata
 
@@ -99,15 +100,20 @@ def group_ids(runs: list[Run]) -> list[tuple]:
 
 
 def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
-    """Table ``name`` of every run that has it, with its group's id in column ``group``."""
+    """Table ``name`` of every run that has it, with its group's id in column ``group``.
+
+    Read with the schema rundata writes the table in: a read that infers a file's schema
+    runs a Spark job to read its footer, a job per run and table.
+    """
     ids = {key: number for number, key in enumerate(group_ids(runs))}
+    schema = from_arrow_schema(rundata.TABLES[name])
     frames = []
     for run in runs:
         path = rundata.table_path(run.directory, name)
         if not path.exists():
             continue
         # absolute: a cluster's executors read it from another working directory
-        frame = spark.read.parquet(str(path.absolute()))
+        frame = spark.read.schema(schema).parquet(str(path.absolute()))
         meta = run.metadata
         key = (run.label, meta.case, meta.workload, bool(meta.tiered))
         frames.append(frame.select(F.lit(ids[key]).alias("group"), *frame.columns))
@@ -120,41 +126,61 @@ def _table(spark: SparkSession, runs: list[Run], name: str) -> DataFrame | None:
 
 
 def nearest_rank(
-    frame: DataFrame, keys: Sequence[str], fractions: Sequence[float], column: str = "latency_ms"
+    frame: DataFrame,
+    keys: Sequence[str],
+    fractions: Sequence[float],
+    column: str = "latency_ms",
+    more: Sequence[Column] = (),
 ) -> DataFrame:
-    """Per group of ``keys``: records (count), max_ms (the largest of ``column``), and the
-    nearest-rank percentile of ``column`` for each fraction (columns q0, q1, ...): the
-    ceil(f * n)-th smallest of the n values.
+    """Per group of ``keys``: records (count), max_ms (the largest of ``column``), the
+    aggregates ``more`` (named columns), and the nearest-rank percentile of ``column`` for each
+    fraction (columns q0, q1, ...): the ceil(f * n)-th smallest of the n values.
 
     One sort per group serves every fraction: each row gets its rank in its group, and a hash
     join with the small table of wanted ranks (a few per group, broadcast) keeps the rows at
     those ranks, so only they reach the final aggregation. The group sizes come from an
-    aggregation, not from a window over the whole group (which would buffer it).
+    aggregation, not from a window over the whole group (which would buffer it); the wanted
+    ranks carry the group's aggregates to the final one, where every group has a row (rank
+    1 <= ceil(f * n) <= n).
     """
     keys = list(keys)
-    counts = frame.groupBy(*keys).agg(F.count("*").alias("records"), F.max(column).alias("max_ms"))
+    counts = frame.groupBy(*keys).agg(
+        F.count("*").alias("records"), F.max(column).alias("max_ms"), *more
+    )
+    carried = [name for name in counts.columns if name not in keys]
     ranks = [
         F.greatest(F.lit(1), F.ceil(F.lit(fraction) * F.col("records"))).cast("long")
         for fraction in fractions
     ]
-    wanted = counts.select(*keys, F.posexplode(F.array(*ranks)).alias("q", "rank"))
+    wanted = counts.select(*keys, *carried, F.posexplode(F.array(*ranks)).alias("q", "rank"))
     order = Window.partitionBy(*keys).orderBy(column)
     ranked = frame.select(*keys, column, F.row_number().over(order).cast("long").alias("rank"))
     picked = ranked.join(F.broadcast(wanted), [*keys, "rank"])
-    values = picked.groupBy(*keys).agg(
+    return picked.groupBy(*keys, *carried).agg(
         *[
             F.max(F.when(F.col("q") == number, F.col(column))).alias(f"q{number}")
             for number in range(len(fractions))
         ]
     )
-    return counts.join(values, keys)
+
+
+def _ascending(value: Any) -> tuple:
+    """A sort key that orders as Spark's ascending sort does: nulls first."""
+    return (0,) if value is None else (1, value)
 
 
 def _rows(frame: DataFrame, order: Sequence[str], groups: list[tuple]) -> list[dict[str, Any]]:
-    """The rows, collected, ``group`` replaced by the group's run, case, workload, tiered."""
+    """The rows, collected, sorted by ``order`` and ``group`` replaced by the group's run,
+    case, workload, tiered.
+
+    The frames are aggregates of a few rows per group: the driver sorts them (a stable sort
+    of the rows in the order collected), where Spark's orderBy would run a sampling job and a
+    shuffle more for each.
+    """
+    collected = [row.asDict() for row in frame.collect()]
+    collected.sort(key=lambda fields: tuple(_ascending(fields[name]) for name in order))
     found = []
-    for row in frame.orderBy(*order).collect():
-        fields = row.asDict()
+    for fields in collected:
         named = dict(zip(GROUP, groups[fields.pop("group")], strict=True))
         found.append(named | fields)
     return found
@@ -173,17 +199,35 @@ def _seconds(row: dict[str, Any], starts: dict[tuple, datetime], window_seconds:
     return row["window"] * window_seconds - starts[group_key(row)].timestamp()
 
 
-def latency_tables(
-    acks: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
-) -> tuple[list, list, list]:
-    """(summary per group, p50/p95/p99 per window, CDF points per group). The averages and
-    maxima over windows are taken on the driver from the per-window rows."""
-    fractions = list(SUMMARY_FRACTIONS.values())
+FIRST = "first"  # a window's earliest time, of which its group's time zero is the least
+
+
+def latency_windows(
+    acks: DataFrame, window_seconds: float, groups: list[tuple]
+) -> list[dict[str, Any]]:
+    """Per group and window (collected, in order): records, max_ms, the SUMMARY_FRACTIONS'
+    percentiles (q0, q1, ...) and FIRST, the window's first acknowledgement."""
     with_window = acks.withColumn("window", _window("acked_at", window_seconds))
+    first = [F.min("acked_at").alias(FIRST)]
+    ranked = nearest_rank(
+        with_window, ["group", "window"], list(SUMMARY_FRACTIONS.values()), more=first
+    )
+    return _rows(ranked, ["group", "window"], groups)
+
+
+def latency_tables(
+    acks: DataFrame,
+    per_window: list[dict[str, Any]],
+    window_seconds: float,
+    starts: dict[tuple, datetime],
+    groups: list[tuple],
+) -> tuple[list, list, list]:
+    """(summary per group, p50/p95/p99 per window, CDF points per group), ``per_window``
+    being latency_windows'. The averages and maxima over windows are taken on the driver from
+    the per-window rows."""
+    fractions = list(SUMMARY_FRACTIONS.values())
     windows = []
-    for row in _rows(
-        nearest_rank(with_window, ["group", "window"], fractions), ["group", "window"], groups
-    ):
+    for row in per_window:
         windows.append(
             {key: row[key] for key in GROUP}
             | {"second": _seconds(row, starts, window_seconds), "records": row["records"]}
@@ -298,19 +342,23 @@ def delivery_table(
     """Per group and partition: acknowledged, consumed, lost (acknowledged, never consumed),
     duplicated (consumed copies beyond the first), reordered (a sequence number below the one
     consumed before it, in offset order)."""
-    acked = acks.where(F.col("message").isNotNull())
     keys = ["group", "partition", "message"]
-    lost = (
-        acked.select(*keys)
-        .join(consumed.select(*keys), keys, "left_anti")
-        .groupBy("group", "partition")
-        .agg(F.count("*").alias("lost"))
+    # per message: the copies acknowledged and consumed (null where there were none)
+    acked = (
+        acks.where(F.col("message").isNotNull())
+        .groupBy(*keys)
+        .agg(F.count("*").alias("acked_copies"))
     )
-    duplicated = (
-        consumed.groupBy(*keys)
-        .count()
+    consumed_copies = consumed.groupBy(*keys).agg(F.count("*").alias("consumed_copies"))
+    counts = (
+        acked.join(consumed_copies, keys, "full")
         .groupBy("group", "partition")
-        .agg(F.sum(F.col("count") - 1).alias("duplicated"))
+        .agg(
+            F.sum("acked_copies").alias("acknowledged"),
+            F.sum("consumed_copies").alias("consumed"),
+            F.sum(F.when(F.col("consumed_copies").isNull(), F.col("acked_copies"))).alias("lost"),
+            F.sum(F.col("consumed_copies") - 1).alias("duplicated"),
+        )
     )
     in_order = Window.partitionBy("group", "partition").orderBy("offset")
     sequence = F.element_at(F.split("message", "-"), -1).cast("long")
@@ -320,20 +368,8 @@ def delivery_table(
         .groupBy("group", "partition")
         .agg(F.sum((F.col("sequence") <= F.col("previous")).cast("int")).alias("reordered"))
     )
-    counts = (
-        acked.groupBy("group", "partition")
-        .agg(F.count("*").alias("acknowledged"))
-        .join(
-            consumed.groupBy("group", "partition").agg(F.count("*").alias("consumed")),
-            ["group", "partition"],
-            "full",
-        )
-    )
-    table = (
-        counts.join(lost, ["group", "partition"], "left")
-        .join(duplicated, ["group", "partition"], "left")
-        .join(reordered, ["group", "partition"], "left")
-        .na.fill(0, ["acknowledged", "consumed", "lost", "duplicated", "reordered"])
+    table = counts.join(reordered, ["group", "partition"], "left").na.fill(
+        0, ["acknowledged", "consumed", "lost", "duplicated", "reordered"]
     )
     return _rows(
         table.select(
@@ -348,44 +384,64 @@ CONSUMER_KIND = r"-\d+$"  # "catching-up-3" is one consumer of kind "catching-up
 LAG_FRACTIONS = {"p50_lag": 0.50, "p99_lag": 0.99}
 
 
-def consumer_lag_tables(
-    consumer: DataFrame, window_seconds: float, starts: dict[tuple, datetime], groups: list[tuple]
-) -> tuple[list, list]:
-    """(per group and consumer kind: consumers, samples, mean, exact p50 and p99 and max lag;
-    per group, kind and window: the largest lag of a consumer of that kind in the window).
-
-    A sample is one consumer's lag summed over its partitions at one ``sampled_at``: the
-    records it has yet to read. Percentiles are nearest rank over the samples of a kind.
-    """
-    samples = (
+def consumer_samples(consumer: DataFrame) -> DataFrame:
+    """The samples, cached (two queries read them; unpersist after): a sample is one
+    consumer's lag summed over its partitions at one ``sampled_at``, the records it has yet to
+    read, with the consumer's kind."""
+    return (
         consumer.groupBy("group", "consumer", "sampled_at")
         .agg(F.sum("lag").alias("lag"))
         .withColumn("kind", F.regexp_replace("consumer", CONSUMER_KIND, ""))
         .cache()
     )
+
+
+def lag_windows(
+    samples: DataFrame, window_seconds: float, groups: list[tuple]
+) -> list[dict[str, Any]]:
+    """Per group, consumer kind and window (collected, in order): max_lag, the largest lag of
+    a consumer of that kind in the window, and FIRST, the window's first sample."""
     keys = ["group", "kind"]
-    ranked = nearest_rank(samples, keys, list(LAG_FRACTIONS.values()), column="lag")
-    counted = samples.groupBy(*keys).agg(
-        F.countDistinct("consumer").alias("consumers"), F.avg("lag").alias("mean_lag")
+    per_window = (
+        samples.withColumn("window", _window("sampled_at", window_seconds))
+        .groupBy(*keys, "window")
+        .agg(F.max("lag").alias("max_lag"), F.min("sampled_at").alias(FIRST))
     )
+    return _rows(per_window, [*keys, "window"], groups)
+
+
+def consumer_lag_tables(
+    samples: DataFrame,
+    per_window: list[dict[str, Any]],
+    window_seconds: float,
+    starts: dict[tuple, datetime],
+    groups: list[tuple],
+) -> tuple[list, list]:
+    """(per group and consumer kind: consumers, samples, mean, exact p50 and p99 and max lag;
+    per group, kind and window: the largest lag of a consumer of that kind in the window),
+    from consumer_samples' samples and lag_windows' rows. Percentiles are nearest rank over
+    the samples of a kind.
+    """
+    keys = ["group", "kind"]
+    # a set, not countDistinct: a kind has a few consumers, and a distinct count would add
+    # an aggregation and a shuffle
+    counted = [
+        F.size(F.collect_set("consumer")).alias("consumers"),
+        F.avg("lag").alias("mean_lag"),
+    ]
+    ranked = nearest_rank(samples, keys, list(LAG_FRACTIONS.values()), "lag", counted)
     summary = [
         {name: row[name] for name in [*GROUP, "kind"]}
         | {"consumers": row["consumers"], "samples": row["records"], "mean_lag": row["mean_lag"]}
         | {name: row[f"q{i}"] for i, name in enumerate(LAG_FRACTIONS)}
         | {"max_lag": row["max_ms"]}
-        for row in _rows(ranked.join(counted, keys), keys, groups)
+        for row in _rows(ranked, keys, groups)
     ]
-    per_window = (
-        samples.withColumn("window", _window("sampled_at", window_seconds))
-        .groupBy(*keys, "window")
-        .agg(F.max("lag").alias("max_lag"))
-    )
     windows = [
         {name: row[name] for name in [*GROUP, "kind"]}
         | {"second": _seconds(row, starts, window_seconds), "max_lag": row["max_lag"]}
-        for row in _rows(per_window, [*keys, "window"], groups)
+        for row in per_window
     ]
-    samples.unpersist()
     return summary, windows
 
 
@@ -394,29 +450,40 @@ def consumer_lag_tables(
 REBUILDS = ["rebuild", "wipe_and_rebuild"]
 
 
-def rebuild_table(events: DataFrame, groups: list[tuple]) -> list[dict[str, Any]]:
+def rebuild_table(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per group: the rebuilds (events of a REBUILDS kind with a duration), their total and
-    longest duration in seconds."""
-    rebuilds = events.where(F.col("kind").isin(REBUILDS) & F.col("duration_ms").isNotNull())
-    summary = rebuilds.groupBy("group").agg(
-        F.count("*").alias("rebuilds"),
-        (F.sum("duration_ms") / 1000).alias("total_s"),
-        (F.max("duration_ms") / 1000).alias("longest_s"),
-    )
-    return _rows(summary, ["group"], groups)
+    longest duration in seconds. From the events' rows on the driver (a run has a handful)."""
+    durations: dict[tuple, list[float]] = {}
+    for event in events:
+        if event["kind"] in REBUILDS and event["duration_ms"] is not None:
+            durations.setdefault(group_key(event), []).append(event["duration_ms"])
+    return [
+        dict(zip(GROUP, key, strict=True))
+        | {"rebuilds": len(found), "total_s": sum(found) / 1000, "longest_s": max(found) / 1000}
+        for key, found in sorted(durations.items())
+    ]
 
 
 def _starts(
-    frames: list[tuple[DataFrame | None, str]], groups: list[tuple]
+    ack_windows: list[dict[str, Any]],
+    sample_windows: list[dict[str, Any]],
+    events: list[dict[str, Any]],
 ) -> dict[tuple, datetime]:
-    """Each group's time zero: its first acknowledgement, or else its first consumer sample or
-    event (the first frame that has the group decides)."""
+    """Each group's time zero: its first acknowledgement, or else its first consumer sample,
+    or else its first event: the least FIRST of its latency windows, else of its lag windows
+    (rows collected anyway), else the first of its events (in time order)."""
     starts: dict[tuple, datetime] = {}
-    for frame, column in frames:
-        if frame is None:
-            continue
-        for row in frame.groupBy("group").agg(F.min(column).alias("first")).collect():
-            starts.setdefault(groups[row["group"]], row["first"])
+    for windows in (ack_windows, sample_windows):
+        firsts: dict[tuple, datetime] = {}
+        for window in windows:
+            key, first = group_key(window), window[FIRST]
+            if first is not None and (key not in firsts or first < firsts[key]):
+                firsts[key] = first
+        for key, first in firsts.items():
+            starts.setdefault(key, first)
+    for event in events:
+        if event["at"] is not None:
+            starts.setdefault(group_key(event), event["at"])
     return starts
 
 
@@ -429,13 +496,16 @@ def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -
     events = _table(spark, runs, "events")
     if acks is not None:
         acks = acks.cache()
-    data.starts = _starts([(acks, "acked_at"), (consumer, "sampled_at"), (events, "at")], groups)
     if events is not None:
         data.events = _rows(events, ["group", "at"], groups)
-        data.rebuilds = rebuild_table(events, groups)
+        data.rebuilds = rebuild_table(data.events)
+    ack_windows = [] if acks is None else latency_windows(acks, window_seconds, groups)
+    samples = None if consumer is None else consumer_samples(consumer)
+    sample_windows = [] if samples is None else lag_windows(samples, window_seconds, groups)
+    data.starts = _starts(ack_windows, sample_windows, data.events)
     if acks is not None:
         data.latency, data.windows, data.cdf = latency_tables(
-            acks, window_seconds, data.starts, groups
+            acks, ack_windows, window_seconds, data.starts, groups
         )
         data.throughput, data.throughput_summary = throughput_tables(acks, data.starts, groups)
         consumed = _table(spark, runs, "consumed")
@@ -443,8 +513,9 @@ def compute(spark: SparkSession, runs: list[Run], window_seconds: float = 1.0) -
             data.delivery = delivery_table(acks, consumed, groups)
         acks.unpersist()
     data.ratios = tiered_ratios(data.latency, data.rebuilds)
-    if consumer is not None:
+    if samples is not None:
         data.consumer_lag, data.lag_windows = consumer_lag_tables(
-            consumer, window_seconds, data.starts, groups
+            samples, sample_windows, window_seconds, data.starts, groups
         )
+        samples.unpersist()
     return data
