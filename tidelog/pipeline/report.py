@@ -1,7 +1,7 @@
 """The figures of ``tidelog report``, computed by Spark from run directories (tidelog/rundata.py).
 
-Percentiles are exact: Spark's ``percentile_disc`` sorts each group, and the p-th percentile of
-n latencies is the ceil(p * n)-th smallest (nearest rank, as tidelog.perf.stats.percentile).
+Percentiles are exact: ``nearest_rank`` ranks each group's values in one sort, and the p-th
+percentile of n latencies is the ceil(p * n)-th smallest (as tidelog.perf.stats.percentile).
 "Average p99" is the design's figure: the p99 of each window of ``window_seconds`` (by the
 acknowledgement's time), averaged over the windows; "max p99" is the largest window's. The
 driver only ever collects aggregates (a row per window, group or partition), never raw rows.
