@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache, PartitionState, TopicMetadata
-from tidelog.cluster.zookeeper import EmbeddedZooKeeper
 from tidelog.config import broker_config
 from tidelog.controller import controller, zookeeper
 from tidelog.controller.broker_node import BrokerNode
@@ -28,20 +28,29 @@ from tidelog.controller.broker_node import BrokerNode
 REPLICAS = {0: (1, 2, 3), 1: (2, 1, 3), 2: (3, 1, 2)}
 
 
-@pytest.fixture(scope="module")
-def connect_string(tmp_path_factory) -> Iterator[str]:
-    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
-    process = server.start()
-    try:
-        with zookeeper.session(server.connect_string) as zk:
-            zookeeper.ensure_layout(zk)
-            for broker_id in (1, 2, 3):
-                zookeeper.register_broker(
-                    zk, BrokerEndpoint(broker_id, "127.0.0.1", 9090 + broker_id)
-                )
-            yield server.connect_string
-    finally:
-        process.stop(10.0)
+@pytest.fixture(scope="module", autouse=True)
+def three_brokers(connect_string: str) -> Iterator[None]:
+    """Brokers 1, 2 and 3 registered (live) for the module's tests."""
+    with zookeeper.session(connect_string) as zk:
+        for broker_id in (1, 2, 3):
+            zookeeper.register_broker(zk, BrokerEndpoint(broker_id, "127.0.0.1", 9090 + broker_id))
+        yield
+
+
+def race_before_first_write(monkeypatch, race: Callable[[KazooClient], object]) -> list:
+    """zookeeper.write_states made to run ``race`` (another writer) once, just before the
+    first writes of the code under test go out; the race's own writes go straight through.
+    Returns the list its result is put in."""
+    write_states, raced = zookeeper.write_states, []
+
+    def racing(zk, writes):
+        if not raced:
+            raced.append(None)  # the race's own writes, through write_states, pass
+            raced[0] = race(zk)
+        return write_states(zk, writes)
+
+    monkeypatch.setattr(zookeeper, "write_states", racing)
+    return raced
 
 
 def cache_of(topic: str) -> MetadataCache:
@@ -53,17 +62,10 @@ def test_a_move_that_loses_to_a_leaders_isr_change_is_decided_again_on_the_new_s
 ):
     with zookeeper.session(connect_string) as zk:
         zookeeper.create_topic_nodes(zk, "rolling", {p: list(r) for p, r in REPLICAS.items()}, {})
-        write_states = zookeeper.write_states
-        raced = []
-
-        def leaders_shrink_first(zk_, writes):
-            if not raced:  # between the controller's read and its first write
-                raced.append(None)  # (the leader's own write goes through write_states too)
-                dropped = [("rolling", 0, 0, frozenset({1, 2}))]  # broker 3 out of 0's ISR
-                raced[0] = zookeeper.update_isrs(zk_, 1, dropped)
-            return write_states(zk_, writes)
-
-        monkeypatch.setattr(zookeeper, "write_states", leaders_shrink_first)
+        dropped = [("rolling", 0, 0, frozenset({1, 2}))]  # broker 3 out of 0's ISR
+        raced = race_before_first_write(
+            monkeypatch, lambda zk_: zookeeper.update_isrs(zk_, 1, dropped)
+        )
         moves = controller.move_away_from(zk, 1, 1, cache_of("rolling"), {1}, time.monotonic() + 10)
         after = zookeeper.read_topic(zk, "rolling")
 
@@ -88,16 +90,10 @@ def test_a_partition_whose_isr_became_the_stopping_broker_alone_is_stuck_not_mov
     no in-sync replica to take the partition."""
     with zookeeper.session(connect_string) as zk:
         zookeeper.create_topic_nodes(zk, "alone", {p: list(r) for p, r in REPLICAS.items()}, {})
-        write_states = zookeeper.write_states
-        raced = []
-
-        def leader_shrinks_to_itself(zk_, writes):
-            if not raced:
-                raced.append(None)
-                raced[0] = zookeeper.update_isrs(zk_, 1, [("alone", 0, 0, frozenset({1}))])
-            return write_states(zk_, writes)
-
-        monkeypatch.setattr(zookeeper, "write_states", leader_shrinks_to_itself)
+        raced = race_before_first_write(
+            monkeypatch,
+            lambda zk_: zookeeper.update_isrs(zk_, 1, [("alone", 0, 0, frozenset({1}))]),
+        )
         moves = controller.move_away_from(zk, 1, 1, cache_of("alone"), {1}, time.monotonic() + 10)
         after = zookeeper.read_topic(zk, "alone")
 
@@ -147,21 +143,17 @@ def test_zookeeper_failing_a_later_round_keeps_what_the_earlier_rounds_wrote(
     partition 0, still led by the stopping broker, is left to its next attempt."""
     with zookeeper.session(connect_string) as zk:
         zookeeper.create_topic_nodes(zk, "dropped", {p: list(r) for p, r in REPLICAS.items()}, {})
-        write_states, read_states = zookeeper.write_states, zookeeper.read_states_and_versions
-        raced = []
-
-        def leader_shrinks_first(zk_, writes):
-            if not raced:
-                raced.append(None)
-                raced[0] = zookeeper.update_isrs(zk_, 1, [("dropped", 0, 0, frozenset({1, 2}))])
-            return write_states(zk_, writes)
+        raced = race_before_first_write(
+            monkeypatch,
+            lambda zk_: zookeeper.update_isrs(zk_, 1, [("dropped", 0, 0, frozenset({1, 2}))]),
+        )
+        read_states = zookeeper.read_states_and_versions
 
         def connection_drops_after_round_one(zk_, topic, numbers):
             if raced and raced[0] is not None:  # (not the leader's own read, in the race)
                 raise ConnectionLoss()
             return read_states(zk_, topic, numbers)
 
-        monkeypatch.setattr(zookeeper, "write_states", leader_shrinks_first)
         monkeypatch.setattr(zookeeper, "read_states_and_versions", connection_drops_after_round_one)
         moves = controller.move_away_from(zk, 1, 1, cache_of("dropped"), {1}, time.monotonic() + 10)
 
@@ -176,17 +168,13 @@ def test_a_state_a_newer_controller_wrote_is_not_written_over(connect_string, mo
     with zookeeper.session(connect_string) as zk:
         zookeeper.create_topic_nodes(zk, "replaced", {p: list(r) for p, r in REPLICAS.items()}, {})
         write_states = zookeeper.write_states
-        raced = []
 
-        def newer_controller_first(zk_, writes):
-            if not raced:
-                raced.append(None)
-                state, version = zookeeper.read_states_and_versions(zk_, "replaced", [0])[0]
-                newer = PartitionState(1, state.leader_epoch + 1, (1, 3), 2, version + 1)
-                raced[0] = write_states(zk_, [("replaced", 0, newer, version)])
-            return write_states(zk_, writes)
+        def newer_controller_writes(zk_: KazooClient) -> list[bool]:
+            state, version = zookeeper.read_states_and_versions(zk_, "replaced", [0])[0]
+            newer = PartitionState(1, state.leader_epoch + 1, (1, 3), 2, version + 1)
+            return write_states(zk_, [("replaced", 0, newer, version)])
 
-        monkeypatch.setattr(zookeeper, "write_states", newer_controller_first)
+        raced = race_before_first_write(monkeypatch, newer_controller_writes)
         moves = controller.move_away_from(
             zk, 1, 1, cache_of("replaced"), {1}, time.monotonic() + 10
         )

@@ -9,27 +9,10 @@ node orders them, as Kafka's zk_version does. Against a real ZooKeeper."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.metadata import MetadataCache, PartitionState
-from tidelog.cluster.zookeeper import EmbeddedZooKeeper
 from tidelog.controller import zookeeper
 from tidelog.controller.control_plane import partition_entry
-
-
-@pytest.fixture(scope="module")
-def connect_string(tmp_path_factory) -> Iterator[str]:
-    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
-    process = server.start()
-    try:
-        with zookeeper.session(server.connect_string) as zk:
-            zookeeper.ensure_layout(zk)
-        yield server.connect_string
-    finally:
-        process.stop(10.0)
 
 
 def control_request(epoch: int, sequence: int, states: list[tuple[int, PartitionState]]) -> dict:

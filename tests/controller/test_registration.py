@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tidelog.broker.metadata import BrokerEndpoint
-from tidelog.cluster.zookeeper import EmbeddedZooKeeper
 from tidelog.controller import zookeeper
-
-
-@pytest.fixture(scope="module")
-def connect_string(tmp_path_factory) -> Iterator[str]:
-    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
-    process = server.start()
-    try:
-        yield server.connect_string
-    finally:
-        process.stop(10.0)
 
 
 def broker(port: int) -> BrokerEndpoint:
