@@ -53,6 +53,19 @@ def race_before_first_write(monkeypatch, race: Callable[[KazooClient], object]) 
     return raced
 
 
+def partitions_read(monkeypatch) -> list[int]:
+    """zookeeper.read_states_and_versions made to note the partitions it is asked for, in the
+    list returned."""
+    read_states, read = zookeeper.read_states_and_versions, []
+
+    def counted(zk, topic, numbers):
+        read.extend(numbers)
+        return read_states(zk, topic, numbers)
+
+    monkeypatch.setattr(zookeeper, "read_states_and_versions", counted)
+    return read
+
+
 def cache_of(topic: str) -> MetadataCache:
     return MetadataCache(topics={topic: TopicMetadata(topic, dict(REPLICAS))})
 
@@ -206,13 +219,7 @@ def test_the_first_round_decides_from_the_cache_and_reads_only_what_it_must(
         )
         assert zookeeper.update_isrs(zk, 1, [("cached", 0, 0, frozenset({1, 2}))]) == [True]
         assert zookeeper.update_isrs(zk, 3, [("cached", 2, 0, frozenset({1, 2, 3}))]) == [True]
-        read_states, read = zookeeper.read_states_and_versions, []
-
-        def counted(zk_, topic, numbers):
-            read.extend(numbers)
-            return read_states(zk_, topic, numbers)
-
-        monkeypatch.setattr(zookeeper, "read_states_and_versions", counted)
+        read = partitions_read(monkeypatch)
         moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() + 10)
         monkeypatch.undo()
         after = zookeeper.read_topic(zk, "cached")
@@ -322,13 +329,7 @@ def test_a_cached_state_without_a_version_is_read_not_written_blind(connect_stri
         states = dict(seen.states)
         states[1] = dataclasses.replace(states[1], zk_version=-1)
         cache = MetadataCache(topics={"unknown": TopicMetadata("unknown", dict(REPLICAS), states)})
-        read_states, read = zookeeper.read_states_and_versions, []
-
-        def counted(zk_, topic, numbers):
-            read.extend(numbers)
-            return read_states(zk_, topic, numbers)
-
-        monkeypatch.setattr(zookeeper, "read_states_and_versions", counted)
+        read = partitions_read(monkeypatch)
         moves = controller.move_away_from(zk, 1, 1, cache, {1}, time.monotonic() + 10)
 
     assert read == [1]
