@@ -215,15 +215,24 @@ def test_tombstones_go_only_when_deletes_are_not_retained_and_unkeyed_messages_a
 def test_the_native_loops_take_what_the_python_loops_take(batches, magic, retain_deletes, cut):
     data = log_of(batches, magic)
     data = data[: max(len(data) - cut, 0)]  # perhaps ending in part of an entry
-    offset_map = mapped(data)
     results = []
-    for walk in (compaction.native, None):
-        with mock.patch.object(compaction, "native", walk):
+    # the last: the C walks with an offset map that remembers nothing at once (each key is
+    # then looked up alone)
+    for walk, probe in (
+        (compaction.native, offset_map_module.native),
+        (None, None),
+        (compaction.native, None),
+    ):
+        offset_map = mapped(data)
+        with (
+            mock.patch.object(compaction, "native", walk),
+            mock.patch.object(offset_map_module, "native", probe),
+        ):
             latest: dict[bytes, int] = {}
             ended = compaction.latest_offsets(data, latest)
             kept, stats = filter_entries(data, offset_map, retain_deletes, partial_tail=True)
         results.append((ended, list(latest.items()), bytes(kept), stats))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
 
 
 # -- damaged compressed entries: the C walks leave them to the Python loops, which fail or map as

@@ -604,6 +604,81 @@ static int inner_base(int magic, int64_t wrapper_offset, int64_t least, int64_t 
            !__builtin_add_overflow(*base, greatest, &ignored);
 }
 
+/* A key inside the data and, once looked up, its latest offset. */
+typedef struct {
+    Py_ssize_t at, length;
+    int64_t latest;
+} key_ref_t;
+
+/* The latest offset of each of `n` keys: remembered[key], else, once remember(missing) was
+ * called with every key remembered did not hold (the offset map looks them up in one pass),
+ * remembered[key] again, else get(key); -1 on an error (raised). */
+static int latest_offsets_of(const unsigned char *data, key_ref_t *keys, Py_ssize_t n,
+                             PyObject *remembered, PyObject *get, PyObject *remember)
+{
+    PyObject *missing = NULL; /* the keys not remembered, in order */
+    Py_ssize_t *missing_at = NULL; /* and which of `keys` each is */
+    int result = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)data + keys[i].at, keys[i].length);
+        if (!key)
+            goto done;
+        PyObject *latest = PyDict_GetItemWithError(remembered, key);
+        if (latest) {
+            Py_DECREF(key);
+            keys[i].latest = PyLong_AsLongLong(latest);
+            if (keys[i].latest == -1 && PyErr_Occurred())
+                goto done;
+            continue;
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        if (!missing) {
+            missing = PyList_New(0);
+            missing_at = PyMem_Malloc(sizeof(Py_ssize_t) * n);
+            if (!missing || !missing_at) {
+                Py_DECREF(key);
+                if (!missing_at)
+                    PyErr_NoMemory();
+                goto done;
+            }
+        }
+        missing_at[PyList_GET_SIZE(missing)] = i;
+        int failed = PyList_Append(missing, key) < 0;
+        Py_DECREF(key);
+        if (failed)
+            goto done;
+    }
+    if (missing) {
+        PyObject *called = PyObject_CallOneArg(remember, missing);
+        if (!called)
+            goto done;
+        Py_DECREF(called);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(missing); j++) {
+            PyObject *key = PyList_GET_ITEM(missing, j);
+            PyObject *latest = PyDict_GetItemWithError(remembered, key);
+            if (latest)
+                Py_INCREF(latest);
+            else if (!PyErr_Occurred())
+                latest = PyObject_CallOneArg(get, key);
+            if (!latest)
+                goto done;
+            int64_t offset = PyLong_AsLongLong(latest);
+            Py_DECREF(latest);
+            if (offset == -1 && PyErr_Occurred())
+                goto done;
+            keys[missing_at[j]].latest = offset;
+        }
+    }
+    result = 0;
+done:
+    Py_XDECREF(missing);
+    PyMem_Free(missing_at);
+    return result;
+}
+
 static PyObject *map_inner(PyObject *Py_UNUSED(module), PyObject *args)
 {
     Py_buffer view;
@@ -643,14 +718,15 @@ static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
     Py_buffer view;
     int magic, retain_deletes;
     long long wrapper_offset;
-    PyObject *remembered, *get, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*iLO!Op", &view, &magic, &wrapper_offset, &PyDict_Type,
-                          &remembered, &get, &retain_deletes))
+    PyObject *remembered, *get, *remember, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*iLO!OOp", &view, &magic, &wrapper_offset, &PyDict_Type,
+                          &remembered, &get, &remember, &retain_deletes))
         return NULL;
     const unsigned char *data = view.buf;
-    Py_ssize_t count, kept = 0, at = 0;
+    Py_ssize_t count, candidates = 0, kept = 0, at = 0;
     int64_t least, greatest, last = 0, base;
     inner_t *survivors = NULL;
+    key_ref_t *keys = NULL;
     if (!walk_inner(data, view.len, 1, &count, &least, &greatest, &last) ||
         (count && !inner_base(magic, wrapper_offset, least, greatest, last, &base)))
         goto not_taken;
@@ -659,7 +735,8 @@ static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     survivors = PyMem_Malloc(sizeof(inner_t) * count);
-    if (!survivors) {
+    keys = PyMem_Malloc(sizeof(key_ref_t) * count);
+    if (!survivors || !keys) {
         PyErr_NoMemory();
         goto done;
     }
@@ -668,12 +745,15 @@ static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
         if (m.key_length < 0 || (m.null_value && !retain_deletes))
             continue; /* a compacted log keeps only keyed messages */
         m.offset += base; /* absolute from here */
-        int64_t latest = latest_offset_of(data, m.key_at, m.key_length, remembered, get);
-        if (latest == -2)
-            goto done;
-        if (latest <= m.offset)
-            survivors[kept++] = m;
+        keys[candidates].at = m.key_at;
+        keys[candidates].length = m.key_length;
+        survivors[candidates++] = m;
     }
+    if (latest_offsets_of(data, keys, candidates, remembered, get, remember) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < candidates; i++)
+        if (keys[i].latest <= survivors[i].offset)
+            survivors[kept++] = survivors[i];
     int64_t last_kept = kept ? survivors[kept - 1].offset : 0;
     if (kept == 0 || kept == count) {
         result = Py_BuildValue("nnOLL", count, kept, Py_None, (long long)-1, (long long)last_kept);
@@ -709,6 +789,7 @@ not_taken:
     Py_INCREF(result);
 done:
     PyMem_Free(survivors);
+    PyMem_Free(keys);
     PyBuffer_Release(&view);
     return result;
 }
@@ -757,19 +838,21 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
     Py_buffer view;
     int count, log_append_time, retain_deletes;
     long long base_offset;
-    PyObject *remembered, *get, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*iLpO!Op", &view, &count, &base_offset, &log_append_time,
-                          &PyDict_Type, &remembered, &get, &retain_deletes))
+    PyObject *remembered, *get, *remember, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*iLpO!OOp", &view, &count, &base_offset, &log_append_time,
+                          &PyDict_Type, &remembered, &get, &remember, &retain_deletes))
         return NULL;
     const unsigned char *data = view.buf;
     record_t *survivors = NULL, r;
+    key_ref_t *keys = NULL;
     Py_ssize_t at = 0;
-    int32_t kept = 0;
+    int32_t kept = 0, candidates = 0;
     int64_t offset;
     if (count < 0 || count > view.len) /* a record takes two bytes at least */
         goto not_taken;
     survivors = PyMem_Malloc(sizeof(record_t) * (count ? count : 1));
-    if (!survivors) {
+    keys = PyMem_Malloc(sizeof(key_ref_t) * (count ? count : 1));
+    if (!survivors || !keys) {
         PyErr_NoMemory();
         goto done;
     }
@@ -779,13 +862,15 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
             goto not_taken;
         if (r.key_length < 0 || (!retain_deletes && r.value_length < 0))
             continue; /* a compacted log keeps only keyed messages */
-        int64_t latest =
-            latest_offset_of(data, r.key_at, (Py_ssize_t)r.key_length, remembered, get);
-        if (latest == -2)
-            goto done;
-        if (latest <= offset)
-            survivors[kept++] = r;
+        keys[candidates].at = r.key_at;
+        keys[candidates].length = (Py_ssize_t)r.key_length;
+        survivors[candidates++] = r;
     }
+    if (latest_offsets_of(data, keys, candidates, remembered, get, remember) < 0)
+        goto done;
+    for (int32_t i = 0; i < candidates; i++)
+        if (keys[i].latest <= base_offset + survivors[i].offset_delta)
+            survivors[kept++] = survivors[i];
     if (kept == 0 || kept == count) {
         result = Py_BuildValue("iOLL", kept, Py_None, (long long)0, (long long)-1);
         goto done;
@@ -812,6 +897,7 @@ not_taken:
     Py_INCREF(result);
 done:
     PyMem_Free(survivors);
+    PyMem_Free(keys);
     PyBuffer_Release(&view);
     return result;
 }
@@ -940,19 +1026,21 @@ static PyMethodDef methods[] = {
      "message of a wrapper's decompressed inner message set into `latest` with its absolute "
      "offset; None, having put nothing, if one message is not taken."},
     {"filter_inner", filter_inner, METH_VARARGS,
-     "filter_inner(inner, magic, wrapper_offset, remembered, get, retain_deletes) -> (read, kept, "
-     "rebuilt, max_timestamp, last_kept_offset) or None: the surviving messages of a wrapper's "
-     "inner message set, their stored offsets as the rewritten wrapper holds them (rebuilt None "
-     "when none or all survive); None if one message is not taken."},
+     "filter_inner(inner, magic, wrapper_offset, remembered, get, remember, retain_deletes) -> "
+     "(read, kept, rebuilt, max_timestamp, last_kept_offset) or None: the surviving messages of "
+     "a wrapper's inner message set, their stored offsets as the rewritten wrapper holds them "
+     "(rebuilt None when none or all survive); None if one message is not taken. The keys "
+     "remembered does not hold go to remember(keys) at once, then get(key) if still missing."},
     {"map_records", map_records, METH_VARARGS,
      "map_records(section, count, base_offset, latest) -> count or None: puts each keyed record "
      "of a v2 batch's decompressed records section into `latest` with its offset; None, having "
      "put nothing, if a record is not taken."},
     {"filter_records", filter_records, METH_VARARGS,
-     "filter_records(section, count, base_offset, log_append_time, remembered, get, "
+     "filter_records(section, count, base_offset, log_append_time, remembered, get, remember, "
      "retain_deletes) -> (kept, records, shift, max_delta) or None: the surviving records "
      "written again (None when none or all survive), the first survivor's timestamp delta the "
-     "times now count from, and the survivors' largest delta; None if a record is not taken."},
+     "times now count from, and the survivors' largest delta; None if a record is not taken. "
+     "Keys are looked up as filter_inner looks them up."},
     {"put_digests", put_digests, METH_VARARGS,
      "put_digests(buffer, slots, capacity, size, digests, offsets) -> (put, size, probes): the "
      "offset map's probe for each digest in turn; put < len(digests) when the next new digest "

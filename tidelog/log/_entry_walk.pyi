@@ -30,6 +30,7 @@ def filter_inner(
     wrapper_offset: int,
     remembered: dict[bytes, int],
     get: Callable[[bytes], int],
+    remember: Callable[[list[bytes]], None],
     retain_deletes: bool,
 ) -> tuple[int, int, bytes | None, int, int] | None: ...
 def map_records(
@@ -42,5 +43,6 @@ def filter_records(
     log_append_time: bool,
     remembered: dict[bytes, int],
     get: Callable[[bytes], int],
+    remember: Callable[[list[bytes]], None],
     retain_deletes: bool,
 ) -> tuple[int, bytes | None, int, int] | None: ...

@@ -356,7 +356,13 @@ def _filter_wrapper(
     walked = None
     if native is not None:  # the C walk, or None for messages it leaves to the Python one
         walked = native.filter_inner(
-            inner, magic, wrapper_offset, offset_map.remembered, offset_map.get, retain_deletes
+            inner,
+            magic,
+            wrapper_offset,
+            offset_map.remembered,
+            offset_map.get,
+            offset_map.remember,
+            retain_deletes,
         )
     if walked is None:
         walked = _filter_inner(inner, magic, wrapper_offset, offset_map, retain_deletes)
@@ -512,6 +518,7 @@ def filter_batch(
             log_append_time,
             offset_map.remembered,
             offset_map.get,
+            offset_map.remember,
             retain_deletes,
         )
     if walked is None:
