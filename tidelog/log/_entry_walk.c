@@ -133,6 +133,8 @@ static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, i
         if (*at >= limit)
             return 0;
         unsigned char byte = data[(*at)++];
+        if (shift == 63 && (byte & 0x7e))
+            return 0; /* past 64 bits: Python's read_varint reads it whole, the caller's say */
         result |= (uint64_t)(byte & 0x7f) << shift;
         if (!(byte & 0x80)) {
             *value = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
@@ -351,7 +353,9 @@ static Py_ssize_t survivors_bound(const record_t *survivors, int32_t count)
 
 /* Writes the `count` survivors into `out` as compaction.filter_batch writes them (attributes 0,
  * the time counted from `shift`, the rest as it was; a record already so is copied as it is);
- * returns how many bytes it wrote. The caller checked that no delta less `shift` overflows. */
+ * returns how many bytes it wrote. filter_records checks first that no delta less `shift`
+ * overflows; append_rebuilt's callers do not (an older gap: a batch with timestamp deltas at the
+ * ends of the int64 range is rewritten differently from the Python walk, which does not wrap). */
 static Py_ssize_t write_survivors(unsigned char *out, const unsigned char *data,
                                   const record_t *survivors, int32_t count, int log_append_time,
                                   int64_t shift)
@@ -848,7 +852,9 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
     Py_ssize_t at = 0;
     int32_t kept = 0, candidates = 0;
     int64_t offset;
-    if (count < 0 || count > view.len) /* a record takes two bytes at least */
+    /* a record takes seven bytes at least (its length and six fields of one byte each): a
+     * damaged count goes to the Python walk before anything is allocated for it */
+    if (count < 0 || count > view.len / 7)
         goto not_taken;
     survivors = PyMem_Malloc(sizeof(record_t) * (count ? count : 1));
     keys = PyMem_Malloc(sizeof(key_ref_t) * (count ? count : 1));
