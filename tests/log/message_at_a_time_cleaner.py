@@ -1,7 +1,7 @@
 """The log cleaner's map and filter as they were before they worked in bulk: one message at a
 time, a Python object per compressed inner message, one offset map probe per message. Kept
 as the reference that the bulk cleaner must match byte for byte
-(tests/log/test_cleaner_equivalence.py); the wrapper rewrite and the segment swap are shared.
+(tests/log/test_cleaner_equivalence.py); the segment swap is shared.
 A format v2 batch is read into record objects and, when some of its records go, written again
 from them (reference_batch), as Kafka 2.1's MemoryRecords.filterTo and MemoryRecordsBuilder do:
 same base offset, last offset delta, epoch, producer fields and attributes, each survivor's
@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 
 from tidelog.log.cleaner import READ_CHUNK, ActiveProducers, CleanAborted, Cleaner, CleanStats
-from tidelog.log.compaction import FilterStats, KeepsEmpty, _filter_wrapper
+from tidelog.log.compaction import FilterStats, KeepsEmpty, _decompressed, _survives
 from tidelog.log.log import Log
 from tidelog.log.offset_map import SLOT, OffsetMap
 from tidelog.log.segment import LogSegment
@@ -23,9 +23,13 @@ from tidelog.records.compression import compress
 from tidelog.records.format import (
     CODEC_MASK,
     INT32,
+    INT64,
     LOG_OVERHEAD,
     MESSAGE_OVERHEAD,
+    NO_TIMESTAMP,
     OFFSET_AND_SIZE,
+    TIMESTAMP_TYPE_BIT,
+    encode_message,
     iter_inner,
     iter_shallow,
     key_position,
@@ -192,13 +196,72 @@ def filter_entries(
                     stats.messages_kept += 1
                     stats.bytes_kept += end - position
         else:
-            kept = _filter_wrapper(
+            kept = reference_wrapper(
                 buffer, position, offset, magic, attributes, offset_map, retain_deletes, stats
             )
             out += kept
             stats.bytes_kept += len(kept)
         position = end
     return out, stats
+
+
+def reference_wrapper(
+    buffer: memoryview,
+    position: int,
+    wrapper_offset: int,
+    magic: int,
+    attributes: int,
+    offset_map: OffsetMap,
+    retain_deletes: bool,
+    stats: FilterStats,
+) -> bytes | memoryview:
+    """A compressed wrapper entry as it survives: whole, rewritten, or gone (b""), as the
+    cleaner wrote it before its walk over inner messages went to C (compaction._filter_inner
+    and native.filter_inner)."""
+    message_start = position + LOG_OVERHEAD
+    (size,) = INT32.unpack_from(buffer, position + 8)
+    end = message_start + size
+    codec, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
+    entries = []  # (stored offset, position, end, inner magic) of each inner message
+    inner_position = 0
+    while inner_position + LOG_OVERHEAD <= len(inner):
+        inner_offset, inner_size, inner_magic, _ = read_entry(inner, inner_position, len(inner))
+        inner_end = inner_position + LOG_OVERHEAD + inner_size
+        entries.append((inner_offset, inner_position, inner_end, inner_magic))
+        inner_position = inner_end
+    if not entries:
+        return b""
+    last_relative = entries[-1][0]
+    survivors = []  # (absolute offset, position, end, magic)
+    for stored, start, stop, inner_magic in entries:
+        absolute = stored if magic == 0 else wrapper_offset - last_relative + stored
+        stats.messages_read += 1
+        if _survives(
+            inner, start + LOG_OVERHEAD, inner_magic, absolute, offset_map, retain_deletes
+        ):
+            survivors.append((absolute, start, stop, inner_magic))
+    stats.messages_kept += len(survivors)
+    if len(survivors) == len(entries):
+        return buffer[position:end]
+    if not survivors:
+        return b""
+    first_absolute = survivors[0][0]
+    rebuilt = bytearray()
+    max_timestamp = NO_TIMESTAMP
+    for absolute, start, stop, inner_magic in survivors:
+        stored = absolute if magic == 0 else absolute - first_absolute
+        rebuilt += OFFSET_AND_SIZE.pack(stored, stop - start - LOG_OVERHEAD)
+        rebuilt += inner[start + LOG_OVERHEAD : stop]
+        if inner_magic == 1:
+            max_timestamp = max(max_timestamp, INT64.unpack_from(inner, start + 18)[0])
+    if magic == 1 and attributes & TIMESTAMP_TYPE_BIT:
+        timestamp = INT64.unpack_from(buffer, message_start + 6)[0]  # the LogAppendTime stays
+    else:
+        timestamp = max_timestamp
+    wrapper = encode_message(
+        magic, None, compress(codec, bytes(rebuilt), magic), timestamp, attributes
+    )
+    return OFFSET_AND_SIZE.pack(survivors[-1][0], len(wrapper)) + wrapper
 
 
 class WholeLogProducers(ActiveProducers):

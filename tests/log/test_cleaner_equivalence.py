@@ -4,7 +4,8 @@ the same failure when a segment's keys overflow the offset map. Logs are generat
 v1 and v2 (mixed in one log, as after an upgrade), every codec (zstd in v2), null keys and
 tombstones, sparse offsets (a compacted leader's), LogAppendTime wrappers and batches, record
 headers, v2 batches with and without a producer id (the last batch of a producer id stays when
-a clean empties it), messages larger than a read chunk, offset maps small enough to fill."""
+a clean empties it), messages larger than a read chunk, offset maps small enough to fill, a
+memory of looked-up keys small enough to forget what a wrapper's look-ups remembered."""
 
 from __future__ import annotations
 
@@ -145,9 +146,11 @@ def clean(cleaner: Cleaner, to_clean: LogToClean, full: bool) -> tuple:
     map_keys=st.sampled_from([3, 5, 8, 1000]),
     chunk=st.sampled_from([64, 250, cleaner_module.READ_CHUNK]),
     second_full=st.booleans(),
+    # few: the keys a wrapper or batch looks up at once do not all stay remembered
+    remembered_keys=st.sampled_from([3, offset_map.REMEMBERED_KEYS]),
 )
 def test_the_bulk_cleaner_writes_what_the_message_at_a_time_cleaner_wrote(
-    tmp_path_factory, batches, more, map_keys, chunk, second_full
+    tmp_path_factory, batches, more, map_keys, chunk, second_full, remembered_keys
 ):
     root = tmp_path_factory.mktemp("equivalence")
     clock = ManualClock()
@@ -170,6 +173,7 @@ def test_the_bulk_cleaner_writes_what_the_message_at_a_time_cleaner_wrote(
         with (
             mock.patch.object(compaction, "native", walk),
             mock.patch.object(offset_map, "native", walk),
+            mock.patch.object(offset_map, "REMEMBERED_KEYS", remembered_keys),
             mock.patch.object(cleaner_module, "READ_CHUNK", chunk),
             mock.patch.object(MessageAtATimeCleaner, "chunk_size", chunk),
         ):

@@ -3,6 +3,8 @@ and the broker write them, with every codec and both formats."""
 
 from __future__ import annotations
 
+import zlib
+from functools import partial
 from unittest import mock
 
 import pytest
@@ -13,15 +15,28 @@ from tidelog.log import compaction
 from tidelog.log import offset_map as offset_map_module
 from tidelog.log.compaction import filter_entries
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
-from tidelog.records.compression import decompress
+from tidelog.records.compression import compress, decompress
 from tidelog.records.format import (
+    CRC,
+    INT32,
+    LOG_OVERHEAD,
     MESSAGE_SET_CODECS,
+    OFFSET_AND_SIZE,
     Codec,
     Record,
     TimestampType,
     build_message_set,
+    encode_message,
     iter_deep,
     iter_shallow,
+    key_position,
+)
+from tidelog.records.record_batch import (
+    HEADER,
+    HEADER_SIZE,
+    BatchRecordInput,
+    encode_batch,
+    set_crc,
 )
 
 
@@ -200,12 +215,241 @@ def test_tombstones_go_only_when_deletes_are_not_retained_and_unkeyed_messages_a
 def test_the_native_loops_take_what_the_python_loops_take(batches, magic, retain_deletes, cut):
     data = log_of(batches, magic)
     data = data[: max(len(data) - cut, 0)]  # perhaps ending in part of an entry
-    offset_map = mapped(data)
     results = []
-    for walk in (compaction.native, None):
-        with mock.patch.object(compaction, "native", walk):
+    # the last: the C walks with an offset map that remembers nothing at once (each key is
+    # then looked up alone)
+    for walk, probe in (
+        (compaction.native, offset_map_module.native),
+        (None, None),
+        (compaction.native, None),
+    ):
+        offset_map = mapped(data)
+        with (
+            mock.patch.object(compaction, "native", walk),
+            mock.patch.object(offset_map_module, "native", probe),
+        ):
             latest: dict[bytes, int] = {}
             ended = compaction.latest_offsets(data, latest)
             kept, stats = filter_entries(data, offset_map, retain_deletes, partial_tail=True)
         results.append((ended, list(latest.items()), bytes(kept), stats))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
+
+
+# -- damaged compressed entries: the C walks leave them to the Python loops, which fail or map as
+# they always did
+
+WRAPPED = [(b"k0", b"v0"), (b"k1", b"v1"), (b"k0", None), (b"k2", b"v2")]
+
+
+def wrapper_around(inner: bytes, magic: int, codec: Codec, last_offset: int) -> bytes:
+    """A compressed wrapper entry whose inner message set is ``inner``, whatever it holds."""
+    message = encode_message(magic, None, compress(codec, inner, magic), 5555, codec)
+    return OFFSET_AND_SIZE.pack(last_offset, len(message)) + message
+
+
+def inner_set(magic: int) -> bytearray:
+    """WRAPPED as the inner message set of a wrapper (v1: offsets relative, 0..3)."""
+    return bytearray(
+        build_message_set([Record(k, v, 1000 + i) for i, (k, v) in enumerate(WRAPPED)], magic=magic)
+    )
+
+
+def _flip_last_value_byte(inner: bytearray) -> bytes:
+    inner[-1] ^= 0xFF
+    return bytes(inner)
+
+
+def _first_key_length(inner: bytearray, magic: int, length: int) -> bytes:
+    INT32.pack_into(inner, LOG_OVERHEAD + key_position(magic), length)
+    return bytes(inner)
+
+
+def _first_crc_matching(inner: bytes) -> bytes:
+    """``inner`` with its first message's CRC made to match what the message now holds."""
+    fixed = bytearray(inner)
+    (size,) = INT32.unpack_from(fixed, 8)
+    CRC.pack_into(fixed, LOG_OVERHEAD, zlib.crc32(fixed[LOG_OVERHEAD + 4 : LOG_OVERHEAD + size]))
+    return bytes(fixed)
+
+
+def _first_magic(inner: bytearray, magic: int) -> bytes:
+    inner[LOG_OVERHEAD + 4] = magic
+    return bytes(inner)
+
+
+INNER_DAMAGES = {
+    "a CRC that does not match": lambda inner, magic: _flip_last_value_byte(inner),
+    "the last message cut": lambda inner, magic: bytes(inner[:-5]),
+    "a few bytes after the last message": lambda inner, magic: bytes(inner) + b"\x00" * 7,
+    "an unknown inner magic": lambda inner, magic: _first_magic(inner, 7),
+    "an inner v2 magic": lambda inner, magic: _first_magic(inner, 2),
+    "a key past its message": lambda inner, magic: _first_key_length(inner, magic, 40),
+    "a key of length -2": lambda inner, magic: _first_key_length(inner, magic, -2),
+    "a key past its message, its CRC matching": lambda inner, magic: _first_crc_matching(
+        _first_key_length(inner, magic, 40)
+    ),
+    "a key of length -2, its CRC matching": lambda inner, magic: _first_crc_matching(
+        _first_key_length(inner, magic, -2)
+    ),
+    "a key over the value length, its CRC matching": lambda inner, magic: _first_crc_matching(
+        _first_key_length(inner, magic, 4)
+    ),
+    "nothing inside": lambda inner, magic: b"",
+}
+
+
+def outcome(run) -> tuple:  # type: ignore[no-untyped-def]
+    """What ``run()`` returned, or the type and text of what it raised."""
+    try:
+        return ("returned", run())
+    except Exception as error:  # the same failure from both paths, whatever it is
+        return ("raised", type(error).__name__, str(error))
+
+
+def both_paths(data: bytes, offset_map: OffsetMap, retain_deletes: bool) -> list[tuple]:
+    """(what mapping ``data`` returned or raised, the keys it put in order, what filtering it
+    kept or raised) with the C walks and with the Python loops."""
+    results = []
+    for walk in (compaction.native, None):
+        with mock.patch.object(compaction, "native", walk):
+            latest: dict[bytes, int] = {}
+            mapped_outcome = outcome(partial(compaction.latest_offsets, data, latest))
+            filtered = outcome(partial(filter_entries, data, offset_map, retain_deletes))
+        if filtered[0] == "returned":
+            filtered = ("returned", bytes(filtered[1][0]), filtered[1][1])
+        results.append((mapped_outcome, list(latest.items()), filtered))
+    return results
+
+
+def offsets_of_wrapped(base_offset: int) -> OffsetMap:
+    offset_map = OffsetMap(memory=24 * 100)
+    for offset, (key, _) in enumerate(WRAPPED):
+        offset_map.put(key, base_offset + offset + 2)  # k0 and k1 stay, k2 goes
+    return offset_map
+
+
+@pytest.mark.parametrize("damage", INNER_DAMAGES)
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("retain_deletes", [True, False])
+def test_a_damaged_wrapper_maps_and_fails_alike_with_the_native_walk_and_without(
+    damage, codec, magic, retain_deletes
+):
+    inner = INNER_DAMAGES[damage](inner_set(magic), magic)
+    data = build_message_set([Record(b"k9", b"plain", 1)], magic=magic, base_offset=10)
+    data += wrapper_around(inner, magic, codec, 14 if magic else 3)
+    offset_map = offsets_of_wrapped(11)
+    offset_map.put(b"k0", 11)
+
+    with_native, without = both_paths(data, offset_map, retain_deletes)
+
+    assert with_native == without
+
+
+def _records_of(batch: bytes) -> bytearray:
+    return bytearray(batch[HEADER_SIZE:])
+
+
+def _first_record_body(section: bytearray, filler: int) -> bytes:
+    length = section[0] >> 1  # a short record: its length is one varint byte
+    section[2 : 1 + length] = bytes([filler]) * (length - 1)
+    return bytes(section)
+
+
+def _first_record_length(section: bytearray, length: int) -> bytes:
+    section[0] = length << 1
+    return bytes(section)
+
+
+def _first_key_length_past_64_bits(section: bytearray) -> bytes:
+    """The first record's key length (2: zigzag 4, one byte after its attributes, timestamp
+    and offset deltas of one byte each) written as a ten-byte varint whose last byte carries
+    bits past the 64th: Python's read_varint reads it whole, a 64-bit decoder would lose them."""
+    length = section[0] >> 1
+    body = section[1 : 1 + length]
+    assert body[3] == 4
+    longer = body[:3] + bytes([0x84, *[0x80] * 8, 0x02]) + body[4:]
+    return bytes([len(longer) << 1]) + bytes(longer) + bytes(section[1 + length :])
+
+
+RECORDS_DAMAGES = {
+    "the last record cut": lambda section: bytes(section[:-3]),
+    "bytes after the last record": lambda section: bytes(section) + b"\x02\x00",
+    "varints running past their record": lambda section: _first_record_body(section, 0xFF),
+    "a key past its record": lambda section: _first_record_body(section, 0x7E),
+    "a record length past the section": lambda section: _first_record_length(section, 60),
+    "a record length of zero": lambda section: _first_record_length(section, 0),
+    "nothing inside": lambda section: b"",
+    "a varint past 64 bits": _first_key_length_past_64_bits,
+}
+
+
+def batch_around(batch: bytes, section: bytes, codec: Codec, count_change: int) -> bytes:
+    """``batch`` (uncompressed) with ``section`` as its records, compressed with ``codec``, and
+    its record count changed by ``count_change``; its CRC matches."""
+    body = compress(codec, section, 2)
+    header = bytearray(batch[:HEADER_SIZE])
+    fields = list(HEADER.unpack_from(header, 0))
+    fields[1] = HEADER_SIZE - LOG_OVERHEAD + len(body)
+    fields[5] |= codec
+    fields[12] += count_change
+    rebuilt = bytearray(HEADER.pack(*fields)) + body
+    set_crc(rebuilt, 0, len(rebuilt))
+    return bytes(rebuilt)
+
+
+@pytest.mark.parametrize("damage", [*RECORDS_DAMAGES, "a count past the records", "count -1"])
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.ZSTD])
+@pytest.mark.parametrize("producer_id", [-1, 7])
+@pytest.mark.parametrize("retain_deletes", [True, False])
+def test_a_damaged_batch_maps_and_fails_alike_with_the_native_walk_and_without(
+    damage, codec, producer_id, retain_deletes
+):
+    plain = encode_batch(
+        [BatchRecordInput(k, v, 1000 + i, ()) for i, (k, v) in enumerate(WRAPPED)],
+        base_offset=11,
+        producer_id=producer_id,
+        producer_epoch=0 if producer_id >= 0 else -1,
+        base_sequence=0 if producer_id >= 0 else -1,
+    )
+    section = _records_of(plain)
+    count_change = {"a count past the records": 1, "count -1": -5}.get(damage, 0)
+    if damage in RECORDS_DAMAGES:
+        section = bytearray(RECORDS_DAMAGES[damage](section))
+    data = build_message_set([Record(b"k9", b"plain", 1)], magic=1, base_offset=10)
+    data += batch_around(plain, bytes(section), codec, count_change)
+
+    with_native, without = both_paths(data, offsets_of_wrapped(11), retain_deletes)
+
+    assert with_native == without
+
+
+def test_the_native_walks_take_undamaged_compressed_entries(monkeypatch):
+    """Every equivalence test above would also pass with C walks that hand every wrapper and
+    batch back to the Python loops: on undamaged ones each walk answers itself."""
+    assert compaction.native is not None, "make install builds tidelog/log/_entry_walk.c"
+    answered: dict[str, list[bool]] = {}
+    names = ("map_inner", "filter_inner", "map_records", "filter_records")
+    for name in names:
+        real = getattr(compaction.native, name)
+
+        def spy(*args, _real=real, _name=name):  # type: ignore[no-untyped-def]
+            result = _real(*args)
+            answered.setdefault(_name, []).append(result is not None)
+            return result
+
+        monkeypatch.setattr(compaction.native, name, spy)
+    plain = encode_batch(
+        [BatchRecordInput(k, v, 1000 + i, ()) for i, (k, v) in enumerate(WRAPPED)],
+        base_offset=20,
+    )
+    data = build_message_set([Record(b"k9", b"plain", 1)], magic=1, base_offset=10)
+    data += wrapper_around(inner_set(1), 1, Codec.GZIP, 14)
+    data += batch_around(plain, bytes(_records_of(plain)), Codec.GZIP, 0)
+    offset_map = offsets_of_wrapped(11)
+    offset_map.put(b"k0", 22)
+
+    compaction.latest_offsets(data, {})
+    filter_entries(data, offset_map, False)
+
+    assert {name: answered.get(name) for name in names} == {name: [True] for name in names}

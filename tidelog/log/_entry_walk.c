@@ -10,6 +10,13 @@
  * or corrupt entry, a batch emptied that has a producer id) and returns where it stopped: the
  * Python loop handles that entry, then calls again. A v2 batch some of whose records survive is
  * written again here as compaction.filter_batch writes it (the reference).
+ *
+ * The walks over what a compressed entry holds (map_inner, filter_inner for a v0/v1 wrapper's
+ * inner messages; map_records, filter_records for a v2 batch's records section) take the
+ * decompressed bytes from Python, which decompresses and compresses. They return None, having
+ * changed nothing, for anything they do not take as it is (a CRC mismatch, a field reading
+ * outside its message or record, an offset past int64): the Python loop then walks that entry
+ * and raises or does what it always did.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -74,6 +81,41 @@ static uint32_t crc32c(const unsigned char *p, Py_ssize_t n)
     return c ^ 0xffffffffu;
 }
 
+/* CRC-32 (zlib.crc32), eight bytes a step. */
+static uint32_t crc32_tables[8][256];
+
+static void crc32_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        crc32_tables[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc32_tables[t][n] =
+                (crc32_tables[t - 1][n] >> 8) ^ crc32_tables[0][crc32_tables[t - 1][n] & 0xff];
+}
+
+static uint32_t crc32(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xffffffffu;
+    while (n >= 8) {
+        uint32_t low = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                            (uint32_t)p[3] << 24);
+        c = crc32_tables[7][low & 0xff] ^ crc32_tables[6][(low >> 8) & 0xff] ^
+            crc32_tables[5][(low >> 16) & 0xff] ^ crc32_tables[4][low >> 24] ^
+            crc32_tables[3][p[4]] ^ crc32_tables[2][p[5]] ^ crc32_tables[1][p[6]] ^
+            crc32_tables[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = crc32_tables[0][(c ^ *p++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+
 static void write_int32(unsigned char *p, int32_t value)
 {
     uint32_t v = (uint32_t)value;
@@ -91,6 +133,8 @@ static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, i
         if (*at >= limit)
             return 0;
         unsigned char byte = data[(*at)++];
+        if (shift == 63 && (byte & 0x7e))
+            return 0; /* past 64 bits: Python's read_varint reads it whole, the caller's say */
         result |= (uint64_t)(byte & 0x7f) << shift;
         if (!(byte & 0x80)) {
             *value = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
@@ -297,6 +341,47 @@ static int64_t latest_offset_of(const unsigned char *data, Py_ssize_t at, Py_ssi
     return offset;
 }
 
+/* The upper bound on what write_survivors writes for `count` survivors: a record written again
+ * grows by at most its new length and delta varints (ten bytes each) and its attributes. */
+static Py_ssize_t survivors_bound(const record_t *survivors, int32_t count)
+{
+    Py_ssize_t bound = 0;
+    for (int32_t i = 0; i < count; i++)
+        bound += survivors[i].end - survivors[i].start + 30;
+    return bound;
+}
+
+/* Writes the `count` survivors into `out` as compaction.filter_batch writes them (attributes 0,
+ * the time counted from `shift`, the rest as it was; a record already so is copied as it is);
+ * returns how many bytes it wrote. filter_records checks first that no delta less `shift`
+ * overflows; append_rebuilt's callers do not (an older gap: a batch with timestamp deltas at the
+ * ends of the int64 range is rewritten differently from the Python walk, which does not wrap). */
+static Py_ssize_t write_survivors(unsigned char *out, const unsigned char *data,
+                                  const record_t *survivors, int32_t count, int log_append_time,
+                                  int64_t shift)
+{
+    Py_ssize_t at = 0;
+    for (int32_t i = 0; i < count; i++) {
+        const record_t *r = &survivors[i];
+        int64_t new_delta = log_append_time ? 0 : r->timestamp_delta - shift;
+        if (new_delta == r->timestamp_delta && data[r->attributes_at] == 0) {
+            memcpy(out + at, data + r->start, r->end - r->start);
+            at += r->end - r->start;
+            continue;
+        }
+        unsigned char delta[10];
+        int delta_size = put_varint(delta, new_delta);
+        Py_ssize_t rest = r->end - r->offset_delta_at;
+        at += put_varint(out + at, 1 + delta_size + rest);
+        out[at++] = 0;
+        memcpy(out + at, delta, delta_size);
+        at += delta_size;
+        memcpy(out + at, data + r->offset_delta_at, rest);
+        at += rest;
+    }
+    return at;
+}
+
 /* Appends to `out` the batch at `position` (ending at `end`) written again around its
  * `count` survivors, as compaction.filter_batch writes it; -1 on an error (raised). */
 static int append_rebuilt(PyObject *out, const unsigned char *data, Py_ssize_t position,
@@ -307,36 +392,17 @@ static int append_rebuilt(PyObject *out, const unsigned char *data, Py_ssize_t p
     int64_t first_timestamp = read_int64(data + position + V2_FIRST_TIMESTAMP_AT);
     int64_t max_timestamp = read_int64(data + position + V2_MAX_TIMESTAMP_AT);
     int64_t shift = log_append_time ? 0 : survivors[0].timestamp_delta;
-    Py_ssize_t bound = BATCH_HEADER;
-    for (int32_t i = 0; i < count; i++)
-        bound += survivors[i].end - survivors[i].start + 30;
     Py_ssize_t had = PyByteArray_GET_SIZE(out);
-    if (PyByteArray_Resize(out, had + bound) < 0)
+    if (PyByteArray_Resize(out, had + BATCH_HEADER + survivors_bound(survivors, count)) < 0)
         return -1;
     unsigned char *batch = (unsigned char *)PyByteArray_AS_STRING(out) + had;
     memcpy(batch, data + position, BATCH_HEADER);
-    Py_ssize_t at = BATCH_HEADER;
     int64_t new_max = -1;
-    for (int32_t i = 0; i < count; i++) {
-        const record_t *r = &survivors[i];
-        int64_t new_delta = log_append_time ? 0 : r->timestamp_delta - shift;
-        if (!log_append_time && first_timestamp + r->timestamp_delta > new_max)
-            new_max = first_timestamp + r->timestamp_delta;
-        if (new_delta == r->timestamp_delta && data[r->attributes_at] == 0) {
-            memcpy(batch + at, data + r->start, r->end - r->start);
-            at += r->end - r->start;
-            continue;
-        }
-        unsigned char delta[10];
-        int delta_size = put_varint(delta, new_delta);
-        Py_ssize_t rest = r->end - r->offset_delta_at;
-        at += put_varint(batch + at, 1 + delta_size + rest);
-        batch[at++] = 0;
-        memcpy(batch + at, delta, delta_size);
-        at += delta_size;
-        memcpy(batch + at, data + r->offset_delta_at, rest);
-        at += rest;
-    }
+    for (int32_t i = 0; i < count && !log_append_time; i++)
+        if (first_timestamp + survivors[i].timestamp_delta > new_max)
+            new_max = first_timestamp + survivors[i].timestamp_delta;
+    Py_ssize_t at = BATCH_HEADER + write_survivors(batch + BATCH_HEADER, data, survivors, count,
+                                                   log_append_time, shift);
     if (log_append_time)
         write_int64(batch + V2_FIRST_TIMESTAMP_AT, max_timestamp);
     else {
@@ -460,6 +526,388 @@ error:
     return NULL;
 }
 
+/* -- inside compressed entries ------------------------------------------------------------- */
+
+/* One v0/v1 message of a wrapper's inner message set. */
+typedef struct {
+    Py_ssize_t start, end; /* the entry, from its offset field to the end of its message */
+    int64_t offset;        /* as stored: absolute (v0 wrapper) or relative (v1) */
+    int magic;
+    int32_t key_length;
+    Py_ssize_t key_at; /* the key's first byte */
+    int null_value;
+} inner_t;
+
+/* The inner message at *at (before limit), if it is a whole message of magic 0 or 1 whose key
+ * and value length field lie inside it and, with `check_crc`, whose CRC matches; 0 otherwise. */
+static int next_inner(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, int check_crc,
+                      inner_t *m)
+{
+    Py_ssize_t position = *at;
+    if (limit - position < LOG_OVERHEAD)
+        return 0;
+    int32_t size = read_int32(data + position + 8);
+    if (size < 14 || size > limit - position - LOG_OVERHEAD)
+        return 0;
+    Py_ssize_t start = position + LOG_OVERHEAD;
+    signed char magic = (signed char)data[start + 4];
+    if ((magic != 0 && magic != 1) || (magic == 1 && size < 22))
+        return 0;
+    if (check_crc && crc32(data + start + 4, size - 4) != (uint32_t)read_int32(data + start))
+        return 0;
+    m->start = position;
+    m->end = start + size;
+    m->offset = read_int64(data + position);
+    m->magic = magic;
+    Py_ssize_t key_length_at = start + (magic ? 14 : 6);
+    m->key_length = read_int32(data + key_length_at);
+    m->key_at = key_length_at + 4;
+    m->null_value = 0;
+    if (m->key_length >= 0) {
+        if (m->key_length > m->end - m->key_at - 4)
+            return 0;
+        m->null_value = read_int32(data + m->key_at + m->key_length) < 0;
+    }
+    *at = m->end;
+    return 1;
+}
+
+/* Every inner message of `inner`, checked as next_inner checks them (what is left after them
+ * is shorter than an entry header): how many there are and the least, greatest and last stored
+ * offset; 0 if one is not taken. */
+static int walk_inner(const unsigned char *data, Py_ssize_t limit, int check_crc,
+                      Py_ssize_t *count, int64_t *least, int64_t *greatest, int64_t *last)
+{
+    Py_ssize_t at = 0;
+    inner_t m;
+    *count = 0;
+    *least = INT64_MAX;
+    *greatest = INT64_MIN;
+    while (limit - at >= LOG_OVERHEAD) {
+        if (!next_inner(data, &at, limit, check_crc, &m))
+            return 0;
+        (*count)++;
+        *least = m.offset < *least ? m.offset : *least;
+        *greatest = m.offset > *greatest ? m.offset : *greatest;
+        *last = m.offset;
+    }
+    return 1;
+}
+
+/* What to add to a stored inner offset for its absolute offset (a v1 wrapper's offset is its
+ * last message's), if every absolute offset fits an int64; 0 otherwise. */
+static int inner_base(int magic, int64_t wrapper_offset, int64_t least, int64_t greatest,
+                      int64_t last, int64_t *base)
+{
+    int64_t ignored;
+    *base = 0;
+    if (magic == 0)
+        return 1;
+    return !__builtin_sub_overflow(wrapper_offset, last, base) &&
+           !__builtin_add_overflow(*base, least, &ignored) &&
+           !__builtin_add_overflow(*base, greatest, &ignored);
+}
+
+/* A key inside the data and, once looked up, its latest offset. */
+typedef struct {
+    Py_ssize_t at, length;
+    int64_t latest;
+} key_ref_t;
+
+/* The latest offset of each of `n` keys: remembered[key], else, once remember(missing) was
+ * called with every key remembered did not hold (the offset map looks them up in one pass),
+ * remembered[key] again, else get(key); -1 on an error (raised). */
+static int latest_offsets_of(const unsigned char *data, key_ref_t *keys, Py_ssize_t n,
+                             PyObject *remembered, PyObject *get, PyObject *remember)
+{
+    PyObject *missing = NULL; /* the keys not remembered, in order */
+    Py_ssize_t *missing_at = NULL; /* and which of `keys` each is */
+    int result = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyBytes_FromStringAndSize((const char *)data + keys[i].at, keys[i].length);
+        if (!key)
+            goto done;
+        PyObject *latest = PyDict_GetItemWithError(remembered, key);
+        if (latest) {
+            Py_DECREF(key);
+            keys[i].latest = PyLong_AsLongLong(latest);
+            if (keys[i].latest == -1 && PyErr_Occurred())
+                goto done;
+            continue;
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        if (!missing) {
+            missing = PyList_New(0);
+            missing_at = PyMem_Malloc(sizeof(Py_ssize_t) * n);
+            if (!missing || !missing_at) {
+                Py_DECREF(key);
+                if (!missing_at)
+                    PyErr_NoMemory();
+                goto done;
+            }
+        }
+        missing_at[PyList_GET_SIZE(missing)] = i;
+        int failed = PyList_Append(missing, key) < 0;
+        Py_DECREF(key);
+        if (failed)
+            goto done;
+    }
+    if (missing) {
+        PyObject *called = PyObject_CallOneArg(remember, missing);
+        if (!called)
+            goto done;
+        Py_DECREF(called);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(missing); j++) {
+            PyObject *key = PyList_GET_ITEM(missing, j);
+            PyObject *latest = PyDict_GetItemWithError(remembered, key);
+            if (latest)
+                Py_INCREF(latest);
+            else if (!PyErr_Occurred())
+                latest = PyObject_CallOneArg(get, key);
+            if (!latest)
+                goto done;
+            int64_t offset = PyLong_AsLongLong(latest);
+            Py_DECREF(latest);
+            if (offset == -1 && PyErr_Occurred())
+                goto done;
+            keys[missing_at[j]].latest = offset;
+        }
+    }
+    result = 0;
+done:
+    Py_XDECREF(missing);
+    PyMem_Free(missing_at);
+    return result;
+}
+
+static PyObject *map_inner(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    int magic;
+    long long wrapper_offset;
+    PyObject *latest;
+    if (!PyArg_ParseTuple(args, "y*iLO!", &view, &magic, &wrapper_offset, &PyDict_Type, &latest))
+        return NULL;
+    const unsigned char *data = view.buf;
+    Py_ssize_t count, at = 0;
+    int64_t least, greatest, last = 0, base;
+    if (!walk_inner(data, view.len, 0, &count, &least, &greatest, &last) ||
+        (count && !inner_base(magic, wrapper_offset, least, greatest, last, &base))) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    inner_t m;
+    for (Py_ssize_t n = 0; n < count && next_inner(data, &at, view.len, 0, &m); n++) {
+        if (m.key_length < 0)
+            continue;
+        PyObject *key = PyBytes_FromStringAndSize((const char *)data + m.key_at, m.key_length);
+        PyObject *value = key ? PyLong_FromLongLong(base + m.offset) : NULL;
+        int failed = !value || PyDict_SetItem(latest, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(count);
+}
+
+static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    int magic, retain_deletes;
+    long long wrapper_offset;
+    PyObject *remembered, *get, *remember, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*iLO!OOp", &view, &magic, &wrapper_offset, &PyDict_Type,
+                          &remembered, &get, &remember, &retain_deletes))
+        return NULL;
+    const unsigned char *data = view.buf;
+    Py_ssize_t count, candidates = 0, kept = 0, at = 0;
+    int64_t least, greatest, last = 0, base;
+    inner_t *survivors = NULL;
+    key_ref_t *keys = NULL;
+    if (!walk_inner(data, view.len, 1, &count, &least, &greatest, &last) ||
+        (count && !inner_base(magic, wrapper_offset, least, greatest, last, &base)))
+        goto not_taken;
+    if (count == 0) {
+        result = Py_BuildValue("nnOLL", count, kept, Py_None, (long long)-1, (long long)0);
+        goto done;
+    }
+    survivors = PyMem_Malloc(sizeof(inner_t) * count);
+    keys = PyMem_Malloc(sizeof(key_ref_t) * count);
+    if (!survivors || !keys) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    inner_t m;
+    for (Py_ssize_t n = 0; n < count && next_inner(data, &at, view.len, 1, &m); n++) {
+        if (m.key_length < 0 || (m.null_value && !retain_deletes))
+            continue; /* a compacted log keeps only keyed messages */
+        m.offset += base; /* absolute from here */
+        keys[candidates].at = m.key_at;
+        keys[candidates].length = m.key_length;
+        survivors[candidates++] = m;
+    }
+    if (latest_offsets_of(data, keys, candidates, remembered, get, remember) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < candidates; i++)
+        if (keys[i].latest <= survivors[i].offset)
+            survivors[kept++] = survivors[i];
+    int64_t last_kept = kept ? survivors[kept - 1].offset : 0;
+    if (kept == 0 || kept == count) {
+        result = Py_BuildValue("nnOLL", count, kept, Py_None, (long long)-1, (long long)last_kept);
+        goto done;
+    }
+    Py_ssize_t size = 0;
+    int64_t max_timestamp = -1, stored, first_kept = survivors[0].offset;
+    for (Py_ssize_t i = 0; i < kept; i++) {
+        size += survivors[i].end - survivors[i].start;
+        if (magic == 1 && __builtin_sub_overflow(survivors[i].offset, first_kept, &stored))
+            goto not_taken;
+    }
+    PyObject *rebuilt = PyBytes_FromStringAndSize(NULL, size);
+    if (!rebuilt)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(rebuilt);
+    for (Py_ssize_t i = 0; i < kept; i++) {
+        const inner_t *s = &survivors[i];
+        Py_ssize_t length = s->end - s->start;
+        memcpy(out, data + s->start, length);
+        write_int64(out, magic == 0 ? s->offset : s->offset - first_kept);
+        if (s->magic == 1) {
+            int64_t timestamp = read_int64(data + s->start + LOG_OVERHEAD + 6);
+            max_timestamp = timestamp > max_timestamp ? timestamp : max_timestamp;
+        }
+        out += length;
+    }
+    result = Py_BuildValue("nnNLL", count, kept, rebuilt, (long long)max_timestamp,
+                           (long long)last_kept);
+    goto done;
+not_taken:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(survivors);
+    PyMem_Free(keys);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *map_records(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    int count;
+    long long base_offset;
+    PyObject *latest;
+    if (!PyArg_ParseTuple(args, "y*iLO!", &view, &count, &base_offset, &PyDict_Type, &latest))
+        return NULL;
+    const unsigned char *data = view.buf;
+    Py_ssize_t at = 0;
+    record_t r;
+    int64_t offset;
+    int taken = count >= 0 && count <= view.len;
+    for (int n = 0; taken && n < count; n++)
+        taken = next_record(data, &at, view.len, &r) &&
+                !__builtin_add_overflow((int64_t)base_offset, r.offset_delta, &offset);
+    if (!taken) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    at = 0;
+    for (int n = 0; n < count && next_record(data, &at, view.len, &r); n++) {
+        if (r.key_length < 0)
+            continue;
+        PyObject *key =
+            PyBytes_FromStringAndSize((const char *)data + r.key_at, (Py_ssize_t)r.key_length);
+        PyObject *value = key ? PyLong_FromLongLong(base_offset + r.offset_delta) : NULL;
+        int failed = !value || PyDict_SetItem(latest, key, value) < 0;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (failed) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(count);
+}
+
+static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view;
+    int count, log_append_time, retain_deletes;
+    long long base_offset;
+    PyObject *remembered, *get, *remember, *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*iLpO!OOp", &view, &count, &base_offset, &log_append_time,
+                          &PyDict_Type, &remembered, &get, &remember, &retain_deletes))
+        return NULL;
+    const unsigned char *data = view.buf;
+    record_t *survivors = NULL, r;
+    key_ref_t *keys = NULL;
+    Py_ssize_t at = 0;
+    int32_t kept = 0, candidates = 0;
+    int64_t offset;
+    /* a record takes seven bytes at least (its length and six fields of one byte each): a
+     * damaged count goes to the Python walk before anything is allocated for it */
+    if (count < 0 || count > view.len / 7)
+        goto not_taken;
+    survivors = PyMem_Malloc(sizeof(record_t) * (count ? count : 1));
+    keys = PyMem_Malloc(sizeof(key_ref_t) * (count ? count : 1));
+    if (!survivors || !keys) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int n = 0; n < count; n++) {
+        if (!next_record(data, &at, view.len, &r) ||
+            __builtin_add_overflow((int64_t)base_offset, r.offset_delta, &offset))
+            goto not_taken;
+        if (r.key_length < 0 || (!retain_deletes && r.value_length < 0))
+            continue; /* a compacted log keeps only keyed messages */
+        keys[candidates].at = r.key_at;
+        keys[candidates].length = (Py_ssize_t)r.key_length;
+        survivors[candidates++] = r;
+    }
+    if (latest_offsets_of(data, keys, candidates, remembered, get, remember) < 0)
+        goto done;
+    for (int32_t i = 0; i < candidates; i++)
+        if (keys[i].latest <= base_offset + survivors[i].offset_delta)
+            survivors[kept++] = survivors[i];
+    if (kept == 0 || kept == count) {
+        result = Py_BuildValue("iOLL", kept, Py_None, (long long)0, (long long)-1);
+        goto done;
+    }
+    int64_t shift = log_append_time ? 0 : survivors[0].timestamp_delta, delta;
+    int64_t max_delta = survivors[0].timestamp_delta;
+    for (int32_t i = 0; i < kept; i++) {
+        if (__builtin_sub_overflow(survivors[i].timestamp_delta, shift, &delta))
+            goto not_taken;
+        if (survivors[i].timestamp_delta > max_delta)
+            max_delta = survivors[i].timestamp_delta;
+    }
+    PyObject *records = PyBytes_FromStringAndSize(NULL, survivors_bound(survivors, kept));
+    if (!records)
+        goto done;
+    Py_ssize_t written = write_survivors((unsigned char *)PyBytes_AS_STRING(records), data,
+                                         survivors, kept, log_append_time, shift);
+    if (_PyBytes_Resize(&records, written) < 0)
+        goto done;
+    result = Py_BuildValue("iNLL", kept, records, (long long)shift, (long long)max_delta);
+    goto done;
+not_taken:
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyMem_Free(survivors);
+    PyMem_Free(keys);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* The offset map's probe (tidelog/log/offset_map.py, OffsetMap.put_all): each digest goes to
  * the slot its first eight bytes name mod `slots`, or the next free one after it; a digest
  * already there takes the larger offset. Stops at the first new digest past `capacity`. */
@@ -579,6 +1027,26 @@ static PyMethodDef methods[] = {
      "filter_plain(data, position, limit, out, remembered, get, retain_deletes) -> (position, "
      "read, kept): appends the surviving plain entries to `out`, from `position` to the first "
      "entry it does not take; a key's latest offset is remembered[key], else get(key)."},
+    {"map_inner", map_inner, METH_VARARGS,
+     "map_inner(inner, magic, wrapper_offset, latest) -> messages or None: puts the key of each "
+     "message of a wrapper's decompressed inner message set into `latest` with its absolute "
+     "offset; None, having put nothing, if one message is not taken."},
+    {"filter_inner", filter_inner, METH_VARARGS,
+     "filter_inner(inner, magic, wrapper_offset, remembered, get, remember, retain_deletes) -> "
+     "(read, kept, rebuilt, max_timestamp, last_kept_offset) or None: the surviving messages of "
+     "a wrapper's inner message set, their stored offsets as the rewritten wrapper holds them "
+     "(rebuilt None when none or all survive); None if one message is not taken. The keys "
+     "remembered does not hold go to remember(keys) at once, then get(key) if still missing."},
+    {"map_records", map_records, METH_VARARGS,
+     "map_records(section, count, base_offset, latest) -> count or None: puts each keyed record "
+     "of a v2 batch's decompressed records section into `latest` with its offset; None, having "
+     "put nothing, if a record is not taken."},
+    {"filter_records", filter_records, METH_VARARGS,
+     "filter_records(section, count, base_offset, log_append_time, remembered, get, remember, "
+     "retain_deletes) -> (kept, records, shift, max_delta) or None: the surviving records "
+     "written again (None when none or all survive), the first survivor's timestamp delta the "
+     "times now count from, and the survivors' largest delta; None if a record is not taken. "
+     "Keys are looked up as filter_inner looks them up."},
     {"put_digests", put_digests, METH_VARARGS,
      "put_digests(buffer, slots, capacity, size, digests, offsets) -> (put, size, probes): the "
      "offset map's probe for each digest in turn; put < len(digests) when the next new digest "
@@ -600,5 +1068,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__entry_walk(void)
 {
     crc32c_init();
+    crc32_init();
     return PyModule_Create(&module);
 }

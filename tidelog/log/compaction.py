@@ -265,10 +265,7 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
         if magic == MAGIC:
             count += batch_keys(padded, position, end, latest)
         elif attributes & CODEC_MASK:
-            for inner_offset, key in inner_keys(padded, position, offset, magic, attributes):
-                count += 1
-                if key is not None:
-                    latest[key] = inner_offset
+            count += _map_wrapper(padded, position, offset, magic, attributes, latest)
         else:
             count += 1
             if key_length >= 0:
@@ -277,13 +274,32 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
     return position, count
 
 
-def inner_keys(
-    buffer: bytes, position: int, wrapper_offset: int, magic: int, attributes: int
-) -> list[tuple[int, bytes | None]]:
-    """(absolute offset, key or None) of each message inside the compressed wrapper at
-    ``position``, as ``iter_inner`` reads them (a partial last inner entry ends them quietly),
-    without an object per message."""
+def _map_wrapper(
+    buffer: bytes,
+    position: int,
+    wrapper_offset: int,
+    magic: int,
+    attributes: int,
+    latest: dict[bytes, int],
+) -> int:
+    """Puts the key of each message inside the compressed wrapper at ``position`` into
+    ``latest`` with its absolute offset; returns how many messages it holds."""
     _, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
+    if native is not None:  # the C walk, or None for messages it leaves to the loop below
+        mapped = native.map_inner(inner, magic, wrapper_offset, latest)
+        if mapped is not None:
+            return mapped
+    found = inner_keys(inner, wrapper_offset, magic)
+    for inner_offset, key in found:
+        if key is not None:
+            latest[key] = inner_offset
+    return len(found)
+
+
+def inner_keys(inner: bytes, wrapper_offset: int, magic: int) -> list[tuple[int, bytes | None]]:
+    """(absolute offset, key or None) of each message of a wrapper's decompressed ``inner``
+    message set, as ``iter_inner`` reads them (a partial last inner entry ends them quietly),
+    without an object per message."""
     found: list[tuple[int, bytes | None]] = []
     inner_position, limit = 0, len(inner)
     while limit - inner_position >= LOG_OVERHEAD:
@@ -337,6 +353,42 @@ def _filter_wrapper(
     (size,) = INT32.unpack_from(buffer, position + 8)
     end = message_start + size
     codec, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
+    walked = None
+    if native is not None:  # the C walk, or None for messages it leaves to the Python one
+        walked = native.filter_inner(
+            inner,
+            magic,
+            wrapper_offset,
+            offset_map.remembered,
+            offset_map.get,
+            offset_map.remember,
+            retain_deletes,
+        )
+    if walked is None:
+        walked = _filter_inner(inner, magic, wrapper_offset, offset_map, retain_deletes)
+    read, kept, rebuilt, max_timestamp, last_kept = walked
+    stats.messages_read += read
+    stats.messages_kept += kept
+    if not kept:
+        return b""
+    if rebuilt is None:  # every message survives
+        return buffer[position:end]
+    if magic == 1 and attributes & TIMESTAMP_TYPE_BIT:
+        timestamp = INT64.unpack_from(buffer, message_start + 6)[0]  # the LogAppendTime stays
+    else:
+        timestamp = max_timestamp
+    wrapper = encode_message(magic, None, compress(codec, rebuilt, magic), timestamp, attributes)
+    return OFFSET_AND_SIZE.pack(last_kept, len(wrapper)) + wrapper
+
+
+def _filter_inner(
+    inner: bytes, magic: int, wrapper_offset: int, offset_map: OffsetMap, retain_deletes: bool
+) -> tuple[int, int, bytes | None, int, int]:
+    """(messages read, kept, the survivors as the rewritten wrapper holds them or None when none
+    or all survive, the survivors' largest v1 timestamp, the last survivor's offset) of a
+    wrapper's decompressed ``inner`` message set; ``native.filter_inner`` in Python. The
+    survivors keep their messages as they are; a v0 wrapper's inner offsets stay absolute, a v1
+    wrapper's become relative to the first survivor."""
     entries = []  # (stored offset, position, end, inner magic) of each inner message
     inner_position = 0
     while inner_position + LOG_OVERHEAD <= len(inner):
@@ -345,21 +397,19 @@ def _filter_wrapper(
         entries.append((inner_offset, inner_position, inner_end, inner_magic))
         inner_position = inner_end
     if not entries:
-        return b""
+        return 0, 0, None, NO_TIMESTAMP, 0
     last_relative = entries[-1][0]
     survivors = []  # (absolute offset, position, end, magic)
     for stored, start, stop, inner_magic in entries:
         absolute = stored if magic == 0 else wrapper_offset - last_relative + stored
-        stats.messages_read += 1
         if _survives(
             inner, start + LOG_OVERHEAD, inner_magic, absolute, offset_map, retain_deletes
         ):
             survivors.append((absolute, start, stop, inner_magic))
-    stats.messages_kept += len(survivors)
-    if len(survivors) == len(entries):
-        return buffer[position:end]
-    if not survivors:
-        return b""
+    read, kept = len(entries), len(survivors)
+    last_kept = survivors[-1][0] if survivors else 0
+    if kept in (0, read):
+        return read, kept, None, NO_TIMESTAMP, last_kept
     first_absolute = survivors[0][0]
     rebuilt = bytearray()
     max_timestamp = NO_TIMESTAMP
@@ -369,14 +419,7 @@ def _filter_wrapper(
         rebuilt += inner[start + LOG_OVERHEAD : stop]
         if inner_magic == 1:
             max_timestamp = max(max_timestamp, INT64.unpack_from(inner, start + 18)[0])
-    if magic == 1 and attributes & TIMESTAMP_TYPE_BIT:
-        timestamp = INT64.unpack_from(buffer, message_start + 6)[0]  # the LogAppendTime stays
-    else:
-        timestamp = max_timestamp
-    wrapper = encode_message(
-        magic, None, compress(codec, bytes(rebuilt), magic), timestamp, attributes
-    )
-    return OFFSET_AND_SIZE.pack(survivors[-1][0], len(wrapper)) + wrapper
+    return read, kept, bytes(rebuilt), max_timestamp, last_kept
 
 
 # -- format v2 ---------------------------------------------------------------------------------
@@ -418,6 +461,8 @@ def batch_keys(
     if attributes & CONTROL_BIT:
         return count
     section = _records_of(buffer, position, end, attributes)
+    if native is not None and native.map_records(section, count, base_offset, latest) is not None:
+        return count
     for _, _, key_at, _, offset_delta, key_length in _walk_records(section, count):
         if key_length >= 0:
             key_start = key_at + _varint_size(section, key_at)
@@ -463,6 +508,60 @@ def filter_batch(
         stats.messages_kept += count
         return buffer[position:end]
     section = _records_of(buffer, position, end, attributes)
+    log_append_time = bool(attributes & TIMESTAMP_TYPE_BIT)
+    walked = None
+    if native is not None:  # the C walk, or None for records it leaves to the Python one
+        walked = native.filter_records(
+            section,
+            count,
+            base_offset,
+            log_append_time,
+            offset_map.remembered,
+            offset_map.get,
+            offset_map.remember,
+            retain_deletes,
+        )
+    if walked is None:
+        walked = _filter_records(
+            section, count, base_offset, log_append_time, offset_map, retain_deletes
+        )
+    kept, records, shift, max_delta = walked
+    stats.messages_read += count
+    stats.messages_kept += kept
+    if kept == count:
+        return buffer[position:end]
+    if not kept:
+        if producer_id == NO_PRODUCER_ID or keeps_empty is None:
+            return b""
+        last_sequence = -1 if base_sequence < 0 else (base_sequence + last_offset_delta) % 2**31
+        if not keeps_empty(producer_id, last_sequence):
+            return b""
+        return _rebuilt(buffer, position, b"", 0, NO_TIMESTAMP, max_timestamp, Codec.NONE)
+    assert records is not None  # some records survive, not all
+    if log_append_time:
+        new_first = new_max = max_timestamp
+    else:
+        new_first = first_timestamp + shift
+        new_max = max(first_timestamp + max_delta, NO_TIMESTAMP)
+    codec = Codec(attributes & CODEC_MASK)
+    body_bytes = compress(codec, records, MAGIC) if codec else records
+    return _rebuilt(buffer, position, body_bytes, kept, new_first, new_max, codec)
+
+
+def _filter_records(
+    section: Buffer,
+    count: int,
+    base_offset: int,
+    log_append_time: bool,
+    offset_map: OffsetMap,
+    retain_deletes: bool,
+) -> tuple[int, bytes | None, int, int]:
+    """(records kept, the survivors written again or None when none or all survive, the
+    timestamp delta their times now count from, their largest timestamp delta before) of the
+    ``count`` records of a decompressed records ``section``; ``native.filter_records`` in
+    Python. Each survivor is written as Kafka's builder writes it again: attributes 0, its
+    time from the first survivor's (LogAppendTime: the batch's own, delta 0), offset delta and
+    the rest as they were."""
     remembered, latest = offset_map.remembered.get, offset_map.get
     survivors = []  # (start, end, timestamp delta)
     for start, stop, key_at, timestamp_delta, offset_delta, key_length in _walk_records(
@@ -480,24 +579,12 @@ def filter_batch(
             key_latest = latest(key)
         if key_latest <= base_offset + offset_delta:
             survivors.append((start, stop, timestamp_delta))
-    stats.messages_read += count
-    stats.messages_kept += len(survivors)
-    if len(survivors) == count:
-        return buffer[position:end]
-    if not survivors:
-        if producer_id == NO_PRODUCER_ID or keeps_empty is None:
-            return b""
-        last_sequence = -1 if base_sequence < 0 else (base_sequence + last_offset_delta) % 2**31
-        if not keeps_empty(producer_id, last_sequence):
-            return b""
-        return _rebuilt(buffer, position, b"", 0, NO_TIMESTAMP, max_timestamp, Codec.NONE)
-    log_append_time = bool(attributes & TIMESTAMP_TYPE_BIT)
+    kept = len(survivors)
+    if kept in (0, count):
+        return kept, None, 0, NO_TIMESTAMP
     shift = 0 if log_append_time else survivors[0][2]
     records = bytearray()
     for start, stop, timestamp_delta in survivors:
-        # each record as Kafka's builder writes it again: attributes 0, its time from the
-        # first survivor's (LogAppendTime: the batch's own, delta 0), offset delta and the rest
-        # as they were
         new_delta = 0 if log_append_time else timestamp_delta - shift
         attributes_at = start + _varint_size(section, start)
         if new_delta == timestamp_delta and section[attributes_at] == 0:
@@ -509,18 +596,8 @@ def filter_batch(
         body += section[offset_delta_at:stop]
         write_varint(records, len(body))
         records += body
-    if log_append_time:
-        new_first = new_max = max_timestamp
-    else:
-        new_first = first_timestamp + shift
-        new_max = max(
-            (first_timestamp + timestamp_delta for _, _, timestamp_delta in survivors),
-            default=NO_TIMESTAMP,
-        )
-        new_max = max(new_max, NO_TIMESTAMP)
-    codec = Codec(attributes & CODEC_MASK)
-    body_bytes = compress(codec, records, MAGIC) if codec else bytes(records)
-    return _rebuilt(buffer, position, body_bytes, len(survivors), new_first, new_max, codec)
+    max_delta = max(timestamp_delta for _, _, timestamp_delta in survivors)
+    return kept, bytes(records), shift, max_delta
 
 
 def _rebuilt(
