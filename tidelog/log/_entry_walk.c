@@ -144,6 +144,18 @@ static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, i
     return 0;
 }
 
+/* latest[key] = offset, the key being `length` bytes at `key`; -1 with an exception set. */
+static int put_key(PyObject *latest, const unsigned char *key_at, Py_ssize_t length,
+                   long long offset)
+{
+    PyObject *key = PyBytes_FromStringAndSize((const char *)key_at, length);
+    PyObject *value = key ? PyLong_FromLongLong(offset) : NULL;
+    int failed = !value || PyDict_SetItem(latest, key, value) < 0;
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    return failed ? -1 : 0;
+}
+
 static int put_varint(unsigned char *out, int64_t value)
 {
     uint64_t v = ((uint64_t)value << 1) ^ (uint64_t)(value >> 63);
@@ -269,14 +281,8 @@ static PyObject *map_plain(PyObject *Py_UNUSED(module), PyObject *args)
                 next_record(data, &at, end, &r);
                 if (r.key_length < 0)
                     continue;
-                Py_ssize_t key_start = r.key_at;
-                PyObject *key = PyBytes_FromStringAndSize((const char *)data + key_start,
-                                                          (Py_ssize_t)r.key_length);
-                PyObject *value = key ? PyLong_FromLongLong(offset + r.offset_delta) : NULL;
-                int failed = !value || PyDict_SetItem(latest, key, value) < 0;
-                Py_XDECREF(key);
-                Py_XDECREF(value);
-                if (failed) {
+                if (put_key(latest, data + r.key_at, (Py_ssize_t)r.key_length,
+                            offset + r.offset_delta) < 0) {
                     PyBuffer_Release(&view);
                     return NULL;
                 }
@@ -290,13 +296,7 @@ static PyObject *map_plain(PyObject *Py_UNUSED(module), PyObject *args)
         int32_t key_length = read_int32(data + key_length_at);
         count++;
         if (key_length >= 0) {
-            PyObject *key =
-                PyBytes_FromStringAndSize((const char *)data + key_length_at + 4, key_length);
-            PyObject *value = key ? PyLong_FromLongLong(offset) : NULL;
-            int failed = !value || PyDict_SetItem(latest, key, value) < 0;
-            Py_XDECREF(key);
-            Py_XDECREF(value);
-            if (failed) {
+            if (put_key(latest, data + key_length_at + 4, key_length, offset) < 0) {
                 PyBuffer_Release(&view);
                 return NULL;
             }
@@ -703,12 +703,7 @@ static PyObject *map_inner(PyObject *Py_UNUSED(module), PyObject *args)
     for (Py_ssize_t n = 0; n < count && next_inner(data, &at, view.len, 0, &m); n++) {
         if (m.key_length < 0)
             continue;
-        PyObject *key = PyBytes_FromStringAndSize((const char *)data + m.key_at, m.key_length);
-        PyObject *value = key ? PyLong_FromLongLong(base + m.offset) : NULL;
-        int failed = !value || PyDict_SetItem(latest, key, value) < 0;
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        if (failed) {
+        if (put_key(latest, data + m.key_at, m.key_length, base + m.offset) < 0) {
             PyBuffer_Release(&view);
             return NULL;
         }
@@ -822,13 +817,8 @@ static PyObject *map_records(PyObject *Py_UNUSED(module), PyObject *args)
     for (int n = 0; n < count && next_record(data, &at, view.len, &r); n++) {
         if (r.key_length < 0)
             continue;
-        PyObject *key =
-            PyBytes_FromStringAndSize((const char *)data + r.key_at, (Py_ssize_t)r.key_length);
-        PyObject *value = key ? PyLong_FromLongLong(base_offset + r.offset_delta) : NULL;
-        int failed = !value || PyDict_SetItem(latest, key, value) < 0;
-        Py_XDECREF(key);
-        Py_XDECREF(value);
-        if (failed) {
+        if (put_key(latest, data + r.key_at, (Py_ssize_t)r.key_length,
+                    base_offset + r.offset_delta) < 0) {
             PyBuffer_Release(&view);
             return NULL;
         }
