@@ -70,3 +70,52 @@ def test_a_parked_fetch_answers_as_soon_as_a_partition_it_holds_gets_data(tmp_pa
     assert waited < 0.3
     (partition,) = answer["responses"][0]["partition_responses"]
     assert partition["error_code"] == 0 and partition["record_set"].length > 0
+
+
+def test_a_parked_fetch_woken_by_a_new_epoch_does_not_take_its_follower_back_in(tmp_path):
+    """The controller took follower 2 out of the ISR in a new epoch (a controlled shutdown:
+    the follower has stopped the partition). Its fetch parked here since, at the position it
+    named in the old epoch, is woken by the change; that position is not recorded in the new
+    epoch (as Kafka's delayed fetch records none), so the follower is not taken back in. The
+    next fetch, as it arrives, records where the follower is."""
+    isr_writes: list[tuple[str, int, int, frozenset[int]]] = []
+
+    async def persist_isr(changes: list) -> list[bool]:
+        isr_writes.extend(changes)
+        return [True] * len(changes)
+
+    async def scenario() -> tuple[int, int]:
+        logs = LogManager(
+            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+        )
+        logs.startup()
+        metadata = MetadataCache()
+        metadata.brokers = {1: None, 2: None}  # type: ignore[dict-item]  # live, not reached
+        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))})
+        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+        replicas.apply_metadata()
+        partition = replicas.partitions[("t", 0)]
+
+        def report(code, what, error) -> int:  # type: ignore[no-untyped-def]
+            return int(code)
+
+        try:
+            opened = await answer_replica_fetch(replicas, fetch(0, 0, True, 0), report)
+            parked = asyncio.create_task(
+                answer_replica_fetch(replicas, fetch(opened["session_id"], 1, False, 300), report)
+            )
+            await asyncio.sleep(0.05)
+            metadata.topics["t"].states[0] = PartitionState(1, 4, (1,))
+            replicas.apply_metadata()  # the new epoch wakes the parked fetch
+            await parked
+            await asyncio.sleep(0.05)  # any ISR write it caused is made
+            after_parked = partition.followers[2].log_end_offset
+            assert isr_writes == []  # checked here: the next fetch may take it back in
+            await answer_replica_fetch(replicas, fetch(opened["session_id"], 2, False, 0), report)
+            return after_parked, partition.followers[2].log_end_offset
+        finally:
+            logs.shutdown()
+
+    position_after_wake, position_after_next_fetch = asyncio.run(scenario())
+    assert position_after_wake == -1
+    assert position_after_next_fetch == 0  # the log end it named, caught up

@@ -446,8 +446,10 @@ class RequestHandler:
         keys = [(t["topic"], p["partition"]) for t in body["topics"] for p in t["partitions"]]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
+        arrived = True  # a follower's positions are recorded by the reads as the fetch arrives
         while True:
-            responses, total = await self._read_partitions(request)
+            responses, total = await self._read_partitions(request, arrived)
+            arrived = False
             failed = any(r["error_code"] for t in responses for r in t["partition_responses"])
             remaining = deadline - loop.time()
             if total >= body["min_bytes"] or failed or remaining <= 0:
@@ -463,8 +465,12 @@ class RequestHandler:
         """A follower's fetch in an incremental fetch session (broker.replica_fetch)."""
         return await answer_replica_fetch(self.replicas, request.body, self._error)
 
-    async def _read_partitions(self, request: Request) -> tuple[list[dict], int]:
+    async def _read_partitions(
+        self, request: Request, arrived: bool = True
+    ) -> tuple[list[dict], int]:
         """One pass over the fetched partitions; returns the responses and the bytes in them.
+        A follower's positions are recorded by the pass of a fetch that ``arrived``, not by
+        those of one woken while parked (ReplicaManager.read).
         Fetch v3's max_bytes bounds the whole response; its first partition with data returns
         at least one whole message. Partitions whose data is in the remote tier are read after
         the local ones, all at once on the reader pool; each fails or times out on its own."""
@@ -487,6 +493,7 @@ class RequestHandler:
                     min(wanted["max_bytes"], max(budget - total, 0)),
                     replica_id=body["replica_id"],
                     min_one_message=version >= 3 and total == 0,
+                    follower_position=arrived,
                 )
             except RemoteReadNeeded:
                 remote.append(

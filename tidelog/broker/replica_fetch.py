@@ -50,9 +50,13 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
     replicas.note_follower_log_starts(replica_id, body["topics"])  # Fetch v5+: DeleteRecords
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(body["max_wait_time"], 0) / 1000
+    arrived = True  # follower positions are recorded by a fetch's reads as it arrives only
     while True:
         session.event.clear()
-        answers, whole, total, failed = _read_changed(replicas, session, body["max_bytes"], report)
+        answers, whole, total, failed = _read_changed(
+            replicas, session, body["max_bytes"], report, arrived
+        )
+        answered_as_arrived, arrived = arrived, False
         remaining = deadline - loop.time()
         if total >= body["min_bytes"] or failed or remaining <= 0:
             break
@@ -66,10 +70,14 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
     by_topic: dict[str, list[dict]] = {}
     for (topic, _), answer in answers.items():
         by_topic.setdefault(topic, []).append(answer)
-    # answered whole (nothing more to read, this high watermark sent): not changed any more;
-    # answered with data: to the back of the queue, behind those this answer had no room for
+    # answered whole (nothing more to read, this high watermark sent): not changed any more,
+    # once the follower's position was recorded with it (a fetch woken while parked records
+    # none: the next fetch reads them again as it arrives, which also tries a caught-up
+    # follower out of the ISR for rejoining); answered with data: to the back of the queue,
+    # behind those this answer had no room for
     for key in whole:
-        session.changed.pop(key, None)
+        if answered_as_arrived:
+            session.changed.pop(key, None)
         session.sent_high_watermarks[key] = answers[key]["high_watermark"]
     for key in answers:
         if key in session.changed:
@@ -84,12 +92,17 @@ async def answer_replica_fetch(replicas: ReplicaManager, body: dict, report: Err
 
 
 def _read_changed(
-    replicas: ReplicaManager, session: FetchSession, max_bytes: int, report: ErrorReporter
+    replicas: ReplicaManager,
+    session: FetchSession,
+    max_bytes: int,
+    report: ErrorReporter,
+    arrived: bool,
 ) -> tuple[dict[TopicPartition, dict], list[TopicPartition], int, bool]:
     """Reads the session's changed partitions, in the session's order, until ``max_bytes`` are
-    read (the rest stay changed, for the next fetch); returns the answers worth sending (data,
-    a new high watermark or an error), those of them answered whole (no data left to read), the
-    bytes in them and whether one failed."""
+    read (the rest stay changed, for the next fetch); the reads of a fetch that ``arrived``
+    (not one woken while parked) record the follower's positions. Returns the answers worth
+    sending (data, a new high watermark or an error), those of them answered whole (no data left
+    to read), the bytes in them and whether one failed."""
     answers: dict[TopicPartition, dict] = {}
     whole: list[TopicPartition] = []
     total = 0
@@ -110,7 +123,11 @@ def _read_changed(
         }
         throttled = _leader_throttled(replicas, key, session.replica_id)
         if throttled and replicas.throttle is not None and replicas.throttle.leader.exceeded():
-            continue  # KIP-73: left changed, read once the leader quota allows
+            # KIP-73: left changed, read once the leader quota allows; where the follower is
+            # is recorded all the same (as Kafka does)
+            if arrived:
+                replicas.note_follower_position(topic, number, session.replica_id, fetch_offset)
+            continue
         try:
             result = replicas.read(
                 topic,
@@ -119,6 +136,7 @@ def _read_changed(
                 min(partition_max_bytes, max(max_bytes - total, 0)),
                 replica_id=session.replica_id,
                 min_one_message=total == 0,
+                follower_position=arrived,
             )
         except KafkaError as error:
             answer["error_code"] = report(
@@ -142,11 +160,13 @@ def _read_changed(
         elif session.sent_high_watermarks.get(key) != result.high_watermark:
             answers[key] = answer
             whole.append(key)
-        elif session.replica_id in replicas.leader_partition(topic, number).isr:
+        elif arrived and session.replica_id in replicas.leader_partition(topic, number).isr:
             del session.changed[key]  # nothing new: it waits for the next append
         # else a caught-up follower out of the ISR stays changed, so that each of its fetches
         # tries again to bring it back in: the first try can come before this broker has seen
-        # the follower register again, and an idle partition would never be read again
+        # the follower register again, and an idle partition would never be read again; and a
+        # partition read by a fetch woken while parked stays changed until a fetch arriving
+        # has recorded the follower's position (a new leadership forgets them)
     return answers, whole, total, failed
 
 
