@@ -4,6 +4,8 @@ delivery and the partitions it led have a new leader before it exits."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.integration.acked_producer import AckedProducer
@@ -48,6 +50,7 @@ def test_a_stopped_broker_hands_its_leaderships_over_before_it_exits(cluster):
     producer = AckedProducer(cluster.bootstrap_servers, TOPIC, PARTITIONS, rate=200).start()
     try:
         wait_until(lambda: producer.count() > 200, 30, "200 acknowledged messages")
+        logged_before = log_sizes(cluster)
         cluster.stop_broker(stopping)
         settled = producer.count()
         wait_until(lambda: producer.count() > settled + 200, 30, "200 more acknowledgements")
@@ -66,9 +69,47 @@ def test_a_stopped_broker_hands_its_leaderships_over_before_it_exits(cluster):
     for partition in led:
         assert f"{TOPIC}-{partition}: leader {stopping} -> " in controller_logs
     assert set(producer.acked) <= read_back(cluster, TOPIC, PARTITIONS)
+    # the partitions it followed were stopped on it before it left their ISRs (StopReplica
+    # without delete, as Kafka's controller): no leader took it back in before it exited
+    followed = set(range(PARTITIONS)) - set(led)
+    stopping_log = (cluster.directory / f"broker-{stopping}" / "broker.log").read_text()
+    for partition in followed:
+        assert f"{TOPIC}-{partition}: no longer held here" in stopping_log
+    assert expansions_with(cluster, stopping, followed, since=logged_before) == []
 
     cluster.start_broker(stopping)
     wait_for_full_isr(cluster, TOPIC)
+
+
+def log_sizes(cluster: LocalCluster) -> dict[int, int]:
+    return {b: (cluster.directory / f"broker-{b}" / "broker.log").stat().st_size for b in (1, 2, 3)}
+
+
+def expansions_with(
+    cluster: LocalCluster, broker: int, partitions: set[int], since: dict[int, int]
+) -> list[str]:
+    """The lines the brokers logged after ``since`` (each log's size then), from the time
+    ``broker`` first stopped holding a partition on, where a leader of one of ``partitions``
+    took ``broker`` into its ISR."""
+    written = {}
+    for b, size in since.items():
+        with open(cluster.directory / f"broker-{b}" / "broker.log", "rb") as log:
+            log.seek(size)
+            written[b] = log.read().decode().splitlines()
+    stopped_at = next(line[:23] for line in written[broker] if "no longer held here" in line)
+    pattern = re.compile(rf"{TOPIC}-(\d+): ISR expands from \[[\d, ]*\] to \[([\d, ]*)\]")
+    found = []
+    for lines in written.values():
+        for line in lines:
+            match = pattern.search(line)
+            if (
+                match
+                and line[:23] >= stopped_at  # each line opens with its time
+                and int(match[1]) in partitions
+                and broker in {int(r) for r in match[2].split(", ")}
+            ):
+                found.append(line)
+    return found
 
 
 def test_with_controlled_shutdown_off_the_broker_stops_as_before(cluster):

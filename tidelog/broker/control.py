@@ -33,11 +33,18 @@ class ControlRequests:
         metadata: MetadataCache,
         apply: Callable[[], None],
         stop_replica: Callable[[str, int, bool], None],
+        hold_again: Callable[[list[tuple[str, int]]], None] = lambda partitions: None,
     ) -> None:
         self.broker_id = broker_id
         self.metadata = metadata
         self.apply = apply
         self.stop_replica_callback = stop_replica
+        # a LeaderAndIsr's partitions: those stopped without delete are held here again
+        self.hold_again = hold_again
+        # set once this broker is stopping: only then is a StopReplica without delete taken
+        # (the controller sends one in a controlled shutdown; one that arrives late, at the
+        # broker started again, would leave its partitions unreplicated here for good)
+        self.shutting_down = False
         # set by a broker that can act as controller: answers a ControlledShutdown request
         self.shutdown_handler: Callable[[int], Awaitable[dict]] | None = None
         # False once this broker's own controlled shutdown has moved its leaderships away:
@@ -104,6 +111,7 @@ class ControlRequests:
         if refused:
             return refused
         answers = self._take_states(body)
+        self.hold_again([(a["topic"], a["partition"]) for a in answers if not a["error_code"]])
         if self.applying:
             self.apply()
         log.info(
@@ -132,11 +140,24 @@ class ControlRequests:
         refused = self._fenced(body)
         if refused:
             return refused
+        delete = bool(body.get("delete", False))
+        entries = body.get("partitions", [])
+        if not delete and not self.shutting_down:
+            log.warning(
+                "refused a StopReplica without delete from controller %s for %d partitions: this "
+                "broker is not shutting down (a controlled shutdown's request, late)",
+                body.get("controller_id"),
+                len(entries),
+            )
+            code = ErrorCode.INVALID_REQUEST
+        else:
+            code = ErrorCode.NONE
         answers = []
-        for entry in body.get("partitions", []):
+        for entry in entries:
             topic, number = entry["topic"], int(entry["partition"])
-            self.stop_replica_callback(topic, number, bool(body.get("delete", False)))
-            answers.append({"topic": topic, "partition": number, "error_code": 0})
+            if code == ErrorCode.NONE:
+                self.stop_replica_callback(topic, number, delete)
+            answers.append({"topic": topic, "partition": number, "error_code": int(code)})
         return {"error_code": 0, "partitions": answers}
 
     async def controlled_shutdown(self, body: dict) -> dict:

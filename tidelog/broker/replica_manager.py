@@ -98,6 +98,9 @@ class ReplicaManager:
         # the brokers alive at the last apply_metadata: a follower that fetched before this
         # broker knew it was alive gets its ISR expansion once it is known (see _recheck_isr)
         self._live_brokers: set[int] = set()
+        # partitions stopped by a StopReplica without delete: not held again until a
+        # LeaderAndIsr names them (stop_replica, hold_again)
+        self.stopped: set[TopicPartition] = set()
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -121,6 +124,8 @@ class ReplicaManager:
                 key = (name, number)
                 partition = self.partitions.get(key)
                 if partition is None:
+                    if key in self.stopped:
+                        continue  # until a LeaderAndIsr names it (hold_again)
                     if name in self.metadata.deleting:
                         # its replica was (or is about to be) deleted by StopReplica; a late
                         # read of the topic must not bring its log back
@@ -191,8 +196,16 @@ class ReplicaManager:
             fetcher.remove(key)
 
     def stop_replica(self, topic: str, number: int, delete: bool) -> None:
-        """Stops holding a partition (StopReplica); with ``delete`` its log goes too."""
+        """Stops holding a partition (StopReplica); with ``delete`` its log goes too. Without,
+        the log stays and the partition is not held again (a metadata update naming it is not
+        enough) until a LeaderAndIsr names it: as Kafka's broker, which only a LeaderAndIsr
+        makes a replica (the controller stops a broker in controlled shutdown following
+        partitions this way)."""
         key = (topic, number)
+        if delete:
+            self.stopped.discard(key)
+        else:
+            self.stopped.add(key)
         self._remove_from_fetchers(key)
         if self.partitions.pop(key, None) is not None:
             self._wake(key)
@@ -210,6 +223,11 @@ class ReplicaManager:
             ):
                 self.remote.delete_partition(topic, number)
             self.logs.delete(topic, number)
+
+    def hold_again(self, partitions: list[TopicPartition]) -> None:
+        """A LeaderAndIsr named these partitions: those stopped without delete are held again
+        (at the next apply_metadata)."""
+        self.stopped.difference_update(partitions)
 
     async def stop(self) -> None:
         for fetcher in self.fetchers.values():

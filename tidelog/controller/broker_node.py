@@ -172,7 +172,11 @@ class BrokerNode:
             for listener in config["listeners"]
         ]
         self.control = ControlRequests(
-            self.broker_id, self.metadata, self.replicas.apply_metadata, self.replicas.stop_replica
+            self.broker_id,
+            self.metadata,
+            self.replicas.apply_metadata,
+            self.replicas.stop_replica,
+            self.replicas.hold_again,
         )
         self.control.shutdown_handler = self._answer_controlled_shutdown
         self.control_plane = ControlPlane(self.broker_id, config["controller.socket.timeout.ms"])
@@ -368,6 +372,7 @@ class BrokerNode:
     async def stop(self) -> None:
         log.info("broker %d shutting down cleanly", self.broker_id)
         self.stopping = True
+        self.control.shutting_down = True  # a StopReplica without delete is taken from now
         if self.config["controlled.shutdown.enable"] and self.registered:
             await self._controlled_shutdown()
         for task in self._tasks:
@@ -506,6 +511,19 @@ class BrokerNode:
         if broker_id not in self.metadata.brokers:
             return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE), "partitions_remaining": []}
         self.shutting_down.add(broker_id)
+        # as Kafka's controller, the replicas the broker follows are stopped first (StopReplica
+        # without delete), before the writes that take it out of their ISRs: a follower that
+        # fetched on, caught up, would be taken back into each ISR by its leader until it
+        # exits. Its answer is waited for (up to controller.socket.timeout.ms): the broker
+        # also reads states from its own ZooKeeper watch, and one that came before the
+        # StopReplica would have it follow in the new epoch. The states written for them are
+        # then told to their other replicas only.
+        followed = self._followed_by(broker_id)
+        controller_epoch = self.controller_epoch
+        if followed:
+            await self.control_plane.stop_replicas(self.metadata, followed, delete=False)
+            if self.controller_epoch != controller_epoch:  # resigned meanwhile
+                return {"error_code": int(ErrorCode.NOT_CONTROLLER), "partitions_remaining": []}
         # writes lost to concurrent changes are tried again for half the time the stopping
         # broker waits for this answer (controller.socket.timeout.ms), the rest left to its
         # next attempt
@@ -522,7 +540,9 @@ class BrokerNode:
         self._take_changes(moves.changes)
         # queued, not waited for, as Kafka's controller answers: one unresponsive broker (a
         # paused follower that is now to lead) must not hold the stopping broker up
-        await self.control_plane.send(self.metadata, moves.changes, moves.brokers, wait=False)
+        await self.control_plane.send(
+            self.metadata, moves.changes, moves.brokers, wait=False, not_told=set(followed)
+        )
         log.info(
             "controller: controlled shutdown of broker %d: %d states written, %d partitions "
             "left to move, %d with no other in-sync replica",
@@ -536,6 +556,19 @@ class BrokerNode:
             "partitions_remaining": [list(key) for key in moves.remaining],
             "partitions_stuck": [list(key) for key in moves.stuck],
         }
+
+    def _followed_by(self, broker_id: int) -> list[tuple[str, int, int]]:
+        """(topic, partition, ``broker_id``) of each partition with more than one replica that
+        the broker holds and, as the controller last knew, does not lead."""
+        return [
+            (name, number, broker_id)
+            for name, topic in self.metadata.topics.items()
+            for number, replicas in topic.assignment.items()
+            if broker_id in replicas
+            and len(replicas) > 1
+            and (state := topic.states.get(number)) is not None
+            and state.leader != broker_id
+        ]
 
     async def _advance_reassignments(self, live: set[int]) -> None:
         """One step of every partition reassignment (controller.advance_reassignments): the

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
@@ -220,7 +220,10 @@ class ControlPlane:
             await asyncio.wait(waiting, timeout=self.timeout_s)
 
     async def stop_replicas(
-        self, metadata: MetadataCache, partitions: Iterable[tuple[str, int, int]], delete: bool
+        self,
+        metadata: MetadataCache,
+        partitions: Iterable[tuple[str, int, int]],
+        delete: bool,
     ) -> list[int]:
         """StopReplica for each (topic, partition, broker) to that broker if it is live;
         returns the brokers that acknowledged all of theirs."""
@@ -259,8 +262,10 @@ class ControlPlane:
         live: dict[int, BrokerEndpoint] | None = None,
         *,
         wait: bool = True,
+        not_told: Collection[tuple[str, int, int]] = (),
     ) -> None:
-        """LeaderAndIsr for changed partitions to their replicas, the whole state to brokers new
+        """LeaderAndIsr for changed partitions to their replicas (but not the (topic, partition,
+        broker) of ``not_told``: replicas stopped by a StopReplica), the whole state to brokers new
         since the last call, and UpdateMetadata to every live broker when a partition changed
         or the live brokers did. ``live``: the brokers as the controller last read them from
         ZooKeeper (the cache's by default); an UpdateMetadata must not name a broker the
@@ -275,12 +280,17 @@ class ControlPlane:
                 continue
             entry = partition_entry(change.topic, change.partition, change.replicas, change.state)
             for replica in change.replicas:
-                per_broker[replica].append(entry)
+                if (change.topic, change.partition, replica) not in not_told:
+                    per_broker[replica].append(entry)
         for broker_id in set(live) - self.brokers_told:
             for name, topic in metadata.topics.items():
                 for number, replicas in topic.assignment.items():
                     state = topic.states.get(number)
-                    if state is not None and broker_id in replicas:
+                    if (
+                        state is not None
+                        and broker_id in replicas
+                        and (name, number, broker_id) not in not_told
+                    ):
                         per_broker[broker_id].append(partition_entry(name, number, replicas, state))
         self.brokers_told = set(live)
         answers = [
