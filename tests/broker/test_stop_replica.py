@@ -45,7 +45,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[ReplicaManager, ControlRequests]]:
     control = ControlRequests(
         1, metadata, replicas.apply_metadata, replicas.stop_replica, replicas.hold_again
     )
-    control.shutting_down = True  # the controller stops followed replicas in its shutdown
+    control.stopping = True  # the controller stops followed replicas in its shutdown
     try:
         yield replicas, control
     finally:
@@ -87,7 +87,7 @@ def test_a_running_broker_refuses_a_stop_replica_without_delete(broker):
     """One that arrives late (a controlled shutdown's, at the broker started again) would
     leave the partition unreplicated here for good."""
     replicas, control = broker
-    control.shutting_down = False
+    control.stopping = False
 
     answer = control.stop_replica(from_controller(1, delete=False, partitions=[STATE]))
 

@@ -44,7 +44,7 @@ class ControlRequests:
         # set once this broker is stopping: only then is a StopReplica without delete taken
         # (the controller sends one in a controlled shutdown; one that arrives late, at the
         # broker started again, would leave its partitions unreplicated here for good)
-        self.shutting_down = False
+        self.stopping = False
         # set by a broker that can act as controller: answers a ControlledShutdown request
         self.shutdown_handler: Callable[[int], Awaitable[dict]] | None = None
         # False once this broker's own controlled shutdown has moved its leaderships away:
@@ -142,7 +142,7 @@ class ControlRequests:
             return refused
         delete = bool(body.get("delete", False))
         entries = body.get("partitions", [])
-        if not delete and not self.shutting_down:
+        if not delete and not self.stopping:
             log.warning(
                 "refused a StopReplica without delete from controller %s for %d partitions: this "
                 "broker is not shutting down (a controlled shutdown's request, late)",

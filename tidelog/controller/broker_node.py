@@ -372,7 +372,7 @@ class BrokerNode:
     async def stop(self) -> None:
         log.info("broker %d shutting down cleanly", self.broker_id)
         self.stopping = True
-        self.control.shutting_down = True  # a StopReplica without delete is taken from now
+        self.control.stopping = True  # a StopReplica without delete is taken from now
         if self.config["controlled.shutdown.enable"] and self.registered:
             await self._controlled_shutdown()
         for task in self._tasks:

@@ -220,10 +220,7 @@ class ControlPlane:
             await asyncio.wait(waiting, timeout=self.timeout_s)
 
     async def stop_replicas(
-        self,
-        metadata: MetadataCache,
-        partitions: Iterable[tuple[str, int, int]],
-        delete: bool,
+        self, metadata: MetadataCache, partitions: Iterable[tuple[str, int, int]], delete: bool
     ) -> list[int]:
         """StopReplica for each (topic, partition, broker) to that broker if it is live;
         returns the brokers that acknowledged all of theirs."""
