@@ -43,7 +43,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[ReplicaManager, ControlRequests]]:
     replicas = ReplicaManager(1, logs, metadata, ManualClock())
     replicas.apply_metadata()
     control = ControlRequests(
-        1, metadata, replicas.apply_metadata, replicas.stop_replica, replicas.hold_again
+        1, metadata, replicas.apply_metadata, replicas.stop_replicas, replicas.hold_again
     )
     control.stopping = True  # the controller stops followed replicas in its shutdown
     try:

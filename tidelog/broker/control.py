@@ -32,13 +32,13 @@ class ControlRequests:
         broker_id: int,
         metadata: MetadataCache,
         apply: Callable[[], None],
-        stop_replica: Callable[[str, int, bool], None],
+        stop_replicas: Callable[[list[tuple[str, int]], bool], None],
         hold_again: Callable[[list[tuple[str, int]]], None] = lambda partitions: None,
     ) -> None:
         self.broker_id = broker_id
         self.metadata = metadata
         self.apply = apply
-        self.stop_replica_callback = stop_replica
+        self.stop_replicas = stop_replicas
         # a LeaderAndIsr's partitions: those stopped without delete are held here again
         self.hold_again = hold_again
         # set once this broker is stopping: only then is a StopReplica without delete taken
@@ -152,12 +152,10 @@ class ControlRequests:
             code = ErrorCode.INVALID_REQUEST
         else:
             code = ErrorCode.NONE
-        answers = []
-        for entry in entries:
-            topic, number = entry["topic"], int(entry["partition"])
-            if code == ErrorCode.NONE:
-                self.stop_replica_callback(topic, number, delete)
-            answers.append({"topic": topic, "partition": number, "error_code": int(code)})
+        partitions = [(entry["topic"], int(entry["partition"])) for entry in entries]
+        if code == ErrorCode.NONE:
+            self.stop_replicas(partitions, delete)
+        answers = [{"topic": t, "partition": p, "error_code": int(code)} for t, p in partitions]
         return {"error_code": 0, "partitions": answers}
 
     async def controlled_shutdown(self, body: dict) -> dict:

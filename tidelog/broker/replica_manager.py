@@ -99,7 +99,7 @@ class ReplicaManager:
         # broker knew it was alive gets its ISR expansion once it is known (see _recheck_isr)
         self._live_brokers: set[int] = set()
         # partitions stopped by a StopReplica without delete: not held again until a
-        # LeaderAndIsr names them (stop_replica, hold_again)
+        # LeaderAndIsr names them (stop_replicas, hold_again)
         self.stopped: set[TopicPartition] = set()
 
     # -- leadership ----------------------------------------------------------------------------
@@ -195,22 +195,28 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.remove(key)
 
-    def stop_replica(self, topic: str, number: int, delete: bool) -> None:
-        """Stops holding a partition (StopReplica); with ``delete`` its log goes too. Without,
-        the log stays and the partition is not held again (a metadata update naming it is not
+    def stop_replicas(self, partitions: list[TopicPartition], delete: bool) -> None:
+        """Stops holding partitions (StopReplica); with ``delete`` their logs go too. Without,
+        the logs stay and a partition is not held again (a metadata update naming it is not
         enough) until a LeaderAndIsr names it: as Kafka's broker, which only a LeaderAndIsr
         makes a replica (the controller stops a broker in controlled shutdown following
-        partitions this way)."""
+        partitions this way). The leadership listeners hear of it once."""
+        stopped = [key for key in partitions if self._stop_replica(*key, delete)]
+        if stopped:
+            for listener in self.leadership_listeners:
+                listener()
+
+    def _stop_replica(self, topic: str, number: int, delete: bool) -> bool:
+        """Stops holding one partition; whether it was held."""
         key = (topic, number)
         if delete:
             self.stopped.discard(key)
         else:
             self.stopped.add(key)
         self._remove_from_fetchers(key)
-        if self.partitions.pop(key, None) is not None:
+        held = self.partitions.pop(key, None) is not None
+        if held:
             self._wake(key)
-            for listener in self.leadership_listeners:
-                listener()
             log.info(
                 "%s-%d: no longer held here%s", topic, number, " (log deleted)" if delete else ""
             )
@@ -223,6 +229,7 @@ class ReplicaManager:
             ):
                 self.remote.delete_partition(topic, number)
             self.logs.delete(topic, number)
+        return held
 
     def hold_again(self, partitions: list[TopicPartition]) -> None:
         """A LeaderAndIsr named these partitions: those stopped without delete are held again

@@ -175,7 +175,7 @@ class BrokerNode:
             self.broker_id,
             self.metadata,
             self.replicas.apply_metadata,
-            self.replicas.stop_replica,
+            self.replicas.stop_replicas,
             self.replicas.hold_again,
         )
         self.control.shutdown_handler = self._answer_controlled_shutdown
