@@ -123,11 +123,7 @@ def _read_changed(
         }
         throttled = _leader_throttled(replicas, key, session.replica_id)
         if throttled and replicas.throttle is not None and replicas.throttle.leader.exceeded():
-            # KIP-73: left changed, read once the leader quota allows; where the follower is
-            # is recorded all the same (as Kafka does)
-            if arrived:
-                replicas.note_follower_position(topic, number, session.replica_id, fetch_offset)
-            continue
+            continue  # KIP-73: left changed, read once the leader quota allows
         try:
             result = replicas.read(
                 topic,

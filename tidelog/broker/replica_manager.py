@@ -394,7 +394,10 @@ class ReplicaManager:
         partition = self.leader_partition(topic, number)
         if replica_id >= 0:
             if follower_position:
-                self._note_follower(partition, replica_id, offset)
+                if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
+                    self._wake((topic, number))
+                if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone
+                    self._maybe_update_isr(partition, partition.isr_to_expand(replica_id))
             max_offset = None
         else:
             max_offset = partition.log.high_watermark
@@ -423,17 +426,6 @@ class ReplicaManager:
             partition_log.log_start_offset,
             partition_log.config.magic,
         )
-
-    def note_follower_position(self, topic: str, number: int, replica_id: int, offset: int) -> None:
-        """Records where a follower's fetch says it is, without a read (a throttled one)."""
-        self._note_follower(self.leader_partition(topic, number), replica_id, offset)
-
-    def _note_follower(self, partition: Partition, replica_id: int, offset: int) -> None:
-        """A follower's position: it may move the high watermark or bring it back into the ISR."""
-        if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
-            self._wake((partition.topic, partition.partition))
-        if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone: no
-            self._maybe_update_isr(partition, partition.isr_to_expand(replica_id))
 
     async def read_remote(
         self, topic: str, number: int, offset: int, max_bytes: int, *, min_one_message: bool
