@@ -141,20 +141,18 @@ class ControlRequests:
         if refused:
             return refused
         delete = bool(body.get("delete", False))
-        entries = body.get("partitions", [])
-        if not delete and not self.stopping:
+        partitions = [(e["topic"], int(e["partition"])) for e in body.get("partitions", [])]
+        if delete or self.stopping:
+            self.stop_replicas(partitions, delete)
+            code = ErrorCode.NONE
+        else:
             log.warning(
                 "refused a StopReplica without delete from controller %s for %d partitions: this "
                 "broker is not shutting down (a controlled shutdown's request, late)",
                 body.get("controller_id"),
-                len(entries),
+                len(partitions),
             )
             code = ErrorCode.INVALID_REQUEST
-        else:
-            code = ErrorCode.NONE
-        partitions = [(entry["topic"], int(entry["partition"])) for entry in entries]
-        if code == ErrorCode.NONE:
-            self.stop_replicas(partitions, delete)
         answers = [{"topic": t, "partition": p, "error_code": int(code)} for t, p in partitions]
         return {"error_code": 0, "partitions": answers}
 
