@@ -55,3 +55,27 @@ def test_a_torn_object_is_an_unfinished_copy_until_it_is_rewritten(tmp_path):
 
     store.put(segment(0, SegmentState.COPY_SEGMENT_FINISHED))
     assert states(other) == {0: SegmentState.COPY_SEGMENT_FINISHED}
+
+
+def test_a_listing_from_memory_follows_the_stores_own_writes_in_order(tmp_path):
+    store = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    for start in (20, 0):
+        store.put(segment(start))
+    assert [m.start_offset for m in store.list_segments("t", 0)] == [0, 20]
+    read = store.objects_read  # its own writes, read back by the listing
+
+    def remembered() -> list[RemoteSegmentMetadata]:
+        return store.list_segments("t", 0, afresh=False)
+
+    remembered().clear()  # a caller's list is its own
+    assert [m.start_offset for m in remembered()] == [0, 20]
+    store.put(segment(10))
+    store.put(segment(0, SegmentState.COPY_SEGMENT_FINISHED))
+    assert [(m.start_offset, m.state) for m in remembered()] == [
+        (0, SegmentState.COPY_SEGMENT_FINISHED),
+        (10, SegmentState.COPY_SEGMENT_STARTED),
+        (20, SegmentState.COPY_SEGMENT_STARTED),
+    ]
+    store.remove(segment(10).segment_id)
+    assert [m.start_offset for m in remembered()] == [0, 20]
+    assert store.objects_read == read  # all of it from memory
