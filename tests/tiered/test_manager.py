@@ -381,6 +381,41 @@ def run_scheduled_task(broker: Broker) -> None:
         time.sleep(0.005)
 
 
+def test_each_partition_gets_one_task_an_interval_at_its_own_phase_not_all_at_once(
+    tmp_path, tier, clock
+):
+    logs = LogManager(
+        [tmp_path / "logs"],
+        parse_config({}, BROKER_KEYS),
+        clock=clock,
+        topic_configs={TOPIC: remote_config()},
+    )
+    partitions = [(TOPIC, p) for p in range(40)]
+    for key in partitions:
+        logs.get_or_create(*key)
+    remote = RemoteLogManager(
+        logs, RemoteStorageManager(f"file://{tier}"), clock, leader_epoch_of=lambda *_: 0,
+        task_interval_ms=1000,
+    )  # fmt: skip
+    handed: list[list[str]] = []
+    remote.copier.submit = lambda work, what="": (handed[-1].append(what), work())
+    try:
+        remote.startup()
+        for _ in range(20):  # two intervals, a tenth of one at a time
+            handed.append([])
+            clock.advance(100)
+            logs.scheduler.run_due()
+    finally:
+        remote.shutdown()
+        logs.shutdown()
+
+    for key in partitions:
+        name = f"remote log task of {key[0]}-{key[1]}"
+        ticks = [tick for tick, names in enumerate(handed) if name in names]
+        assert len(ticks) == 2 and ticks[1] - ticks[0] == 10, (name, ticks)
+    assert max(len(names) for names in handed) <= len(partitions) // 3
+
+
 def test_frequent_tasks_list_the_tier_every_few_tasks_and_see_their_own_copies_between(
     leader, tmp_path, tier, clock
 ):
