@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import message_set
 from tests.tiered.remote_format import parse_pairs, parse_remote_log_index
 from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.checkpoint import TopicPartition
 from tidelog.log.config import LogConfig
 from tidelog.log.manager import LogManager
 from tidelog.log.producer_state import decode_snapshot
@@ -381,39 +382,66 @@ def run_scheduled_task(broker: Broker) -> None:
         time.sleep(0.005)
 
 
-def test_each_partition_gets_one_task_an_interval_at_its_own_phase_not_all_at_once(
-    tmp_path, tier, clock
-):
-    logs = LogManager(
-        [tmp_path / "logs"],
-        parse_config({}, BROKER_KEYS),
-        clock=clock,
-        topic_configs={TOPIC: remote_config()},
-    )
-    partitions = [(TOPIC, p) for p in range(40)]
-    for key in partitions:
-        logs.get_or_create(*key)
-    remote = RemoteLogManager(
-        logs, RemoteStorageManager(f"file://{tier}"), clock, leader_epoch_of=lambda *_: 0,
-        task_interval_ms=1000,
-    )  # fmt: skip
-    handed: list[list[str]] = []
-    remote.copier.submit = lambda work, what="": (handed[-1].append(what), work())
-    try:
-        remote.startup()
-        for _ in range(20):  # two intervals, a tenth of one at a time
-            handed.append([])
-            clock.advance(100)
-            logs.scheduler.run_due()
-    finally:
-        remote.shutdown()
-        logs.shutdown()
+class Partitions:
+    """40 remote-enabled partitions, their manager's tasks started by the log manager's
+    scheduler on a manual clock, each task run as it is handed to the copy pool."""
 
-    for key in partitions:
+    def __init__(self, directory: Path, tier: Path, clock) -> None:
+        self.clock = clock
+        self.logs = LogManager(
+            [directory],
+            parse_config({}, BROKER_KEYS),
+            clock=clock,
+            topic_configs={TOPIC: remote_config()},
+        )
+        self.keys = [(TOPIC, p) for p in range(40)]
+        for key in self.keys:
+            self.logs.get_or_create(*key)
+        self.remote = RemoteLogManager(
+            self.logs, RemoteStorageManager(f"file://{tier}"), clock,
+            leader_epoch_of=lambda *_: 0, task_interval_ms=1000,
+        )  # fmt: skip
+        self.handed: list[list[str]] = []
+        self.remote.copier.submit = lambda work, what="": (self.handed[-1].append(what), work())
+        self.remote.startup()
+
+    def tick(self, ms: int) -> list[str]:
+        """Moves the clock, runs what is due; the tasks handed out meanwhile."""
+        self.handed.append([])
+        self.clock.advance(ms)
+        self.logs.scheduler.run_due()
+        return self.handed[-1]
+
+    def ticks_of(self, key: TopicPartition) -> list[int]:
         name = f"remote log task of {key[0]}-{key[1]}"
-        ticks = [tick for tick, names in enumerate(handed) if name in names]
-        assert len(ticks) == 2 and ticks[1] - ticks[0] == 10, (name, ticks)
-    assert max(len(names) for names in handed) <= len(partitions) // 3
+        return [tick for tick, names in enumerate(self.handed) if name in names]
+
+    def close(self) -> None:
+        self.remote.shutdown()
+        self.logs.shutdown()
+
+
+@pytest.fixture
+def partitions(tmp_path, tier, clock):
+    partitions = Partitions(tmp_path / "logs", tier, clock)
+    yield partitions
+    partitions.close()
+
+
+def test_each_partition_gets_one_task_an_interval_a_tenth_of_them_at_a_time(partitions):
+    for _ in range(20):  # two intervals
+        assert len(partitions.tick(100)) == 4
+
+    for key in partitions.keys:
+        first, second = partitions.ticks_of(key)
+        assert second - first == 10
+
+
+def test_a_late_tick_starts_the_tasks_of_the_ticks_it_missed_once(partitions):
+    partitions.tick(100)
+    assert len(partitions.tick(350)) == 12  # the partitions of the 3 ticks due by 450 ms
+    late = partitions.tick(2000)  # more than an interval late
+    assert len(late) == len(set(late)) == 40
 
 
 def test_frequent_tasks_list_the_tier_every_few_tasks_and_see_their_own_copies_between(
