@@ -93,8 +93,8 @@ class RemoteLogMetadataStore:
     own writes replace the object in memory with no version, so the next listing reads it back,
     and ``list_segments(afresh=False)`` answers from memory: the last listing plus this store's
     own writes since, kept in order until one of them changes (a partition's task asks every
-    task interval; sorting its segments each time was most of an idle task's work). Safe to use
-    from several threads.
+    task interval; sorting its segments each time was the largest part of an idle task). Safe
+    to use from several threads.
     """
 
     def __init__(self, storage: RemoteStorageManager) -> None:
