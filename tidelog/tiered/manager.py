@@ -142,11 +142,11 @@ class RemoteLogManager:
             task_interval_ms, min(LISTING_EVERY_TASKS * task_interval_ms, LISTING_MAX_INTERVAL_MS)
         )
         self._deleted: set[TopicPartition] = set()
-        self._phases_started_ms = 0
-        self._ticks_done = 0  # ticks since startup (interval/TASK_PHASES each) whose phases started
+        self._phases_started_ms: int | None = None  # when the ticks began: the first call
+        self._ticks_done = 0  # ticks (interval/TASK_PHASES each) whose phases were started
 
     def startup(self) -> None:
-        self._phases_started_ms = self.clock.milliseconds()
+        self._phases_started_ms = None
         self._ticks_done = 0
         tick_ms = max(1, self.task_interval_ms // TASK_PHASES)
         self.logs.scheduler.schedule("remote log manager", tick_ms, self._run_due_phases)
@@ -165,9 +165,14 @@ class RemoteLogManager:
     def _run_due_phases(self) -> None:
         """Starts the tasks of each phase whose tick has come since the last call, by the clock
         (so a late call catches up, and lateness does not add up over ticks); a call an
-        interval late or more starts every phase but the next tick's."""
-        due = (self.clock.milliseconds() - self._phases_started_ms) * TASK_PHASES
-        due //= self.task_interval_ms
+        interval late or more starts every phase but the next tick's. The ticks begin at the
+        first call, not at startup: a broker's scheduler starts once it has registered, which
+        may be more than an interval later, and every task would start at once."""
+        now = self.clock.milliseconds()
+        if self._phases_started_ms is None:
+            self._phases_started_ms = now
+            return
+        due = (now - self._phases_started_ms) * TASK_PHASES // self.task_interval_ms
         ticks = range(max(self._ticks_done, due - TASK_PHASES + 1), due)
         self._ticks_done = max(self._ticks_done, due)
         if ticks:
