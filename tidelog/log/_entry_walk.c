@@ -740,7 +740,8 @@ static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     inner_t m;
-    for (Py_ssize_t n = 0; n < count && next_inner(data, &at, view.len, 1, &m); n++) {
+    /* walk_inner checked every message's CRC: this second walk does not check them again */
+    for (Py_ssize_t n = 0; n < count && next_inner(data, &at, view.len, 0, &m); n++) {
         if (m.key_length < 0 || (m.null_value && !retain_deletes))
             continue; /* a compacted log keeps only keyed messages */
         m.offset += base; /* absolute from here */
