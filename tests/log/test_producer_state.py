@@ -8,6 +8,8 @@ import pytest
 
 from tests.log.test_recovery import crash
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
 from tidelog.log.producer_state import (
     CorruptSnapshotError,
     ProducerStateEntry,
@@ -117,6 +119,49 @@ def test_snapshots_at_rolls_and_a_clean_close_bring_the_state_back(make_log):
 
     assert reopened.append_as_leader(batch(2, 0, 18), leader_epoch=0).first_offset == 58
     assert reopened.log_end_offset == 60
+
+
+def rolled_with_unlinks_pending(tmp_path, clock) -> tuple[Log, list]:
+    """A log whose background work is queued: the older rolls' flushes have run, the last
+    roll's work (its flush, the unlinks of the snapshots it dropped) has not."""
+    queued: list = []
+    log = Log(tmp_path / "t-0", LogConfig(**V2), clock=clock, background=queued.append)
+    fill(log)
+    while queued:
+        queued.pop(0)()  # the flushes move the recovery point up
+    log.append_as_leader(batch(0, 0, 20), leader_epoch=0)
+    log.roll("the test rolls")
+    return log, queued
+
+
+def test_a_roll_sets_old_snapshots_aside_and_the_background_unlinks_them(tmp_path, clock):
+    # an unlink frees a file's blocks (on a disk mounted with discard it waits for the device):
+    # the roll, on the event loop, only renames
+    log, queued = rolled_with_unlinks_pending(tmp_path, clock)
+    kept = [offset for offset, _ in log.producer_state.snapshot_files()]
+    set_aside = [int(path.name.split(".")[0]) for path in log.directory.glob("*.snapshot.deleted")]
+    assert set_aside and max(set_aside) < min(kept)
+
+    for work in queued:
+        work()
+
+    assert not list(log.directory.glob("*.snapshot.deleted"))
+    assert [offset for offset, _ in log.producer_state.snapshot_files()] == kept
+
+
+def test_snapshots_set_aside_before_a_crash_are_removed_when_the_log_is_loaded(
+    tmp_path, clock, make_log
+):
+    log, _ = rolled_with_unlinks_pending(tmp_path, clock)
+    assert list(log.directory.glob("*.snapshot.deleted"))
+    crash(log)
+
+    reopened = make_log(**V2)
+
+    assert not list(reopened.directory.glob("*.snapshot.deleted"))
+    assert reopened.producer_state.latest_snapshot_offset() == 62
+    assert reopened.append_as_leader(batch(0, 0, 20), leader_epoch=0).first_offset == 60
+    assert reopened.append_as_leader(batch(0, 0, 22), leader_epoch=0).first_offset == 62
 
 
 def test_a_crash_rebuilds_from_the_last_snapshot_and_the_log_above_it(make_log):

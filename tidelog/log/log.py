@@ -183,7 +183,9 @@ class Log:
         self.last_appended_timestamp = max(s.max_timestamp for s in self.segments)
         self.leader_epochs = LeaderEpochCache(self.directory)
         self.leader_epochs.truncate_from_end(self.log_end_offset)  # a recovery may have cut
-        self.producer_state = ProducerStateManager(self.directory, producer_id_expiration_ms)
+        self.producer_state = ProducerStateManager(
+            self.directory, producer_id_expiration_ms, background
+        )
         self._load_producer_state(clean_shutdown=not needs_recovery)
 
     # -- loading -------------------------------------------------------------------------------

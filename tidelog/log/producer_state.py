@@ -18,14 +18,14 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from crc32c import crc32c
 
 from tidelog.errors import ErrorCode, KafkaError
-from tidelog.log.files import segment_file
+from tidelog.log.files import DELETED_SUFFIX, segment_file
 from tidelog.records.format import OFFSET_AND_SIZE
 from tidelog.records.record_batch import HEADER_SIZE, LAST_OFFSET_DELTA_AT, MAGIC, MAGIC_AT
 
@@ -145,11 +145,23 @@ class ProducerStateManager:
     evicts the rest: ``truncate_head``) and below ``map_end_offset``; a snapshot named N holds the
     state of the log below offset N. Not thread-safe: the log calls it under its lock.
     ``expiration_ms`` is transactional.id.expiration.ms: a producer whose last batch's timestamp
-    is that much older than now is forgotten (``remove_expired``), as Kafka 2.1 does."""
+    is that much older than now is forgotten (``remove_expired``), as Kafka 2.1 does.
 
-    def __init__(self, directory: Path, expiration_ms: int) -> None:
+    With a ``background`` (the log's), a snapshot no longer needed is renamed ``.deleted`` at
+    once, so no listing sees it, and unlinked there: an unlink frees the file's blocks, which
+    on a file system mounted with discard waits for the device, and a roll may drop dozens of
+    snapshots at once (the first roll after the tier caught up with a backlog) on the event
+    loop. A ``.deleted`` file a crash leaves is removed when the log is loaded."""
+
+    def __init__(
+        self,
+        directory: Path,
+        expiration_ms: int,
+        background: Callable[[Callable[[], None]], object] | None = None,
+    ) -> None:
         self.directory = directory
         self.expiration_ms = expiration_ms
+        self.background = background
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         self.last_snapshot_offset = 0
@@ -287,9 +299,26 @@ class ProducerStateManager:
         return sorted(found)
 
     def delete_snapshots_below(self, offset: int) -> None:
-        for snapshot_offset, path in self.snapshot_files():
-            if snapshot_offset < offset:
+        doomed = [
+            path for snapshot_offset, path in self.snapshot_files() if snapshot_offset < offset
+        ]
+        if self.background is None:
+            for path in doomed:
                 path.unlink(missing_ok=True)
+            return
+        if not doomed:
+            return
+        set_aside = []
+        for path in doomed:
+            deleted = path.with_name(path.name + DELETED_SUFFIX)
+            os.replace(path, deleted)
+            set_aside.append(deleted)
+
+        def unlink() -> None:
+            for path in set_aside:
+                path.unlink(missing_ok=True)
+
+        self.background(unlink)
 
     def latest_snapshot_offset(self) -> int | None:
         files = self.snapshot_files()
