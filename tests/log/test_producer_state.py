@@ -122,8 +122,10 @@ def test_snapshots_at_rolls_and_a_clean_close_bring_the_state_back(make_log):
 
 
 def rolled_with_unlinks_pending(tmp_path, clock) -> tuple[Log, list]:
-    """A log whose background work is queued: the older rolls' flushes have run, the last
-    roll's work (its flush, the unlinks of the snapshots it dropped) has not."""
+    """A log of segments of 10 offsets whose background work is queued: the flushes of the
+    rolls while it was filled have run; then the append at 60 rolls (dropping the snapshots
+    below the recovery point's segment, 50) and a roll at 62 follows, and their work (the
+    unlinks, two flushes) has not run."""
     queued: list = []
     log = Log(tmp_path / "t-0", LogConfig(**V2), clock=clock, background=queued.append)
     fill(log)
@@ -139,14 +141,41 @@ def test_a_roll_sets_old_snapshots_aside_and_the_background_unlinks_them(tmp_pat
     # the roll, on the event loop, only renames
     log, queued = rolled_with_unlinks_pending(tmp_path, clock)
     kept = [offset for offset, _ in log.producer_state.snapshot_files()]
-    set_aside = [int(path.name.split(".")[0]) for path in log.directory.glob("*.snapshot.deleted")]
-    assert set_aside and max(set_aside) < min(kept)
+    assert kept == [50, 60, 62]
+    set_aside = sorted(
+        int(path.name.split(".")[0]) for path in log.directory.glob("*.snapshot.deleted")
+    )
+    assert set_aside == [10, 20, 30, 40]
 
     for work in queued:
         work()
 
     assert not list(log.directory.glob("*.snapshot.deleted"))
     assert [offset for offset, _ in log.producer_state.snapshot_files()] == kept
+
+
+def test_a_snapshot_gone_before_its_rename_is_skipped_and_the_rest_still_go(
+    tmp_path, clock, monkeypatch
+):
+    log, queued = rolled_with_unlinks_pending(tmp_path, clock)
+    for work in queued:
+        work()
+    listed = log.producer_state.snapshot_files()
+    vanished = tmp_path / "t-0" / "00000000000000000055.snapshot"  # listed, then gone
+    monkeypatch.setattr(log.producer_state, "snapshot_files", lambda: [(55, vanished), *listed])
+    queued.clear()
+
+    log.producer_state.delete_snapshots_below(62)
+
+    assert sorted(p.name for p in log.directory.glob("*.snapshot.deleted")) == [
+        "00000000000000000050.snapshot.deleted",
+        "00000000000000000060.snapshot.deleted",
+    ]
+    for work in queued:
+        work()
+    monkeypatch.undo()
+    assert [offset for offset, _ in log.producer_state.snapshot_files()] == [62]
+    assert not list(log.directory.glob("*.snapshot.deleted"))
 
 
 def test_snapshots_set_aside_before_a_crash_are_removed_when_the_log_is_loaded(

@@ -153,8 +153,9 @@ class Log:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.directory = Path(directory)
-        # Runs a rolled segment's flush off the append path (LogManager gives a thread); without
-        # it the flush happens in roll().
+        # Runs a rolled segment's flush, a deleted segment's unlinks and those of producer
+        # snapshots no longer needed off the append path (LogManager gives a thread); without it
+        # they happen at once.
         self.background = background
         self.clock = clock or SystemClock()
         self.config = config
@@ -253,7 +254,7 @@ class Log:
         for path in self.directory.iterdir():
             if path.suffix in LEFTOVER_SUFFIXES:
                 log.info("%s: removing a leftover of an interrupted operation", path)
-                path.unlink()
+                path.unlink(missing_ok=True)
             elif (
                 path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
                 and not path.with_suffix(LOG_SUFFIX).exists()

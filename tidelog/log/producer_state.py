@@ -147,8 +147,9 @@ class ProducerStateManager:
     ``expiration_ms`` is transactional.id.expiration.ms: a producer whose last batch's timestamp
     is that much older than now is forgotten (``remove_expired``), as Kafka 2.1 does.
 
-    With a ``background`` (the log's), a snapshot no longer needed is renamed ``.deleted`` at
-    once, so no listing sees it, and unlinked there: an unlink frees the file's blocks, which
+    With a ``background`` (the log's), a snapshot file this removes (below the log start, past
+    a truncation, all of them when the log is emptied) is renamed ``.deleted`` at once, so no
+    listing sees it, and unlinked on the background: an unlink frees the file's blocks, which
     on a file system mounted with discard waits for the device, and a roll may drop dozens of
     snapshots at once (the first roll after the tier caught up with a backlog) on the event
     loop. A ``.deleted`` file a crash leaves is removed when the log is loaded."""
@@ -271,9 +272,13 @@ class ProducerStateManager:
         """Drops snapshots outside (log start, log end] and, unless the state is already at
         ``log_end_offset``, reloads it from the latest snapshot left (empty at the log start
         if none): the caller replays the log from ``map_end_offset`` to its end."""
-        for offset, path in self.snapshot_files():
-            if offset > log_end_offset or offset <= log_start_offset:
-                path.unlink(missing_ok=True)
+        self._remove(
+            [
+                path
+                for offset, path in self.snapshot_files()
+                if offset > log_end_offset or offset <= log_start_offset
+            ]
+        )
         if log_end_offset == self.map_end_offset:
             self.truncate_head(log_start_offset)
             return
@@ -283,8 +288,7 @@ class ProducerStateManager:
     def clear(self, offset: int) -> None:
         """The log was emptied to start at ``offset``: no producers, no snapshots."""
         self.producers.clear()
-        for _, path in self.snapshot_files():
-            path.unlink(missing_ok=True)
+        self._remove([path for _, path in self.snapshot_files()])
         self.map_end_offset = self.last_snapshot_offset = offset
 
     # -- snapshots ---------------------------------------------------------------------------------
@@ -299,26 +303,34 @@ class ProducerStateManager:
         return sorted(found)
 
     def delete_snapshots_below(self, offset: int) -> None:
-        doomed = [
-            path for snapshot_offset, path in self.snapshot_files() if snapshot_offset < offset
-        ]
+        """Removes the snapshots below ``offset`` (see ``_remove``)."""
+        self._remove([path for snapshot, path in self.snapshot_files() if snapshot < offset])
+
+    def _remove(self, paths: list[Path]) -> None:
+        """Removes snapshot files: at once without a background; with one, each is renamed
+        ``.deleted`` here (from then on no listing sees it) and unlinked on the background. A
+        file already gone is skipped."""
         if self.background is None:
-            for path in doomed:
+            for path in paths:
                 path.unlink(missing_ok=True)
             return
-        if not doomed:
-            return
-        set_aside = []
-        for path in doomed:
-            deleted = path.with_name(path.name + DELETED_SUFFIX)
-            os.replace(path, deleted)
-            set_aside.append(deleted)
+        set_aside: list[Path] = []
+        try:
+            for path in paths:
+                deleted = path.with_name(path.name + DELETED_SUFFIX)
+                try:
+                    os.replace(path, deleted)
+                except FileNotFoundError:
+                    continue
+                set_aside.append(deleted)
+        finally:
+            if set_aside:
 
-        def unlink() -> None:
-            for path in set_aside:
-                path.unlink(missing_ok=True)
+                def unlink() -> None:
+                    for path in set_aside:
+                        path.unlink(missing_ok=True)
 
-        self.background(unlink)
+                self.background(unlink)
 
     def latest_snapshot_offset(self) -> int | None:
         files = self.snapshot_files()
