@@ -67,8 +67,8 @@ LISTING_MAX_INTERVAL_MS = 30_000
 # tick (task_phase): every partition still gets one task an interval, but the copy pool is
 # handed about a tenth of them at a time. Handed all at once, the tasks' Python held the GIL in
 # one stretch and kept the broker's event loop from it for 10-20 ms (60 partitions, a 1 s
-# interval: the tiered cluster's produce p99 about twice the untiered one's; 1.3-1.5 times with
-# acks=all and 1.1-1.2 with acks=1 with the tasks spread).
+# interval: the tiered cluster's produce p99 was about twice the untiered one's; the README's
+# tiered-storage section gives it with the tasks spread).
 TASK_PHASES = 10
 
 

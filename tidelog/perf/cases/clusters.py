@@ -147,10 +147,8 @@ def set_local_retention(cluster: LocalCluster, profile: Profile) -> None:
 def offloaded(cluster: LocalCluster, profile: Profile) -> bool:
     """Whether each broker is down to what local retention keeps for good: per partition, its
     local.retention.bytes and the active segment. The older data is in the tier and its local
-    files are gone, so the history's last copies and deletions (thousands of them, each an
-    unlink) do not fall in the first seconds of the first case. A bound of one more segment a
-    partition let the first case start with them: its first two one-second windows had a p99
-    of 45-423 ms where the cluster without the tier had 6-38 ms."""
+    files are gone, so the history's last copies and deletions are not measured as part of
+    the first case."""
     per_broker = profile.partitions * REPLICATION_FACTOR / profile.brokers
     limit = per_broker * (profile.local_retention_bytes + profile.segment_bytes)
     return all(local_bytes(cluster, b) <= limit for b in cluster.broker_ids)
