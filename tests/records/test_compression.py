@@ -1,11 +1,15 @@
-"""Codecs framed as Kafka frames them: xerial snappy, and lz4's checksum rules (KIP-57)."""
+"""Codecs framed as Kafka frames them: xerial snappy, lz4's checksum rules (KIP-57), zstd frames
+as Kafka's streaming reader takes them."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import cramjam
 import lz4.frame
 import pytest
 import xxhash
+import zstandard
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.compression import XERIAL_HEADER, compress, decompress
@@ -61,9 +65,53 @@ def test_lz4_frames_of_either_kind_are_read_in_either_format():
             assert decompress(Codec.LZ4, compress(Codec.LZ4, DATA, written_as), read_as) == DATA
 
 
-@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4])
+def test_zstd_is_written_at_kafkas_default_level_with_its_content_size():
+    frame = compress(Codec.ZSTD, DATA, 2)
+
+    assert frame == zstandard.ZstdCompressor(level=3).compress(DATA)
+    assert zstandard.get_frame_parameters(frame).content_size == len(DATA)
+    assert decompress(Codec.ZSTD, frame, 2) == DATA
+
+
+def test_zstd_frames_without_their_size_and_one_after_another_are_read():
+    streamed = zstandard.ZstdCompressor(write_content_size=False).compress(DATA)
+    assert zstandard.get_frame_parameters(streamed).content_size == zstandard.CONTENTSIZE_UNKNOWN
+
+    assert decompress(Codec.ZSTD, streamed, 2) == DATA
+    assert decompress(Codec.ZSTD, streamed + compress(Codec.ZSTD, b"more", 2), 2) == DATA + b"more"
+    assert decompress(Codec.ZSTD, memoryview(streamed), 2) == DATA
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda frame: frame[:-3], id="cut short"),
+        pytest.param(lambda frame: frame[:4], id="only the magic"),
+        pytest.param(lambda frame: b"", id="empty"),
+        pytest.param(lambda frame: frame + b"garbage", id="garbage after the frame"),
+        pytest.param(lambda frame: frame[:4] + b"\xff" * 8 + frame[12:], id="corrupt header"),
+    ],
+)
+def test_a_damaged_zstd_frame_is_corrupt_message(damage):
+    with pytest.raises(KafkaError) as raised:
+        decompress(Codec.ZSTD, damage(compress(Codec.ZSTD, DATA, 2)), 2)
+
+    assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
+def test_zstd_from_many_threads_at_once_round_trips():
+    inputs = [DATA[n:] + bytes([n]) * n for n in range(64)]
+
+    def round_trip(data: bytes) -> bytes:
+        return decompress(Codec.ZSTD, compress(Codec.ZSTD, data, 2), 2)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(round_trip, inputs * 8)) == inputs * 8
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
 def test_garbage_is_corrupt_message_not_a_crash(codec):
     with pytest.raises(KafkaError) as raised:
-        decompress(codec, b"\x82SNAPPY\x00garbage-garbage-garbage", 1)
+        decompress(codec, b"\x82SNAPPY\x00garbage-garbage-garbage", 2 if codec == Codec.ZSTD else 1)
 
     assert raised.value.code == ErrorCode.CORRUPT_MESSAGE

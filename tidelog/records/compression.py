@@ -8,17 +8,23 @@
   header checksum (HC) over the magic number too; message format v0 keeps that broken checksum,
   v1 uses the correct one. Reading repairs the HC first, so either kind of frame is accepted.
   Format v2 uses the correct one too.
-- zstd: a zstd frame; format v2 only (Kafka 2.1): older formats get UNSUPPORTED_COMPRESSION_TYPE.
+- zstd: a zstd frame at zstd's default level 3, as Kafka writes it; format v2 only (Kafka 2.1):
+  older formats get UNSUPPORTED_COMPRESSION_TYPE. Reading accepts frames with or without their
+  content size and several frames one after the other, as Kafka's streaming reader does.
+  Each thread keeps one compression and one decompression context: setting one up costs about
+  16 us, seven times the decompression of a small batch.
 """
 
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 
 import cramjam
 import lz4.frame
 import xxhash
+import zstandard
 
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.records.format import Codec
@@ -28,6 +34,18 @@ XERIAL_BLOCK_SIZE = 32 * 1024
 LZ4_MAGIC = b"\x04\x22\x4d\x18"
 LZ4_FLG_CONTENT_SIZE = 0x08
 LZ4_FLG_DICT_ID = 0x01
+ZSTD_LEVEL = 3  # zstd's default, and Kafka's
+
+
+class _ZstdContexts(threading.local):
+    """This thread's zstd contexts (a context serves one call at a time)."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_zstd = _ZstdContexts()
 
 
 def _require_v2_for_zstd(codec: Codec | int, magic: int) -> None:
@@ -41,7 +59,7 @@ def _require_v2_for_zstd(codec: Codec | int, magic: int) -> None:
 def compress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: int) -> bytes:
     _require_v2_for_zstd(codec, magic)
     if codec == Codec.ZSTD:
-        return bytes(cramjam.zstd.compress(bytes(data)))
+        return _zstd.compressor.compress(data)
     if codec == Codec.GZIP:
         compressor = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
         return compressor.compress(data) + compressor.flush()
@@ -67,19 +85,39 @@ def decompress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: 
     _require_v2_for_zstd(codec, magic)
     try:
         if codec == Codec.ZSTD:
-            return bytes(cramjam.zstd.decompress(bytes(data)))
+            return _zstd_frames(data)
         if codec == Codec.GZIP:
             return zlib.decompress(data, 47)  # wbits 47: gzip or zlib, detected from the header
         if codec == Codec.SNAPPY:
             return _unframe_snappy(data)
         if codec == Codec.LZ4:
             return lz4.frame.decompress(_with_header_checksum(bytes(data), broken=False))
-    except (zlib.error, RuntimeError, ValueError, cramjam.DecompressionError) as error:
+    except (
+        zlib.error,
+        RuntimeError,
+        ValueError,
+        cramjam.DecompressionError,
+        zstandard.ZstdError,
+    ) as error:
         name = Codec(codec).name.lower()
         raise KafkaError(
             ErrorCode.CORRUPT_MESSAGE, f"{name} data does not decode: {error}"
         ) from None
     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"unknown compression codec {int(codec)}")
+
+
+def _zstd_frames(data: bytes | bytearray | memoryview) -> bytes:
+    """The content of one or more whole zstd frames; ValueError if the last one is cut."""
+    parts = []
+    rest: bytes | bytearray | memoryview = data
+    while True:
+        frame = _zstd.decompressor.decompressobj()
+        parts.append(frame.decompress(rest))
+        if not frame.eof:
+            raise ValueError("the zstd frame is cut short")
+        rest = frame.unused_data
+        if not rest:
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _xerial_snappy(data: bytes | bytearray | memoryview) -> bytes:
