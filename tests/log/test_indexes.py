@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
@@ -227,3 +228,51 @@ def test_a_truncation_whose_write_fails_leaves_the_index_as_it_was(offset_index,
     assert (offset_index.entries, offset_index.last_entry) == (3, (130, 3000))
     with pytest.raises(ValueError, match="not after the last entry"):
         offset_index.append(125, 2500)  # still checked against the newest entry kept
+
+
+def _raced_by(index, racer: str, real, tmp_path, opened: list[int], racers: list):
+    """``real`` (os.fsync or os.pread) that, once it has run, has another thread release the
+    index as the event loop does (``racer``: its idle check, or a close), then opens another
+    file, which takes the lowest free descriptor number: the released one, if it was."""
+
+    def call(fd, *args):
+        result = real(fd, *args)
+        thread = threading.Thread(target=getattr(index, racer))
+        racers.append(thread)
+        thread.start()
+        thread.join(0.2)  # a release that waits for this call is still waiting
+        opened.append(os.open(tmp_path / "another-file", os.O_RDWR | os.O_CREAT))
+        return result
+
+    return call
+
+
+@pytest.mark.parametrize("racer", ["release_if_idle", "release"])
+@pytest.mark.parametrize("call", ["flush", "lookup"])
+def test_a_flush_or_a_read_racing_the_writers_release_closes_only_its_own_descriptor(
+    offset_index, tmp_path, monkeypatch, call, racer
+):
+    offset_index.append(110, 1000)  # the writer's descriptor is open, the entry not flushed
+    offset_index.recently_written = False  # and idle by the next check
+    opened: list[int] = []
+    racers: list[threading.Thread] = []
+    if call == "flush":
+        raced = _raced_by(offset_index, racer, os.fsync, tmp_path, opened, racers)
+        monkeypatch.setattr(os, "fsync", raced)
+        offset_index.flush()
+    else:  # the first lookup reads the entries from the file
+        raced = _raced_by(offset_index, racer, os.pread, tmp_path, opened, racers)
+        monkeypatch.setattr(os, "pread", raced)
+        assert offset_index.lookup(115) == (110, 1000)
+    monkeypatch.undo()
+    [thread] = racers
+    thread.join(5)
+    assert not thread.is_alive()
+
+    [other] = opened
+    os.fstat(other)  # still open: nothing closed a descriptor twice
+    os.close(other)
+    offset_index.release_if_idle()  # the idle check that was skipped, if it was
+    assert not offset_index.is_open
+    offset_index.append(120, 2000)  # the next write opens the index again
+    assert offset_index.lookup(125) == (120, 2000)

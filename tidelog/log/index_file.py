@@ -12,6 +12,11 @@ written; ``release`` closes it (the log manager does so for idle indexes) and th
 opens it again. Kafka memory-maps its indexes; here the first write to each page of a mapping
 cost 40 to 140 ms on a busy ext4 disk (the fault waits for the journal), against 0.01 to 0.4 ms
 for ``pwrite``, and a thousand partitions' first entries stalled a broker for a minute.
+A flush (the log's background thread) and a read of the entries (a remote copy's or a
+reader's thread) use that descriptor if it is open, holding the lock ``release`` takes, and
+otherwise open one of their own: the writer (the event loop) releasing it under them would
+have them use, and close, whatever file had taken its number since (a segment being served, a
+socket). The idle release skips an index that is in use rather than wait on the loop.
 Lookups search in-memory copies of the two columns (``array``s of keys and values), read with
 one ``pread`` on first use and kept in step with appends and truncations; the file is the
 durable truth. The newest entry, which every append and roll checks, is read when the index is
@@ -28,8 +33,11 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -50,6 +58,7 @@ class IndexFile:
         self.max_index_size = max_index_size
         self._closed = False
         self._fd = -1  # open while the index is being written
+        self._in_use = threading.Lock()  # held while _fd is used off the writer's thread
         self.recently_written = False  # written since the last idle check (release_if_idle)
         self._dirty = False  # written since the last flush
         try:
@@ -146,11 +155,12 @@ class IndexFile:
     def _set_length(self, length: int) -> None:
         if length == self._length:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644) if self._fd < 0 else self._fd
+        opened = self._fd < 0  # the writer's own call (roll, load, close): it may use its own
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644) if opened else self._fd
         try:
             os.ftruncate(fd, length)
         finally:
-            if fd != self._fd:
+            if opened:
                 os.close(fd)
         self._length = length
         self.max_entries = length // self.entry.size
@@ -158,19 +168,43 @@ class IndexFile:
     def release(self) -> None:
         """Closes the descriptor writes go through; the next write opens it again. Entries
         and lookups are unaffected, and ``flush`` still forces written entries to disk."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        with self._in_use:
+            self._release_locked()
+
+    def _release_locked(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def release_if_idle(self) -> bool:
-        """Releases the index if it was not written since the last call; True if it did."""
+        """Releases the index if it was not written since the last call and no other thread
+        is reading or flushing through its descriptor; True if it did."""
         if self._fd < 0:
             return False
         if self.recently_written:
             self.recently_written = False
             return False
-        self.release()
+        if not self._in_use.acquire(blocking=False):
+            return False  # a flush or a read: idle again at the next check
+        try:
+            self._release_locked()
+        finally:
+            self._in_use.release()
         return True
+
+    @contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        """The writer's descriptor, held from release while in use, or one opened for the
+        call (see the module docstring)."""
+        with self._in_use:
+            if self._fd >= 0:
+                yield self._fd
+                return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     # -- entries -------------------------------------------------------------------------------
 
@@ -202,12 +236,8 @@ class IndexFile:
         size = self.size_in_bytes
         if not size:
             return b""
-        fd = os.open(self.path, os.O_RDONLY) if self._fd < 0 else self._fd
-        try:
+        with self._descriptor() as fd:
             data = os.pread(fd, size, 0)
-        finally:
-            if fd != self._fd:
-                os.close(fd)
         if len(data) != size:
             raise CorruptIndexError(f"{self.path}: {len(data)} bytes where {size} were expected")
         return data
@@ -248,12 +278,8 @@ class IndexFile:
 
     def flush(self) -> None:
         if self._dirty and not self._closed:
-            fd = os.open(self.path, os.O_RDONLY) if self._fd < 0 else self._fd
-            try:
+            with self._descriptor() as fd:
                 os.fsync(fd)
-            finally:
-                if fd != self._fd:
-                    os.close(fd)
         self._dirty = False
 
     def close(self) -> None:
