@@ -14,9 +14,22 @@ from tests.integration.test_kafka_python import consume
 from tests.integration.test_tiered import TIERED_BROKER, create, fill, wait_offloaded
 from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.cluster.zookeeper import free_port
+from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadata, SegmentState
+from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageManager
 
 BUCKET = "tidelog-tier"
 CREDENTIALS = {"key": "testing", "secret": "testing"}
+
+
+def finished_segment(start: int) -> RemoteSegmentMetadata:
+    return RemoteSegmentMetadata(
+        RemoteSegmentId("t", 0, start, f"{start:032x}"),
+        start + 9,
+        1000 + start,
+        100,
+        0,
+        SegmentState.COPY_SEGMENT_FINISHED,
+    )
 
 
 def _listening(port: int) -> bool:
@@ -81,3 +94,16 @@ def test_segments_go_to_s3_are_read_back_and_go_with_their_topic(s3_cluster, s3_
         60,
         f"the objects of {topic} to leave the bucket",
     )
+
+
+def test_the_segment_below_a_local_log_start_is_found_in_s3_reading_one_object(s3_endpoint):
+    options = {"endpoint_url": s3_endpoint, **CREDENTIALS}
+    leader = RemoteLogMetadataStore(RemoteStorageManager(f"s3://{BUCKET}/lookup", options))
+    for start in range(0, 200, 10):
+        leader.put(finished_segment(start))
+    follower = RemoteLogMetadataStore(RemoteStorageManager(f"s3://{BUCKET}/lookup", options))
+
+    assert follower.finished_ending_at("t", 0, 149) == finished_segment(140)
+    assert follower.objects_read == 1
+    assert follower.finished_ending_at("t", 0, 145) is None
+    assert follower.finished_ending_at("t", 7, 9) is None

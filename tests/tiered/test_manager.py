@@ -657,6 +657,8 @@ def test_a_follower_started_at_the_local_log_start_takes_the_producer_state_from
         follower.log.truncate_fully_and_start_at(local_start, log_start_offset=0)
         asyncio.run(follower.remote.build_aux_state(KEY, follower.log))
 
+        assert len(leader.remote.metadata.finished(*KEY)) > 3
+        assert follower.remote.metadata.objects_read == 1  # the segment below, no other
         [entry] = follower.log.producer_state.producers.values()
         assert (entry.producer_id, entry.last_offset) == (7, last_remote + 4)
         # leading now: the producer's retry of that batch is answered as a duplicate

@@ -1,10 +1,13 @@
 """The remote log metadata store over a real file:// tier, as two brokers see it: a listing
-reads only new or rewritten objects, and still sees every state change the other one writes."""
+reads only new or rewritten objects, and still sees every state change the other one writes; the
+segment ending at an offset is found reading only the objects at the top of the range."""
 
 from __future__ import annotations
 
+import pytest
+
 from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadata, SegmentState
-from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageManager
+from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageError, RemoteStorageManager
 
 
 def segment(start: int, state: SegmentState = SegmentState.COPY_SEGMENT_STARTED):
@@ -79,3 +82,42 @@ def test_a_listing_from_memory_follows_the_stores_own_writes_in_order(tmp_path):
     store.remove(segment(10).segment_id)
     assert [m.start_offset for m in remembered()] == [0, 20]
     assert store.objects_read == read  # all of it from memory
+
+
+def test_the_segment_ending_at_an_offset_is_read_alone_among_many(tmp_path):
+    leader = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    for start in range(0, 1000, 10):  # segments 0-9, 10-19, ... 990-999
+        leader.put(segment(start, SegmentState.COPY_SEGMENT_FINISHED))
+    leader.put(segment(1000))  # a copy under way above it
+    follower = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+
+    found = follower.finished_ending_at("t", 0, 509)
+
+    assert found == segment(500, SegmentState.COPY_SEGMENT_FINISHED)
+    assert follower.objects_read == 1
+    assert follower.finished_ending_at("t", 0, 999).start_offset == 990
+    assert follower.finished_ending_at("t", 0, 505) is None  # no segment ends inside another
+    assert follower.finished_ending_at("t", 0, 1009) is None  # that one is not finished
+    assert follower.finished_ending_at("t", 1, 9) is None  # a partition with nothing copied
+
+
+def test_an_orphan_beside_the_segment_ending_there_is_passed_over(tmp_path):
+    store = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    store.put(segment(0, SegmentState.COPY_SEGMENT_FINISHED))
+    store.put(segment(10, SegmentState.COPY_SEGMENT_FINISHED))
+    orphan = RemoteSegmentMetadata(
+        RemoteSegmentId("t", 0, 10, "f" * 32), 19, 1010, 100, 0, SegmentState.COPY_SEGMENT_STARTED
+    )
+    store.put(orphan)  # a copy of the same segment that a crash cut short
+
+    assert store.finished_ending_at("t", 0, 19) == segment(10, SegmentState.COPY_SEGMENT_FINISHED)
+    assert store.finished_ending_at("t", 0, 9) == segment(0, SegmentState.COPY_SEGMENT_FINISHED)
+
+
+def test_the_lookup_in_a_tier_that_is_away_is_an_error_not_a_missing_segment(tmp_path):
+    store = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path / 'tier'}"))
+    store.put(segment(0, SegmentState.COPY_SEGMENT_FINISHED))
+    (tmp_path / "tier").rename(tmp_path / "away")
+
+    with pytest.raises(RemoteStorageError):
+        store.finished_ending_at("t", 0, 9)

@@ -533,14 +533,10 @@ class RemoteLogManager:
         offset = partition_log.local_log_start_offset
 
         def fetch_and_install() -> str:
-            below = [
-                m
-                for m in self.metadata.list_segments(*key)
-                if m.state is SegmentState.COPY_SEGMENT_FINISHED and m.end_offset == offset - 1
-            ]
-            if not below or not below[-1].producer_snapshot:
+            below = self.metadata.finished_ending_at(*key, offset - 1)
+            if below is None or not below.producer_snapshot:
                 return "no remote segment ending below it has a producer snapshot"
-            data = self.storage.fetch_index(below[-1].segment_id, IndexType.PRODUCER_SNAPSHOT)
+            data = self.storage.fetch_index(below.segment_id, IndexType.PRODUCER_SNAPSHOT)
             if not partition_log.install_producer_snapshot(offset, data):
                 return "the log moved on, or the snapshot is unreadable"
             return ""

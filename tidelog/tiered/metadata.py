@@ -18,6 +18,7 @@ import enum
 import json
 import logging
 import threading
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -208,6 +209,47 @@ class RemoteLogMetadataStore:
                 SegmentState.COPY_SEGMENT_STARTED,
             )
 
+    def finished_ending_at(
+        self, topic: str, partition: int, end_offset: int
+    ) -> RemoteSegmentMetadata | None:
+        """The finished segment whose last offset is ``end_offset``, or None. Lists the names
+        only and reads the objects that start at or below it, the highest starts first, until
+        it meets a finished one: a follower starting at its leader's local log start needs this
+        one segment, and reading every object of a long tier took it 0.6 s a partition at 4,600
+        segments, with its fetches waiting."""
+        return self.storage.call(
+            "look up metadata of",
+            f"{topic}-{partition}",
+            self._finished_ending_at,
+            topic,
+            partition,
+            end_offset,
+        )
+
+    def _finished_ending_at(
+        self, topic: str, partition: int, end_offset: int
+    ) -> RemoteSegmentMetadata | None:
+        self.storage.check_available()
+        fs = self.storage.fs
+        directory = self._directory(topic, partition)
+        fs.invalidate_cache(directory)
+        if not fs.exists(directory):
+            return None
+        starting: dict[int, list[str]] = defaultdict(list)
+        for path in fs.ls(directory, detail=False):
+            start = _start_of(path)
+            if start is not None and start <= end_offset:
+                starting[start].append(path)
+        for start in sorted(starting, reverse=True):
+            found = _by_start(self._read(fs, path, topic, partition) for path in starting[start])
+            finished = [m for m in found if m.state is SegmentState.COPY_SEGMENT_FINISHED]
+            ending = [m for m in finished if m.end_offset == end_offset]
+            if ending:
+                return ending[-1]
+            if finished:  # a segment further down cannot end there without overlapping these
+                return None
+        return None
+
     def finished(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
         """The visible segments, by start offset."""
         return [
@@ -215,6 +257,15 @@ class RemoteLogMetadataStore:
             for m in self.list_segments(topic, partition)
             if m.state is SegmentState.COPY_SEGMENT_FINISHED
         ]
+
+
+def _start_of(path: str) -> int | None:
+    """The start offset a metadata object's name gives, None if it is not one's."""
+    name = path.rsplit("/", 1)[-1]
+    if not name.endswith(".json"):
+        return None
+    start = name.partition("-")[0]
+    return int(start) if start.isdigit() else None
 
 
 def _by_start(found: Iterable[RemoteSegmentMetadata]) -> list[RemoteSegmentMetadata]:
