@@ -121,3 +121,41 @@ def test_the_lookup_in_a_tier_that_is_away_is_an_error_not_a_missing_segment(tmp
 
     with pytest.raises(RemoteStorageError):
         store.finished_ending_at("t", 0, 9)
+
+
+def removed_right_after_listing(store: RemoteLogMetadataStore, monkeypatch, doomed: str) -> None:
+    """The store's listings see ``doomed`` (an object's name), which the leader then removes
+    before the store reads it."""
+    fs = store.storage.fs
+    real_ls = fs.ls
+
+    def ls(path, *args, **kwargs):
+        listed = real_ls(path, *args, **kwargs)
+        for entry in listed:
+            name = entry["name"] if isinstance(entry, dict) else entry
+            if name.endswith(doomed):
+                fs.rm_file(name)
+        return listed
+
+    monkeypatch.setattr(fs, "ls", ls)
+
+
+def test_an_object_removed_between_the_listing_and_its_read_is_left_out(tmp_path, monkeypatch):
+    leader = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    for start in (0, 10, 20):
+        leader.put(segment(start, SegmentState.COPY_SEGMENT_FINISHED))
+    follower = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    removed_right_after_listing(follower, monkeypatch, f"{segment(10).segment_id.name}.json")
+
+    assert set(states(follower)) == {0, 20}  # not a tier that is away: the task goes on
+    assert follower.finished_ending_at("t", 0, 9) == segment(0, SegmentState.COPY_SEGMENT_FINISHED)
+
+
+def test_the_lookup_passes_over_an_object_removed_after_the_listing(tmp_path, monkeypatch):
+    leader = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    for start in (0, 10):
+        leader.put(segment(start, SegmentState.COPY_SEGMENT_FINISHED))
+    follower = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    removed_right_after_listing(follower, monkeypatch, f"{segment(10).segment_id.name}.json")
+
+    assert follower.finished_ending_at("t", 0, 19) is None
