@@ -230,17 +230,18 @@ def test_a_truncation_whose_write_fails_leaves_the_index_as_it_was(offset_index,
         offset_index.append(125, 2500)  # still checked against the newest entry kept
 
 
-def _raced_by(index, racer: str, real, tmp_path, opened: list[int], racers: list):
+def _raced_by(index, racer: str, real, tmp_path, opened: list[int], used: list[int]):
     """``real`` (os.fsync or os.pread) that, once it has run, has another thread release the
     index as the event loop does (``racer``: its idle check, or a close), then opens another
-    file, which takes the lowest free descriptor number: the released one, if it was."""
+    file, which takes the lowest free descriptor number: the released one, if it was closed."""
 
     def call(fd, *args):
+        used.append(fd)
         result = real(fd, *args)
         thread = threading.Thread(target=getattr(index, racer))
-        racers.append(thread)
         thread.start()
-        thread.join(0.2)  # a release that waits for this call is still waiting
+        thread.join(5)
+        assert not thread.is_alive()  # the release waits for nobody
         opened.append(os.open(tmp_path / "another-file", os.O_RDWR | os.O_CREAT))
         return result
 
@@ -255,24 +256,35 @@ def test_a_flush_or_a_read_racing_the_writers_release_closes_only_its_own_descri
     offset_index.append(110, 1000)  # the writer's descriptor is open, the entry not flushed
     offset_index.recently_written = False  # and idle by the next check
     opened: list[int] = []
-    racers: list[threading.Thread] = []
+    used: list[int] = []
     if call == "flush":
-        raced = _raced_by(offset_index, racer, os.fsync, tmp_path, opened, racers)
-        monkeypatch.setattr(os, "fsync", raced)
+        monkeypatch.setattr(
+            os, "fsync", _raced_by(offset_index, racer, os.fsync, tmp_path, opened, used)
+        )
         offset_index.flush()
     else:  # the first lookup reads the entries from the file
-        raced = _raced_by(offset_index, racer, os.pread, tmp_path, opened, racers)
-        monkeypatch.setattr(os, "pread", raced)
+        monkeypatch.setattr(
+            os, "pread", _raced_by(offset_index, racer, os.pread, tmp_path, opened, used)
+        )
         assert offset_index.lookup(115) == (110, 1000)
     monkeypatch.undo()
-    [thread] = racers
-    thread.join(5)
-    assert not thread.is_alive()
 
-    [other] = opened
-    os.fstat(other)  # still open: nothing closed a descriptor twice
+    [other], [borrowed] = opened, used
+    assert other != borrowed  # the borrowed descriptor stayed open while it was used
+    os.fstat(other)  # and nothing closed the other file's
     os.close(other)
-    offset_index.release_if_idle()  # the idle check that was skipped, if it was
+    with pytest.raises(OSError):
+        os.fstat(borrowed)  # closed once given back: released, not leaked
     assert not offset_index.is_open
     offset_index.append(120, 2000)  # the next write opens the index again
     assert offset_index.lookup(125) == (120, 2000)
+
+
+def test_a_trim_while_the_index_is_released_opens_the_file_for_itself(offset_index):
+    offset_index.append(110, 1000)
+    offset_index.release()
+
+    offset_index.trim()
+
+    assert offset_index.path.stat().st_size == 8
+    assert not offset_index.is_open

@@ -13,10 +13,11 @@ opens it again. Kafka memory-maps its indexes; here the first write to each page
 cost 40 to 140 ms on a busy ext4 disk (the fault waits for the journal), against 0.01 to 0.4 ms
 for ``pwrite``, and a thousand partitions' first entries stalled a broker for a minute.
 A flush (the log's background thread) and a read of the entries (a remote copy's or a
-reader's thread) use that descriptor if it is open, holding the lock ``release`` takes, and
-otherwise open one of their own: the writer (the event loop) releasing it under them would
-have them use, and close, whatever file had taken its number since (a segment being served, a
-socket). The idle release skips an index that is in use rather than wait on the loop.
+reader's thread) borrow that descriptor if it is open, and otherwise open one of their own. A
+release while it is borrowed leaves the close to the last borrower (``_loans``): closed under
+them, its number could be taken by any file the broker opens next (a segment being served, a
+socket), and they would read it, or close it a second time. Nobody waits: the writer (the
+event loop) never blocks behind another thread's fsync.
 Lookups search in-memory copies of the two columns (``array``s of keys and values), read with
 one ``pread`` on first use and kept in step with appends and truncations; the file is the
 durable truth. The newest entry, which every append and roll checks, is read when the index is
@@ -41,6 +42,51 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+class _DescriptorLoans:
+    """Descriptors lent to other threads, process-wide (descriptor numbers are): how many
+    borrowers each has, and which were released meanwhile, to close when the last one is
+    given back. Its lock is held only to count, never across I/O."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._borrowers: dict[int, int] = {}
+        self._released: set[int] = set()
+
+    def borrow(self, index: IndexFile) -> int:
+        """The index's descriptor, lent until ``give_back``; -1 if it has none open."""
+        with self._lock:
+            fd = index._fd
+            if fd >= 0:
+                self._borrowers[fd] = self._borrowers.get(fd, 0) + 1
+            return fd
+
+    def give_back(self, fd: int) -> None:
+        with self._lock:
+            left = self._borrowers.pop(fd) - 1
+            if left:
+                self._borrowers[fd] = left
+                return
+            if fd not in self._released:
+                return
+            self._released.discard(fd)
+        os.close(fd)
+
+    def release(self, index: IndexFile) -> None:
+        """Takes the index's descriptor away; closes it now, or once the last borrower gives
+        it back."""
+        with self._lock:
+            fd, index._fd = index._fd, -1
+            if fd < 0:
+                return
+            if fd in self._borrowers:
+                self._released.add(fd)
+                return
+        os.close(fd)
+
+
+_loans = _DescriptorLoans()
+
+
 class CorruptIndexError(Exception):
     """An index file does not agree with itself or with its log; it is rebuilt from the log."""
 
@@ -58,7 +104,6 @@ class IndexFile:
         self.max_index_size = max_index_size
         self._closed = False
         self._fd = -1  # open while the index is being written
-        self._in_use = threading.Lock()  # held while _fd is used off the writer's thread
         self.recently_written = False  # written since the last idle check (release_if_idle)
         self._dirty = False  # written since the last flush
         try:
@@ -155,52 +200,38 @@ class IndexFile:
     def _set_length(self, length: int) -> None:
         if length == self._length:
             return
-        opened = self._fd < 0  # the writer's own call (roll, load, close): it may use its own
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644) if opened else self._fd
-        try:
+        with self._descriptor(os.O_RDWR | os.O_CREAT) as fd:
             os.ftruncate(fd, length)
-        finally:
-            if opened:
-                os.close(fd)
         self._length = length
         self.max_entries = length // self.entry.size
 
     def release(self) -> None:
         """Closes the descriptor writes go through; the next write opens it again. Entries
         and lookups are unaffected, and ``flush`` still forces written entries to disk."""
-        with self._in_use:
-            self._release_locked()
-
-    def _release_locked(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        _loans.release(self)
 
     def release_if_idle(self) -> bool:
-        """Releases the index if it was not written since the last call and no other thread
-        is reading or flushing through its descriptor; True if it did."""
+        """Releases the index if it was not written since the last call; True if it did."""
         if self._fd < 0:
             return False
         if self.recently_written:
             self.recently_written = False
             return False
-        if not self._in_use.acquire(blocking=False):
-            return False  # a flush or a read: idle again at the next check
-        try:
-            self._release_locked()
-        finally:
-            self._in_use.release()
+        self.release()
         return True
 
     @contextmanager
-    def _descriptor(self) -> Iterator[int]:
-        """The writer's descriptor, held from release while in use, or one opened for the
-        call (see the module docstring)."""
-        with self._in_use:
-            if self._fd >= 0:
-                yield self._fd
-                return
-        fd = os.open(self.path, os.O_RDONLY)
+    def _descriptor(self, flags: int = os.O_RDONLY) -> Iterator[int]:
+        """The writer's descriptor, borrowed, or one opened with ``flags`` for the call (see
+        the module docstring)."""
+        fd = _loans.borrow(self)
+        if fd >= 0:
+            try:
+                yield fd
+            finally:
+                _loans.give_back(fd)
+            return
+        fd = os.open(self.path, flags, 0o644)
         try:
             yield fd
         finally:
