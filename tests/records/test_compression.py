@@ -3,6 +3,8 @@ as Kafka's streaming reader takes them."""
 
 from __future__ import annotations
 
+import struct
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import cramjam
@@ -80,6 +82,23 @@ def test_zstd_frames_without_their_size_and_one_after_another_are_read():
     assert decompress(Codec.ZSTD, streamed, 2) == DATA
     assert decompress(Codec.ZSTD, streamed + compress(Codec.ZSTD, b"more", 2), 2) == DATA + b"more"
     assert decompress(Codec.ZSTD, memoryview(streamed), 2) == DATA
+
+
+def test_skippable_zstd_frames_are_passed_over():
+    skippable = struct.pack("<II", 0x184D2A50, 4) + b"meta"
+    frame = compress(Codec.ZSTD, DATA, 2)
+
+    assert decompress(Codec.ZSTD, skippable + frame, 2) == DATA
+    assert decompress(Codec.ZSTD, frame + skippable, 2) == DATA
+
+
+def test_a_megabyte_of_tiny_zstd_frames_is_read_at_once_not_frame_by_frame():
+    empty = zstandard.ZstdCompressor().compress(b"")
+    frames = empty * (1_000_000 // len(empty))  # 111,111 frames
+
+    started = time.perf_counter()
+    assert decompress(Codec.ZSTD, frames + compress(Codec.ZSTD, b"end", 2), 2) == b"end"
+    assert time.perf_counter() - started < 1  # about 10 ms; frame by frame, 2 s
 
 
 @pytest.mark.parametrize(
