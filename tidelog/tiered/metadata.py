@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -184,32 +184,24 @@ class RemoteLogMetadataStore:
             if seen is not None and seen[0] == version:
                 listed[path] = seen
                 continue
-            try:
-                listed[path] = (version, self._read(fs, path, topic, partition))
-            except FileNotFoundError:
-                continue  # removed since the listing (the leader's retention or orphan cleanup)
+            metadata = self._read(fs, path, topic, partition)
+            if metadata is not None:
+                listed[path] = (version, metadata)
         ordered = _by_start(metadata for _, metadata in listed.values())
         with self._lock:
             self._known[directory] = listed
             self._ordered[directory] = ordered
         return list(ordered)
 
-    def _read_present(
-        self, fs: Any, paths: list[str], topic: str, partition: int
-    ) -> Iterator[RemoteSegmentMetadata]:
-        """The objects at ``paths`` that are still there (listed, then perhaps removed)."""
-        for path in paths:
-            try:
-                yield self._read(fs, path, topic, partition)
-            except FileNotFoundError:
-                continue
-
-    def _read(self, fs: Any, path: str, topic: str, partition: int) -> RemoteSegmentMetadata:
-        """One object; an unreadable one (a write cut by a crash) is a copy that never
+    def _read(self, fs: Any, path: str, topic: str, partition: int) -> RemoteSegmentMetadata | None:
+        """One listed object, None if it was removed since the listing (the leader's retention
+        or orphan cleanup); an unreadable one (a write cut by a crash) is a copy that never
         finished."""
         self.objects_read += 1
         try:
             return RemoteSegmentMetadata.from_json(fs.cat_file(path))
+        except FileNotFoundError:
+            return None
         except (ValueError, KeyError, TypeError):
             name = path.rsplit("/", 1)[-1]
             start, _, uuid = name.removesuffix(".json").partition("-")
@@ -254,7 +246,8 @@ class RemoteLogMetadataStore:
             if start is not None and start <= end_offset:
                 starting[start].append(path)
         for start in sorted(starting, reverse=True):
-            found = _by_start(self._read_present(fs, starting[start], topic, partition))
+            read = (self._read(fs, path, topic, partition) for path in starting[start])
+            found = _by_start(metadata for metadata in read if metadata is not None)
             finished = [m for m in found if m.state is SegmentState.COPY_SEGMENT_FINISHED]
             ending = [m for m in finished if m.end_offset == end_offset]
             if ending:
