@@ -288,3 +288,21 @@ def test_a_trim_while_the_index_is_released_opens_the_file_for_itself(offset_ind
 
     assert offset_index.path.stat().st_size == 8
     assert not offset_index.is_open
+
+
+def test_a_flush_that_finds_its_index_deleted_meanwhile_has_nothing_to_do(
+    offset_index, monkeypatch
+):
+    offset_index.append(110, 1000)
+    offset_index.release()  # not written since: the flush opens the file for itself
+    real_open = os.open
+
+    def open_after_the_delete(path, *args):
+        offset_index.delete()  # the writer deletes the segment between the check and the open
+        return real_open(path, *args)
+
+    monkeypatch.setattr(os, "open", open_after_the_delete)
+    offset_index.flush()
+    monkeypatch.undo()
+
+    assert not offset_index.path.exists()

@@ -309,8 +309,12 @@ class IndexFile:
 
     def flush(self) -> None:
         if self._dirty and not self._closed:
-            with self._descriptor() as fd:
-                os.fsync(fd)
+            try:
+                with self._descriptor() as fd:
+                    os.fsync(fd)
+            except FileNotFoundError:
+                if not self._closed:
+                    raise  # deleted meanwhile (a truncation right after a roll): nothing to flush
         self._dirty = False
 
     def close(self) -> None:
