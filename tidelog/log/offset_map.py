@@ -3,6 +3,7 @@ SkimpyOffsetMap)."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import struct
 from collections.abc import Iterable
@@ -57,9 +58,10 @@ class OffsetMap:
         self.remembered: dict[bytes, int] = {}
 
     def clear(self) -> None:
-        # A new zeroed buffer (calloc's fresh pages) costs far less than writing zeros over
-        # the old one, and the map's memory stays the same.
-        self.buffer = bytearray(len(self.buffer))
+        # Zeros written over the buffer in place, as Kafka's clear does: a new bytearray is
+        # zeroed too (CPython writes its zeros) and, allocated while the old one lives, on
+        # fresh pages, each faulted in: 110-220 ms for 128 MB on this machine against 25 ms.
+        ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(self.buffer)), 0, len(self.buffer))
         self.size = 0
         self.latest_offset = -1
         self.lookups = self.probes = 0
