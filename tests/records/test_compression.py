@@ -67,6 +67,14 @@ def test_lz4_frames_of_either_kind_are_read_in_either_format():
             assert decompress(Codec.LZ4, compress(Codec.LZ4, DATA, written_as), read_as) == DATA
 
 
+def test_lz4_frames_of_either_kind_are_read_from_a_view_into_a_larger_buffer():
+    for written_as in (0, 1):
+        frame = compress(Codec.LZ4, DATA, written_as)
+        segment = memoryview(b"before" + frame + b"after")
+
+        assert decompress(Codec.LZ4, segment[6 : 6 + len(frame)], 2) == DATA
+
+
 def test_zstd_is_written_at_kafkas_default_level_with_its_content_size():
     frame = compress(Codec.ZSTD, DATA, 2)
 

@@ -91,7 +91,7 @@ def decompress(codec: Codec | int, data: bytes | bytearray | memoryview, magic: 
         if codec == Codec.SNAPPY:
             return _unframe_snappy(data)
         if codec == Codec.LZ4:
-            return lz4.frame.decompress(_with_header_checksum(bytes(data), broken=False))
+            return _lz4_frame(data)
     except (
         zlib.error,
         RuntimeError,
@@ -118,6 +118,17 @@ def _zstd_frames(data: bytes | bytearray | memoryview) -> bytes:
     if frame.unused_data:
         return bytes(cramjam.zstd.decompress(bytes(data)))
     return content
+
+
+def _lz4_frame(data: bytes | bytearray | memoryview) -> bytes:
+    """The content of an LZ4 frame, whichever way its header checksum was computed: a frame
+    is read as it is first, and again with the checksum recomputed only if that fails (Kafka's
+    clients before KIP-57 computed it over the magic too, at magic 0). Recomputing it on every
+    frame, as before, cost as much as decompressing a small batch."""
+    try:
+        return lz4.frame.decompress(data)
+    except RuntimeError:
+        return lz4.frame.decompress(_with_header_checksum(bytes(data), broken=False))
 
 
 def _xerial_snappy(data: bytes | bytearray | memoryview) -> bytes:
