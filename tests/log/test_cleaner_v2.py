@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import time
+from unittest import mock
 
 import pytest
 
 from tidelog.clock import ManualClock
+from tidelog.log import compaction
 from tidelog.log.cleaner import Cleaner, log_to_clean
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap
+from tidelog.records.compression import decompress
 from tidelog.records.format import Codec, Record, TimestampType, build_message_set, iter_deep
 from tidelog.records.record_batch import (
     BatchRecordInput,
@@ -176,6 +179,32 @@ def test_an_emptied_batch_goes_unless_it_is_the_last_of_its_producer(keyed, cloc
     # the emptied batch still holds its offsets: the log end stays, reads go past it
     assert keyed.log_end_offset == 10
     assert [m.offset for m in iter_deep(keyed.read(1, 10**6).slice.read())] == [5, 6, 7, 8, 9]
+
+
+@pytest.mark.skipif(compaction.native is None, reason="make install builds the C loops")
+def test_a_batch_whose_every_record_has_a_later_one_is_dropped_without_reading_it_again(
+    keyed, clock
+):
+    now = clock.milliseconds()
+    for value in (b"1", b"2", b"3"):
+        append_batch(
+            keyed, [BatchRecordInput(k, value, now) for k in (b"a", b"b", b"c")], codec=Codec.LZ4
+        )
+    read = []
+
+    def counted(codec, data, magic):
+        read.append(bytes(data))
+        return decompress(codec, data, magic)
+
+    with mock.patch.object(compaction, "decompress", counted):
+        stats = clean(keyed, clock)
+
+    assert [(h.base_offset, [r.value for r in rs]) for h, rs in batches(keyed)] == [
+        (6, [b"3", b"3", b"3"])
+    ]
+    # each batch's records are read to map their keys; only the last batch's to filter them
+    assert len(read) == 4 and read[3] == read[2]
+    assert (stats.messages_read, stats.messages_written) == (9, 3)
 
 
 def test_tombstones_go_past_the_delete_horizon_and_stay_before_it(tmp_path, clock):

@@ -107,6 +107,50 @@ def test_keys_looked_up_at_once_are_remembered_as_get_finds_them(keys, asked):
     assert {key: offset_map.get(key) for key in asked} == found
 
 
+@pytest.mark.skipif(offset_map_module.native is None, reason="make install builds the C loops")
+@settings(max_examples=150, deadline=None)
+@given(
+    keys=st.lists(st.integers(min_value=0, max_value=30), max_size=120),
+    start=st.integers(min_value=0, max_value=130),
+    length=st.integers(min_value=1, max_value=140),
+    asked=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=30),
+)
+def test_the_marks_name_the_offsets_that_are_a_keys_latest(keys, start, length, asked):
+    offset_map = OffsetMap(memory=24 * 64, load_factor=1.0)
+    offset_map.put_all({b"%d" % key: offset for offset, key in enumerate(keys)})
+    latest = {offset_map.get(b"%d" % key) for key in keys}
+    offset_map.mark_latest(start, start + length)
+
+    for first, span in asked:
+        last = first + span
+        within = start <= first and last < start + length
+        expected = any(first <= offset <= last for offset in latest) if within else True
+        assert offset_map.holds_latest(first, last) == expected, (first, last)
+
+
+def test_marks_are_forgotten_by_any_put_or_clear():
+    offset_map = OffsetMap(memory=24 * 64)
+    for forget in (
+        lambda: offset_map.put(b"b", 3),
+        lambda: offset_map.put_all({b"b": 3}),
+        offset_map.clear,
+    ):
+        offset_map.clear()
+        offset_map.put_all({b"a": 0})
+        offset_map.put_all({b"a": 1, b"b": 2})  # offset 0 is no key's latest
+        offset_map.mark_latest(0, 3)
+        assert offset_map.holds_latest(0, 0) == (offset_map_module.native is None)
+        forget()
+        assert offset_map.holds_latest(0, 0)  # may hold: nothing marked
+
+
+def test_a_range_of_offsets_too_sparse_for_the_map_is_not_marked():
+    offset_map = OffsetMap(memory=24 * 4)
+    offset_map.put_all({b"a": 0, b"b": 1})
+    offset_map.mark_latest(0, 4 * offset_map_module.MARKS_PER_SLOT + 1)
+    assert offset_map.marks is None and offset_map.holds_latest(0, 0)
+
+
 # A batch: (codec, records as (key, value) with None for null).
 BATCHES = st.lists(
     st.tuples(

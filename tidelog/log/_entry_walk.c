@@ -1009,6 +1009,42 @@ done:
     return offsets;
 }
 
+/* The offset map's marks of latest offsets (OffsetMap.mark_latest): for each occupied slot
+ * whose offset o lies in [start, start + 8 * len(marks)), bit o - start of `marks` (bit 0 the
+ * lowest of byte 0) is set. Returns how many slots it marked. */
+static PyObject *mark_latest(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    Py_buffer view, marks;
+    Py_ssize_t slots;
+    long long start;
+    if (!PyArg_ParseTuple(args, "y*nLw*", &view, &slots, &start, &marks))
+        return NULL;
+    const unsigned char *buffer = view.buf;
+    unsigned char *bits = marks.buf;
+    uint64_t span = (uint64_t)marks.len * 8;
+    Py_ssize_t marked = 0;
+    static const unsigned char empty[HASH_BYTES] = {0};
+    if (slots < 0 || slots > view.len / SLOT_SIZE) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&marks);
+        PyErr_SetString(PyExc_ValueError, "mark_latest: the buffer holds fewer slots");
+        return NULL;
+    }
+    for (Py_ssize_t slot = 0; slot < slots; slot++) {
+        const unsigned char *at = buffer + slot * SLOT_SIZE;
+        if (memcmp(at, empty, HASH_BYTES) == 0)
+            continue;
+        uint64_t bit = (uint64_t)read_int64(at + HASH_BYTES) - (uint64_t)start;
+        if (bit < span) { /* an offset below start wraps past the span */
+            bits[bit >> 3] |= (unsigned char)(1u << (bit & 7));
+            marked++;
+        }
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&marks);
+    return PyLong_FromSsize_t(marked);
+}
+
 static PyMethodDef methods[] = {
     {"map_plain", map_plain, METH_VARARGS,
      "map_plain(data, position, limit, latest) -> (position, messages): puts each plain "
@@ -1045,6 +1081,9 @@ static PyMethodDef methods[] = {
     {"get_digests", get_digests, METH_VARARGS,
      "get_digests(buffer, slots, digests) -> offsets: the offset map's offset for each digest, "
      "-1 for one it does not hold."},
+    {"mark_latest", mark_latest, METH_VARARGS,
+     "mark_latest(buffer, slots, start, marks) -> marked: sets bit o - start of the bytearray "
+     "`marks` for each offset o the offset map holds within the bits' span."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -289,6 +289,9 @@ class Cleaner:
         end_offset = self._build_offset_map(
             partition_log, segments, to_clean.first_dirty, to_clean.first_uncleanable, stats
         )
+        # a batch of the dirty section none of whose offsets is a key's latest is dropped (or
+        # emptied) from its header alone, without reading its records again
+        self.offset_map.mark_latest(to_clean.first_dirty, end_offset)
         stats.map_seconds = time.perf_counter() - started
         stats.end_offset = end_offset
         stats.buffer_utilization = self.offset_map.utilization

@@ -507,24 +507,27 @@ def filter_batch(
         stats.messages_read += count
         stats.messages_kept += count
         return buffer[position:end]
-    section = _records_of(buffer, position, end, attributes)
     log_append_time = bool(attributes & TIMESTAMP_TYPE_BIT)
-    walked = None
-    if native is not None:  # the C walk, or None for records it leaves to the Python one
-        walked = native.filter_records(
-            section,
-            count,
-            base_offset,
-            log_append_time,
-            offset_map.remembered,
-            offset_map.get,
-            offset_map.remember,
-            retain_deletes,
-        )
-    if walked is None:
-        walked = _filter_records(
-            section, count, base_offset, log_append_time, offset_map, retain_deletes
-        )
+    walked: tuple[int, bytes | None, int, int] | None = None
+    if not offset_map.holds_latest(base_offset, base_offset + last_offset_delta):
+        walked = 0, None, 0, 0  # each keyed record has a later one of its key: none is read
+    else:
+        section = _records_of(buffer, position, end, attributes)
+        if native is not None:  # the C walk, or None for records it leaves to the Python one
+            walked = native.filter_records(
+                section,
+                count,
+                base_offset,
+                log_append_time,
+                offset_map.remembered,
+                offset_map.get,
+                offset_map.remember,
+                retain_deletes,
+            )
+        if walked is None:
+            walked = _filter_records(
+                section, count, base_offset, log_append_time, offset_map, retain_deletes
+            )
     kept, records, shift, max_delta = walked
     stats.messages_read += count
     stats.messages_kept += kept

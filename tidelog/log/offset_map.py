@@ -22,6 +22,10 @@ EMPTY_HASH = bytes(HASH_BYTES)
 # Keys whose latest offset ``get`` remembers (a clean looks up each key of the log once per
 # message): past this many the memory starts again, so it stays small beside the buffer.
 REMEMBERED_KEYS = 1 << 16
+# The most offsets mark_latest marks per slot of the map: its bits then take at most a twelfth
+# of the map's memory. A clean maps no more offsets than the map has room for keys, but for the
+# first segment, which it maps in any case.
+MARKS_PER_SLOT = 16
 
 
 class OffsetMapFull(Exception):
@@ -41,6 +45,10 @@ class OffsetMap:
 
     ``get`` remembers the answers for up to REMEMBERED_KEYS keys (by the key itself, so no MD5
     is computed again); any put or clear forgets them.
+
+    ``mark_latest`` notes, one bit an offset, which offsets of a range the map holds as some
+    key's latest, so that ``holds_latest`` answers for a batch from its offsets alone; any put
+    or clear forgets the marks.
     """
 
     def __init__(self, memory: int, load_factor: float = 0.9) -> None:
@@ -56,6 +64,8 @@ class OffsetMap:
         self.lookups = 0
         self.probes = 0
         self.remembered: dict[bytes, int] = {}
+        self.marks: bytearray | None = None  # bit o - marked_from: offset o is a key's latest
+        self.marked_from = self.marked_to = 0
 
     def clear(self) -> None:
         # Zeros written over the buffer in place, as Kafka's clear does: a new bytearray is
@@ -66,6 +76,7 @@ class OffsetMap:
         self.latest_offset = -1
         self.lookups = self.probes = 0
         self.remembered.clear()
+        self.marks = None
 
     @property
     def utilization(self) -> float:
@@ -95,6 +106,7 @@ class OffsetMap:
     def put(self, key: bytes | memoryview, offset: int) -> None:
         """Records ``offset`` as the latest for ``key`` (offsets are put in increasing order)."""
         self.remembered.clear()
+        self.marks = None
         digest = self.hash_of(key)
         position, found = self._find(digest)
         if not found:
@@ -112,6 +124,7 @@ class OffsetMap:
         if not latest:
             return
         self.remembered.clear()
+        self.marks = None
         if native is not None:
             md5 = hashlib.md5
             put, self.size, probes = native.put_digests(
@@ -187,6 +200,28 @@ class OffsetMap:
         offsets = native.get_digests(self.buffer, self.slots, digests)
         remembered.update(zip(missing, offsets, strict=True))
         self.lookups += len(missing)
+
+    def mark_latest(self, start: int, end: int) -> None:
+        """Marks which offsets in [start, end) the map holds as a key's latest (the cleaner
+        marks the dirty section it has just mapped). Nothing is marked without the C loops, or
+        for a range of more than MARKS_PER_SLOT bits a slot (a sparse, compacted stretch of
+        offsets), where the marks would outgrow the map."""
+        self.marks = None
+        if native is None or not 0 < end - start <= self.slots * MARKS_PER_SLOT:
+            return
+        marks = bytearray((end - start + 7) // 8)
+        native.mark_latest(self.buffer, self.slots, start, marks)
+        self.marks, self.marked_from, self.marked_to = marks, start, end
+
+    def holds_latest(self, first: int, last: int) -> bool:
+        """Whether an offset in [first, last] may be a key's latest: False only when the range
+        lies within the marked one and none of its offsets is marked."""
+        marks, start = self.marks, self.marked_from
+        if marks is None or first < start or last >= self.marked_to or last < first:
+            return True
+        low, high = first - start, last - start
+        window = int.from_bytes(marks[low >> 3 : (high >> 3) + 1], "little") >> (low & 7)
+        return window & ((1 << (high - low + 1)) - 1) != 0
 
     def has_room_for(self, new_keys: int) -> bool:
         return self.size + new_keys <= self.capacity
