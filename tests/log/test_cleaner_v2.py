@@ -207,6 +207,35 @@ def test_a_batch_whose_every_record_has_a_later_one_is_dropped_without_reading_i
     assert (stats.messages_read, stats.messages_written) == (9, 3)
 
 
+def test_a_checkpoint_inside_a_segment_keeps_the_records_past_it_that_were_not_mapped(keyed, clock):
+    """A follower's truncation below the cleaner's checkpoint leaves it inside the segment the
+    follower appends again; that segment is not mapped, so none of its records may be taken
+    for superseded (nor may those of a merged segment a stopped clean left the checkpoint in)."""
+    now = clock.milliseconds()
+    for first in range(0, 20, 2):
+        append_batch(
+            keyed,
+            [
+                BatchRecordInput(b"k%d" % first, b"1", now),
+                BatchRecordInput(b"k%d" % (first + 1), b"1", now),
+            ],
+            codec=Codec.LZ4,
+        )
+    checkpoint = clean(keyed, clock).end_offset
+    keyed.truncate_to(14)
+    for offset in range(14, 30):
+        append_batch(keyed, [BatchRecordInput(b"new%d" % offset, b"1", now)], codec=Codec.LZ4)
+    keyed.roll("the next leader's records after the truncation")
+    for offset in range(30, 40):
+        append_batch(keyed, [BatchRecordInput(b"later%d" % offset, b"1", now)], codec=Codec.LZ4)
+
+    clean(keyed, clock, first_dirty=checkpoint)
+
+    kept = [m.key for m in iter_deep(keyed.read(0, 10**6).slice.read())]
+    expected = [b"k%d" % n for n in range(14)] + [b"new%d" % n for n in range(14, 30)]
+    assert (checkpoint, kept) == (20, expected + [b"later%d" % n for n in range(30, 40)])
+
+
 def test_tombstones_go_past_the_delete_horizon_and_stay_before_it(tmp_path, clock):
     """Kafka 2.1's rule for v2 as for v1: a tombstone stays while its segment was modified
     after the delete horizon, the clean tail's last modification less delete.retention.ms."""

@@ -286,12 +286,14 @@ class Cleaner:
         retention = partition_log.config.delete_retention_ms
         delete_horizon = tail[-1].last_modified_ms - retention if tail else 0
         self.offset_map.clear()
-        end_offset = self._build_offset_map(
+        mapped_from, end_offset = self._build_offset_map(
             partition_log, segments, to_clean.first_dirty, to_clean.first_uncleanable, stats
         )
-        # a batch of the dirty section none of whose offsets is a key's latest is dropped (or
-        # emptied) from its header alone, without reading its records again
-        self.offset_map.mark_latest(to_clean.first_dirty, end_offset)
+        # a mapped batch none of whose offsets is a key's latest is dropped (or emptied) from
+        # its header alone, without reading its records again; the offsets from first_dirty to
+        # the end of a segment it falls inside (a checkpoint left there by a stopped clean or a
+        # truncation) were not mapped, and are not marked
+        self.offset_map.mark_latest(mapped_from, end_offset)
         stats.map_seconds = time.perf_counter() - started
         stats.end_offset = end_offset
         stats.buffer_utilization = self.offset_map.utilization
@@ -314,10 +316,11 @@ class Cleaner:
         first_dirty: int,
         first_uncleanable: int,
         stats: CleanStats,
-    ) -> int:
-        """Puts the keys of the dirty segments, oldest first, while the map has room for a whole
-        segment's offsets; returns the offset after the last segment mapped."""
-        end = first_dirty
+    ) -> tuple[int, int]:
+        """Puts the keys of the dirty segments (those from first_dirty on), oldest first, while
+        the map has room for a whole segment's offsets; returns the offsets mapped, from the
+        first mapped segment's base to the offset after the last (first_dirty twice if none)."""
+        start = end = first_dirty
         for segment in segments:
             if segment.base_offset < first_dirty:
                 continue
@@ -339,8 +342,10 @@ class Cleaner:
                     f"than the offset map's {self.offset_map.capacity} "
                     "(log.cleaner.dedupe.buffer.size is too small)"
                 ) from None
+            if end == first_dirty:
+                start = segment.base_offset
             end = segment.next_offset
-        return end
+        return start, end
 
     def _map_segment(self, segment: LogSegment, stats: CleanStats) -> None:
         """Puts the key of every message of ``segment`` into the offset map with its offset:

@@ -18,6 +18,10 @@ sequence, the survivors' offset deltas and headers as they were, their timestamp
 from the first survivor's time (LogAppendTime: every delta 0 and both timestamps the batch's),
 compressed again with the batch's codec. Control batches (transaction markers, which no
 producer can write to tidelog yet) are copied as they are and map no key.
+
+Once a clean has mapped its dirty section, the offset map marks which of its offsets are a
+key's latest (OffsetMap.mark_latest): a dirty v2 batch none of whose offsets is marked keeps
+no record, which its header tells, so its records are not decompressed and walked again.
 """
 
 from __future__ import annotations
