@@ -75,6 +75,14 @@ def test_lz4_frames_of_either_kind_are_read_from_a_view_into_a_larger_buffer():
         assert decompress(Codec.LZ4, segment[6 : 6 + len(frame)], 2) == DATA
 
 
+def test_an_lz4_skippable_frame_is_not_read_as_an_empty_one():
+    skippable = struct.pack("<II", 0x184D2A50, 4) + b"skip"
+    for data in (skippable, skippable + compress(Codec.LZ4, DATA, 1)):
+        with pytest.raises(KafkaError) as refused:
+            decompress(Codec.LZ4, data, 1)
+        assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+
+
 def test_zstd_is_written_at_kafkas_default_level_with_its_content_size():
     frame = compress(Codec.ZSTD, DATA, 2)
 

@@ -124,7 +124,10 @@ def _lz4_frame(data: bytes | bytearray | memoryview) -> bytes:
     """The content of an LZ4 frame, whichever way its header checksum was computed: a frame
     is read as it is first, and again with the checksum recomputed only if that fails (Kafka's
     clients before KIP-57 computed it over the magic too, at magic 0). Recomputing it on every
-    frame, as before, cost as much as decompressing a small batch."""
+    frame, as before, cost as much as decompressing a small batch. Anything but a frame (a
+    skippable frame, which lz4 reads as empty) is refused, as Kafka refuses it."""
+    if data[:4] != LZ4_MAGIC:
+        raise ValueError("not an LZ4 frame")
     try:
         return lz4.frame.decompress(data)
     except RuntimeError:
