@@ -10,9 +10,16 @@ from tidelog.tiered.metadata import RemoteLogMetadataStore, RemoteSegmentMetadat
 from tidelog.tiered.storage import RemoteSegmentId, RemoteStorageError, RemoteStorageManager
 
 
-def segment(start: int, state: SegmentState = SegmentState.COPY_SEGMENT_STARTED):
+def segment(
+    start: int, state: SegmentState = SegmentState.COPY_SEGMENT_STARTED, end: int | None = None
+):
     return RemoteSegmentMetadata(
-        RemoteSegmentId("t", 0, start, f"{start:032x}"), start + 9, 1000 + start, 100, 0, state
+        RemoteSegmentId("t", 0, start, f"{start:032x}"),
+        start + 9 if end is None else end,
+        1000 + start,
+        100,
+        0,
+        state,
     )
 
 
@@ -112,6 +119,18 @@ def test_an_orphan_beside_the_segment_ending_there_is_passed_over(tmp_path):
 
     assert store.finished_ending_at("t", 0, 19) == segment(10, SegmentState.COPY_SEGMENT_FINISHED)
     assert store.finished_ending_at("t", 0, 9) == segment(0, SegmentState.COPY_SEGMENT_FINISHED)
+
+
+def test_a_segment_ending_there_under_an_overlapping_one_is_found(tmp_path):
+    """Two brokers copying as leaders at once: 50-149 copied by one over 0-99 by the other."""
+    store = RemoteLogMetadataStore(RemoteStorageManager(f"file://{tmp_path}"))
+    store.put(segment(0, SegmentState.COPY_SEGMENT_FINISHED, end=99))
+    store.put(segment(50, SegmentState.COPY_SEGMENT_FINISHED, end=149))
+
+    assert store.finished_ending_at("t", 0, 99) == segment(
+        0, SegmentState.COPY_SEGMENT_FINISHED, end=99
+    )
+    assert store.finished_ending_at("t", 0, 149).start_offset == 50
 
 
 def test_the_lookup_in_a_tier_that_is_away_is_an_error_not_a_missing_segment(tmp_path):

@@ -217,11 +217,13 @@ class RemoteLogMetadataStore:
     def finished_ending_at(
         self, topic: str, partition: int, end_offset: int
     ) -> RemoteSegmentMetadata | None:
-        """The finished segment whose last offset is ``end_offset``, or None. Lists the names
-        only and reads the objects that start at or below it, the highest starts first, until
-        it meets a finished one: a follower starting at its leader's local log start needs this
-        one segment, and reading every object of a long tier took it 0.6 s a partition at 4,600
-        segments, with its fetches waiting."""
+        """The finished segment whose last offset is ``end_offset`` (of two, the one that
+        starts higher), or None. Lists the names only and reads the objects that start at or
+        below it, the highest starts first, until it meets one: a follower starting at its
+        leader's local log start needs this one segment, and reading every object of a long
+        tier took it 0.6 s a partition at 4,600 segments, with its fetches waiting. A finished
+        segment met first that ends elsewhere does not end the search: a lower one may overlap
+        it (two brokers copying as leaders at once) and end there."""
         return self.storage.call(
             "look up metadata of",
             f"{topic}-{partition}",
@@ -248,12 +250,13 @@ class RemoteLogMetadataStore:
         for start in sorted(starting, reverse=True):
             read = (self._read(fs, path, topic, partition) for path in starting[start])
             found = _by_start(metadata for metadata in read if metadata is not None)
-            finished = [m for m in found if m.state is SegmentState.COPY_SEGMENT_FINISHED]
-            ending = [m for m in finished if m.end_offset == end_offset]
+            ending = [
+                m
+                for m in found
+                if m.state is SegmentState.COPY_SEGMENT_FINISHED and m.end_offset == end_offset
+            ]
             if ending:
                 return ending[-1]
-            if finished:  # a segment further down cannot end there without overlapping these
-                return None
         return None
 
     def finished(self, topic: str, partition: int) -> list[RemoteSegmentMetadata]:
