@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,12 +15,15 @@ from hypothesis import strategies as st
 from tidelog.clock import ManualClock
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log import cleaner as cleaner_module
+from tidelog.log import compaction
 from tidelog.log.cleaner import CLEANER_CHECKPOINT, Cleaner, log_to_clean
+from tidelog.log.compaction import MappedWrappers
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.log.manager import LogManager
 from tidelog.log.offset_map import OffsetMap
 from tidelog.log.segment import LogSegment
+from tidelog.records.compression import decompress
 from tidelog.records.format import MESSAGE_SET_CODECS, Codec, Record, build_message_set, iter_deep
 
 COMPACTED = {
@@ -409,3 +413,53 @@ def test_a_follower_rolled_at_compressed_v0_wrappers_bases_segments_at_first_mes
         *((2 * batch, b"u%d" % batch) for batch in range(6)),
         (11, b"dup"),
     ]
+
+
+@pytest.mark.skipif(compaction.native is None, reason="make install builds the C loops")
+def test_a_wrapper_whose_every_message_has_a_later_one_is_dropped_without_reading_it_again(
+    tmp_path, clock
+):
+    partition_log = Log(
+        tmp_path / "keyed-0",
+        LogConfig.from_topic_config({**COMPACTED, "segment.bytes": "100000"}),
+        clock=clock,
+    )
+    for value in (b"1", b"2", b"3"):
+        append(partition_log, [(b"a", value), (b"b", value), (b"c", value)], Codec.LZ4)
+    append(partition_log, [(b"c", b"4")], Codec.LZ4)  # keeps "a" and "b" in the third
+    partition_log.roll("the test cleans everything")
+    read = []
+
+    def counted(codec, data, magic):
+        read.append(bytes(data))
+        return decompress(codec, data, magic)
+
+    to_clean = log_to_clean((TOPIC, 0), partition_log, 0, clock.milliseconds())
+    with mock.patch.object(compaction, "decompress", counted):
+        stats = Cleaner(OffsetMap(24 * 1000), clock).clean(to_clean)
+
+    assert messages(partition_log) == [(6, b"a", b"3"), (7, b"b", b"3"), (9, b"c", b"4")]
+    # each wrapper is read to map its keys; to filter, only the first (no wrapper noted before
+    # it) and the two that keep messages
+    assert len(read) == 4 + 3 and read[4:] == [read[0], read[2], read[3]]
+    assert (stats.messages_read, stats.messages_written) == (10, 3)
+    partition_log.close()
+
+
+def test_wrappers_noted_out_of_order_or_past_the_limit_are_not_taken_for_superseded():
+    offset_map = OffsetMap(24 * 100)
+    offset_map.put_all({b"a": 11})
+    offset_map.mark_latest(0, 40)
+    wrappers = MappedWrappers(limit=3)
+    for offset in (4, 9, 19, 29):  # the last one past the limit
+        wrappers.note(offset, 5)
+    answers = [wrappers.superseded(offset, offset_map) for offset in (4, 9, 19, 29, 5)]
+    marked = offset_map.marks is not None
+    # 4: the first noted (where its messages start is not known); 19: 11 is a's latest; 5: not
+    # noted
+    assert answers == ([None, 5, None, None, None] if marked else [None] * 5)
+
+    wrappers = MappedWrappers(limit=10)
+    for offset in (4, 9, 7, 29):
+        wrappers.note(offset, 5)
+    assert list(wrappers.offsets) == [4, 9]  # nothing noted after an offset out of order

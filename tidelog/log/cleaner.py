@@ -29,7 +29,7 @@ from typing import Any
 
 from tidelog.clock import Clock
 from tidelog.log.checkpoint import TopicPartition, read_checkpoint, write_checkpoint
-from tidelog.log.compaction import FilterStats, filter_entries, latest_offsets
+from tidelog.log.compaction import FilterStats, MappedWrappers, filter_entries, latest_offsets
 from tidelog.log.files import CLEANED_SUFFIX
 from tidelog.log.log import Log
 from tidelog.log.offset_map import OffsetMap, OffsetMapFull
@@ -44,6 +44,9 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 FULL_CLEAN_EVERY = 4  # with log.cleaner.generational.enable: one full clean in four
 READ_CHUNK = 1024 * 1024
 MAP_BATCH = 1 << 16  # keys gathered before they go into the offset map
+# A clean notes at most one compressed wrapper per this many slots of its offset map (16 bytes
+# a wrapper: a sixth of a byte per byte of the map); past that, wrappers are read twice.
+WRAPPERS_PER_SLOT = 4
 MB = 1024 * 1024
 
 
@@ -268,6 +271,8 @@ class Cleaner:
         self.offset_map = offset_map
         self.clock = clock
         self.aborted = aborted  # set: stop at the next chunk, swapping nothing more in
+        # the compressed wrappers the clean under way mapped, which its filter pass asks about
+        self.wrappers = MappedWrappers(0)
 
     def clean(self, to_clean: LogToClean, full: bool = True) -> CleanStats:
         """Cleans ``to_clean.log`` from its start to the end of what the offset map could hold
@@ -286,13 +291,14 @@ class Cleaner:
         retention = partition_log.config.delete_retention_ms
         delete_horizon = tail[-1].last_modified_ms - retention if tail else 0
         self.offset_map.clear()
+        self.wrappers = MappedWrappers(self.offset_map.slots // WRAPPERS_PER_SLOT)
         mapped_from, end_offset = self._build_offset_map(
             partition_log, segments, to_clean.first_dirty, to_clean.first_uncleanable, stats
         )
-        # a mapped batch none of whose offsets is a key's latest is dropped (or emptied) from
-        # its header alone, without reading its records again; the offsets from first_dirty to
-        # the end of a segment it falls inside (a checkpoint left there by a stopped clean or a
-        # truncation) were not mapped, and are not marked
+        # a mapped batch or wrapper none of whose offsets is a key's latest is dropped (or
+        # emptied) unread, from its header or what the map pass noted; the offsets from
+        # first_dirty to the end of a segment it falls inside (a checkpoint left there by a
+        # stopped clean or a truncation) were not mapped, and are not marked
         self.offset_map.mark_latest(mapped_from, end_offset)
         stats.map_seconds = time.perf_counter() - started
         stats.end_offset = end_offset
@@ -354,7 +360,7 @@ class Cleaner:
         latest: dict[bytes, int] = {}
         chunks = SegmentChunks(segment)
         for chunk in chunks:
-            used, messages = latest_offsets(chunk, latest)
+            used, messages = latest_offsets(chunk, latest, self.wrappers)
             chunks.used(used)
             stats.map_bytes_read += used
             stats.map_messages_read += messages
@@ -380,7 +386,12 @@ class Cleaner:
             if self.aborted is not None and self.aborted.is_set():
                 raise CleanAborted(f"{partition_log.directory}: cleaning aborted")
             kept, filtered = filter_entries(
-                chunk, self.offset_map, retain_deletes, partial_tail=True, keeps_empty=producers
+                chunk,
+                self.offset_map,
+                retain_deletes,
+                partial_tail=True,
+                keeps_empty=producers,
+                wrappers=self.wrappers,
             )
             chunks.used(filtered.bytes_read)
             stats.add(filtered)

@@ -27,6 +27,8 @@ no record, which its header tells, so its records are not decompressed and walke
 from __future__ import annotations
 
 import struct
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -76,6 +78,41 @@ ENTRY_HEADER = struct.Struct(">qi4xbBqi")
 V0_KEY_AT = LOG_OVERHEAD + 10  # where the key starts (after its length) in a v0 entry
 V1_KEY_AT = LOG_OVERHEAD + 18
 PADDING = bytes(ENTRY_HEADER.size - LOG_OVERHEAD)
+
+
+class MappedWrappers:
+    """The compressed wrappers (v0/v1) a clean's map pass met, in offset order: each one's
+    offset (that of its last message) and how many messages it holds; at most ``limit`` of
+    them, and none after an offset out of order (later ones go the usual way).
+
+    Every offset after one noted wrapper's, up to the next one's, belongs to that next wrapper
+    or to entries between the two, so a wrapper none of whose offsets from the previous noted
+    one's on is a key's latest (OffsetMap.holds_latest) keeps no message: the filter pass drops
+    it without decompressing it again, counting its messages from here."""
+
+    def __init__(self, limit: int) -> None:
+        self.offsets = array("q")
+        self.counts = array("q")
+        self.limit = limit
+
+    def note(self, offset: int, messages: int) -> None:
+        offsets = self.offsets
+        if offsets and offset <= offsets[-1]:
+            self.limit = len(offsets)  # out of order: note nothing more
+        if len(offsets) < self.limit:
+            offsets.append(offset)
+            self.counts.append(messages)
+
+    def superseded(self, offset: int, offset_map: OffsetMap) -> int | None:
+        """How many messages the wrapper at ``offset`` holds if none of them can be a key's
+        latest, else None (so too for a wrapper not noted, or the first noted)."""
+        offsets = self.offsets
+        at = bisect_left(offsets, offset)
+        if at == 0 or at == len(offsets) or offsets[at] != offset:
+            return None
+        if offset_map.holds_latest(offsets[at - 1] + 1, offset):
+            return None
+        return self.counts[at]
 
 
 @dataclass
@@ -156,11 +193,13 @@ def filter_entries(
     *,
     partial_tail: bool = False,
     keeps_empty: KeepsEmpty | None = None,
+    wrappers: MappedWrappers | None = None,
 ) -> tuple[bytearray, FilterStats]:
     """The surviving entries of ``data`` (whole entries of one segment, already validated when
     they were appended), and what was read and kept. With ``partial_tail`` the data may end in
     part of an entry, which is left for the caller to read whole: stats.bytes_read says where
-    the whole entries ended. ``keeps_empty`` says which emptied v2 batches stay (None: none).
+    the whole entries ended. ``keeps_empty`` says which emptied v2 batches stay (None: none);
+    ``wrappers``, which compressed wrappers keep nothing without being read.
 
     The loop unpacks one struct per entry and copies each run of consecutive survivors as one
     slice; a key's latest offset is the offset map's (which remembers the keys it was asked
@@ -219,9 +258,13 @@ def filter_entries(
             if run_end > run_start:
                 out += view[run_start:run_end]
             run_start = run_end = end
-            out += _filter_wrapper(
-                view, position, offset, magic, attributes, offset_map, retain_deletes, stats
-            )
+            superseded = None if wrappers is None else wrappers.superseded(offset, offset_map)
+            if superseded is not None:
+                stats.messages_read += superseded  # and none kept
+            else:
+                out += _filter_wrapper(
+                    view, position, offset, magic, attributes, offset_map, retain_deletes, stats
+                )
             position = end
             continue
         read += 1
@@ -248,11 +291,13 @@ def filter_entries(
     return out, stats
 
 
-def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
+def latest_offsets(
+    data: bytes, latest: dict[bytes, int], wrappers: MappedWrappers | None = None
+) -> tuple[int, int]:
     """Puts the key of every message in ``data`` (whole entries, perhaps then part of one) into
     ``latest`` with its offset, inner messages of compressed wrappers with their absolute
     offsets; a later offset of a key replaces an earlier one. Returns (where the whole entries
-    ended, how many messages they held)."""
+    ended, how many messages they held). Each compressed wrapper is noted in ``wrappers``."""
     padded = data + PADDING
     position, limit, count = 0, len(data), 0
     walk = native.map_plain if native is not None else None
@@ -269,7 +314,10 @@ def latest_offsets(data: bytes, latest: dict[bytes, int]) -> tuple[int, int]:
         if magic == MAGIC:
             count += batch_keys(padded, position, end, latest)
         elif attributes & CODEC_MASK:
-            count += _map_wrapper(padded, position, offset, magic, attributes, latest)
+            messages = _map_wrapper(padded, position, offset, magic, attributes, latest)
+            count += messages
+            if wrappers is not None:
+                wrappers.note(offset, messages)
         else:
             count += 1
             if key_length >= 0:
