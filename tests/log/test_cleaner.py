@@ -23,8 +23,16 @@ from tidelog.log.log import Log
 from tidelog.log.manager import LogManager
 from tidelog.log.offset_map import OffsetMap
 from tidelog.log.segment import LogSegment
-from tidelog.records.compression import decompress
-from tidelog.records.format import MESSAGE_SET_CODECS, Codec, Record, build_message_set, iter_deep
+from tidelog.records.compression import compress, decompress
+from tidelog.records.format import (
+    MESSAGE_SET_CODECS,
+    Codec,
+    Record,
+    build_message_set,
+    encode_entry,
+    encode_message,
+    iter_deep,
+)
 
 COMPACTED = {
     "cleanup.policy": "compact",
@@ -439,27 +447,85 @@ def test_a_wrapper_whose_every_message_has_a_later_one_is_dropped_without_readin
         stats = Cleaner(OffsetMap(24 * 1000), clock).clean(to_clean)
 
     assert messages(partition_log) == [(6, b"a", b"3"), (7, b"b", b"3"), (9, b"c", b"4")]
-    # each wrapper is read to map its keys; to filter, only the first (no wrapper noted before
-    # it) and the two that keep messages
-    assert len(read) == 4 + 3 and read[4:] == [read[0], read[2], read[3]]
+    # each wrapper is read to map its keys; to filter, only the two that keep messages
+    assert len(read) == 4 + 2 and read[4:] == [read[2], read[3]]
     assert (stats.messages_read, stats.messages_written) == (10, 3)
     partition_log.close()
 
 
 def test_wrappers_noted_out_of_order_or_past_the_limit_are_not_taken_for_superseded():
     offset_map = OffsetMap(24 * 100)
-    offset_map.put_all({b"a": 11})
+    offset_map.put_all({b"a": 17})
     offset_map.mark_latest(0, 40)
     wrappers = MappedWrappers(limit=3)
-    for offset in (4, 9, 19, 29):  # the last one past the limit
-        wrappers.note(offset, 5)
+    for offset in (4, 9, 19, 29):  # each holding the five offsets up to its own; 29 past the limit
+        wrappers.note(offset, 5, offset - 4, offset)
     answers = [wrappers.superseded(offset, offset_map) for offset in (4, 9, 19, 29, 5)]
-    marked = offset_map.marks is not None
-    # 4: the first noted (where its messages start is not known); 19: 11 is a's latest; 5: not
-    # noted
-    assert answers == ([None, 5, None, None, None] if marked else [None] * 5)
+    # 19: 17, a's latest, is among its offsets; 29 and 5: not noted
+    expected = [5, 5, None, None, None] if offset_map.marks is not None else [None] * 5
+    assert answers == expected
 
     wrappers = MappedWrappers(limit=10)
-    for offset in (4, 9, 7, 29):
-        wrappers.note(offset, 5)
+    for offset, least in ((4, 0), (9, 5), (7, 6), (29, 25)):
+        wrappers.note(offset, 5, least, offset)
     assert list(wrappers.offsets) == [4, 9]  # nothing noted after an offset out of order
+    wrappers = MappedWrappers(limit=10)
+    for offset, least in ((4, 0), (9, 3), (29, 25)):  # 3: among the first wrapper's offsets
+        wrappers.note(offset, 5, least, offset)
+    assert list(wrappers.offsets) == [4]
+
+
+def inner_offsets(magic: int, wrappers) -> list[tuple[int, bytes]]:  # type: ignore[no-untyped-def]
+    """(absolute offset, key) of every message of ``wrappers``, in offset order."""
+    found = []
+    for wrapper_offset, inner in wrappers:
+        base = 0 if magic == 0 else wrapper_offset - inner[-1][0]
+        found += [(base + stored, key) for stored, key in inner]
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    "magic, wrappers",
+    [
+        # a v0 wrapper at 4 holding x at 9, above its own offset (a follower copies wrappers
+        # without opening them); q at 3 and p at 4 are superseded by the wrapper at 12
+        (
+            0,
+            [
+                (1, [(0, b"a"), (1, b"b")]),
+                (4, [(3, b"q"), (9, b"x"), (4, b"p")]),
+                (12, [(10, b"q"), (11, b"p"), (12, b"z")]),
+            ],
+        ),
+        # a v1 wrapper at 10 whose relative offsets 0, 5, 1 put y at 14, above it
+        (
+            1,
+            [
+                (5, [(0, b"a"), (1, b"b"), (2, b"c")]),
+                (10, [(0, b"q"), (5, b"y"), (1, b"p")]),
+                (20, [(0, b"q"), (1, b"p"), (2, b"z")]),
+            ],
+        ),
+    ],
+)
+def test_a_wrapper_with_a_message_past_its_own_offset_keeps_it(tmp_path, clock, magic, wrappers):
+    partition_log = Log(
+        tmp_path / "keyed-0",
+        LogConfig.from_topic_config({**COMPACTED, "segment.bytes": "100000"}),
+        clock=clock,
+    )
+    for wrapper_offset, inner in wrappers:
+        body = b"".join(encode_entry(o, encode_message(magic, k, b"v", 0)) for o, k in inner)
+        wrapper = encode_message(magic, None, compress(Codec.GZIP, body, magic), 0, Codec.GZIP)
+        partition_log.append_as_follower(encode_entry(wrapper_offset, wrapper))
+    partition_log.roll("the test cleans everything")
+    partition_log.high_watermark = partition_log.log_end_offset
+
+    to_clean = log_to_clean((TOPIC, 0), partition_log, 0, clock.milliseconds())
+    Cleaner(OffsetMap(24 * 1000), clock).clean(to_clean)
+
+    last_of_each_key = {key: offset for offset, key in inner_offsets(magic, wrappers)}
+    assert [(offset, key) for offset, key, _ in messages(partition_log)] == sorted(
+        (offset, key) for key, offset in last_of_each_key.items()
+    )
+    partition_log.close()

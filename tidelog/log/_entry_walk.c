@@ -709,7 +709,9 @@ static PyObject *map_inner(PyObject *Py_UNUSED(module), PyObject *args)
         }
     }
     PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(count);
+    if (!count)
+        return Py_BuildValue("nLL", count, wrapper_offset, wrapper_offset);
+    return Py_BuildValue("nLL", count, (long long)(base + least), (long long)(base + greatest));
 }
 
 static PyObject *filter_inner(PyObject *Py_UNUSED(module), PyObject *args)
@@ -1055,9 +1057,10 @@ static PyMethodDef methods[] = {
      "read, kept): appends the surviving plain entries to `out`, from `position` to the first "
      "entry it does not take; a key's latest offset is remembered[key], else get(key)."},
     {"map_inner", map_inner, METH_VARARGS,
-     "map_inner(inner, magic, wrapper_offset, latest) -> messages or None: puts the key of each "
-     "message of a wrapper's decompressed inner message set into `latest` with its absolute "
-     "offset; None, having put nothing, if one message is not taken."},
+     "map_inner(inner, magic, wrapper_offset, latest) -> (messages, least, greatest) or None: "
+     "puts the key of each message of a wrapper's decompressed inner message set into `latest` "
+     "with its absolute offset; the least and greatest of those offsets (the wrapper's offset "
+     "twice when it holds none); None, having put nothing, if one message is not taken."},
     {"filter_inner", filter_inner, METH_VARARGS,
      "filter_inner(inner, magic, wrapper_offset, remembered, get, remember, retain_deletes) -> "
      "(read, kept, rebuilt, max_timestamp, last_kept_offset) or None: the surviving messages of "

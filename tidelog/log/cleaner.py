@@ -44,9 +44,9 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 FULL_CLEAN_EVERY = 4  # with log.cleaner.generational.enable: one full clean in four
 READ_CHUNK = 1024 * 1024
 MAP_BATCH = 1 << 16  # keys gathered before they go into the offset map
-# A clean notes at most one compressed wrapper per this many slots of its offset map (16 bytes
+# A clean notes at most one compressed wrapper per this many slots of its offset map (32 bytes
 # a wrapper: a sixth of a byte per byte of the map); past that, wrappers are read twice.
-WRAPPERS_PER_SLOT = 4
+SLOTS_PER_WRAPPER = 8
 MB = 1024 * 1024
 
 
@@ -291,7 +291,7 @@ class Cleaner:
         retention = partition_log.config.delete_retention_ms
         delete_horizon = tail[-1].last_modified_ms - retention if tail else 0
         self.offset_map.clear()
-        self.wrappers = MappedWrappers(self.offset_map.slots // WRAPPERS_PER_SLOT)
+        self.wrappers = MappedWrappers(self.offset_map.slots // SLOTS_PER_WRAPPER)
         mapped_from, end_offset = self._build_offset_map(
             partition_log, segments, to_clean.first_dirty, to_clean.first_uncleanable, stats
         )

@@ -21,7 +21,9 @@ producer can write to tidelog yet) are copied as they are and map no key.
 
 Once a clean has mapped its dirty section, the offset map marks which of its offsets are a
 key's latest (OffsetMap.mark_latest): a dirty v2 batch none of whose offsets is marked keeps
-no record, which its header tells, so its records are not decompressed and walked again.
+no record, which its header tells, so its records are not decompressed and walked again; nor
+are a compressed wrapper's messages when none of the offsets the map pass found in it
+(MappedWrappers) is marked.
 """
 
 from __future__ import annotations
@@ -82,35 +84,40 @@ PADDING = bytes(ENTRY_HEADER.size - LOG_OVERHEAD)
 
 class MappedWrappers:
     """The compressed wrappers (v0/v1) a clean's map pass met, in offset order: each one's
-    offset (that of its last message) and how many messages it holds; at most ``limit`` of
-    them, and none after an offset out of order (later ones go the usual way).
+    offset (that of its last message), how many messages it holds and the least and greatest of
+    their absolute offsets; at most ``limit`` of them. A wrapper none of whose offsets from its
+    least to its greatest is a key's latest (OffsetMap.holds_latest) keeps no message: the
+    filter pass drops it without decompressing it again, counting its messages from here.
 
-    Every offset after one noted wrapper's, up to the next one's, belongs to that next wrapper
-    or to entries between the two, so a wrapper none of whose offsets from the previous noted
-    one's on is a key's latest (OffsetMap.holds_latest) keeps no message: the filter pass drops
-    it without decompressing it again, counting its messages from here."""
+    Noting stops (later wrappers go the usual way) at a wrapper whose offsets do not all come
+    after the previous one's: the offset map keeps the offset read last for a key, which is
+    then the largest only while offsets go up."""
 
     def __init__(self, limit: int) -> None:
         self.offsets = array("q")
+        self.least = array("q")
+        self.greatest = array("q")
         self.counts = array("q")
         self.limit = limit
+        self.in_order = True
 
-    def note(self, offset: int, messages: int) -> None:
-        offsets = self.offsets
-        if offsets and offset <= offsets[-1]:
-            self.limit = len(offsets)  # out of order: note nothing more
-        if len(offsets) < self.limit:
-            offsets.append(offset)
+    def note(self, offset: int, messages: int, least: int, greatest: int) -> None:
+        if self.greatest and (offset <= self.offsets[-1] or least <= self.greatest[-1]):
+            self.in_order = False
+        if self.in_order and len(self.offsets) < self.limit:
+            self.offsets.append(offset)
+            self.least.append(least)
+            self.greatest.append(greatest)
             self.counts.append(messages)
 
     def superseded(self, offset: int, offset_map: OffsetMap) -> int | None:
         """How many messages the wrapper at ``offset`` holds if none of them can be a key's
-        latest, else None (so too for a wrapper not noted, or the first noted)."""
+        latest, else None (so too for a wrapper not noted)."""
         offsets = self.offsets
         at = bisect_left(offsets, offset)
-        if at == 0 or at == len(offsets) or offsets[at] != offset:
+        if at == len(offsets) or offsets[at] != offset:
             return None
-        if offset_map.holds_latest(offsets[at - 1] + 1, offset):
+        if offset_map.holds_latest(self.least[at], self.greatest[at]):
             return None
         return self.counts[at]
 
@@ -314,10 +321,12 @@ def latest_offsets(
         if magic == MAGIC:
             count += batch_keys(padded, position, end, latest)
         elif attributes & CODEC_MASK:
-            messages = _map_wrapper(padded, position, offset, magic, attributes, latest)
+            messages, least, greatest = _map_wrapper(
+                padded, position, offset, magic, attributes, latest
+            )
             count += messages
             if wrappers is not None:
-                wrappers.note(offset, messages)
+                wrappers.note(offset, messages, least, greatest)
         else:
             count += 1
             if key_length >= 0:
@@ -333,9 +342,10 @@ def _map_wrapper(
     magic: int,
     attributes: int,
     latest: dict[bytes, int],
-) -> int:
+) -> tuple[int, int, int]:
     """Puts the key of each message inside the compressed wrapper at ``position`` into
-    ``latest`` with its absolute offset; returns how many messages it holds."""
+    ``latest`` with its absolute offset; returns how many messages it holds and the least and
+    greatest of their offsets (the wrapper's offset twice when it holds none)."""
     _, inner = _decompressed(buffer, position, wrapper_offset, magic, attributes)
     if native is not None:  # the C walk, or None for messages it leaves to the loop below
         mapped = native.map_inner(inner, magic, wrapper_offset, latest)
@@ -345,7 +355,10 @@ def _map_wrapper(
     for inner_offset, key in found:
         if key is not None:
             latest[key] = inner_offset
-    return len(found)
+    if not found:
+        return 0, wrapper_offset, wrapper_offset
+    offsets = [inner_offset for inner_offset, _ in found]
+    return len(found), min(offsets), max(offsets)
 
 
 def inner_keys(inner: bytes, wrapper_offset: int, magic: int) -> list[tuple[int, bytes | None]]:
