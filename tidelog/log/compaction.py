@@ -89,9 +89,9 @@ class MappedWrappers:
     least to its greatest is a key's latest (OffsetMap.holds_latest) keeps no message: the
     filter pass drops it without decompressing it again, counting its messages from here.
 
-    Noting stops (later wrappers go the usual way) at a wrapper whose offsets do not all come
-    after the previous one's: the offset map keeps the offset read last for a key, which is
-    then the largest only while offsets go up."""
+    A wrapper whose offsets do not all come after the previous one's forgets every wrapper
+    noted and ends the noting (all of them go the usual way): the offset map keeps the offset
+    read last for a key, which is the largest only while offsets go up."""
 
     def __init__(self, limit: int) -> None:
         self.offsets = array("q")
@@ -104,6 +104,8 @@ class MappedWrappers:
     def note(self, offset: int, messages: int, least: int, greatest: int) -> None:
         if self.greatest and (offset <= self.offsets[-1] or least <= self.greatest[-1]):
             self.in_order = False
+            for noted in (self.offsets, self.least, self.greatest, self.counts):
+                del noted[:]
         if self.in_order and len(self.offsets) < self.limit:
             self.offsets.append(offset)
             self.least.append(least)
