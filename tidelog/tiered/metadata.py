@@ -203,8 +203,7 @@ class RemoteLogMetadataStore:
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
-            name = path.rsplit("/", 1)[-1]
-            start, _, uuid = name.removesuffix(".json").partition("-")
+            start, uuid = _name_parts(path)
             return RemoteSegmentMetadata(
                 RemoteSegmentId(topic, partition, int(start), uuid),
                 -1,
@@ -268,12 +267,17 @@ class RemoteLogMetadataStore:
         ]
 
 
+def _name_parts(path: str) -> tuple[str, str]:
+    """The start offset and uuid a metadata object's name ({start:020d}-{uuid}.json) holds."""
+    start, _, uuid = path.rsplit("/", 1)[-1].removesuffix(".json").partition("-")
+    return start, uuid
+
+
 def _start_of(path: str) -> int | None:
     """The start offset a metadata object's name gives, None if it is not one's."""
-    name = path.rsplit("/", 1)[-1]
-    if not name.endswith(".json"):
+    if not path.endswith(".json"):
         return None
-    start = name.partition("-")[0]
+    start, _ = _name_parts(path)
     return int(start) if start.isdigit() else None
 
 
