@@ -11,7 +11,9 @@ produced at fixed offered rates (MB/s for the whole cluster) by a paced producer
 (partition count), acks and rate: the offered and delivered rate (records whose delivery report
 came within the run, per second of the run), p50 / p99 latency from ``produce()`` to the delivery
 report (the records still undelivered ``--drain`` seconds after the run are counted, not
-timed), and the brokers' CPU (utime + stime of the three broker processes from /proc, in cores).
+timed), the brokers' CPU (utime + stime of the three broker processes from /proc, in cores) and
+the producer's (this process: its Python loop and librdkafka's threads, on the same cores). The
+producer sleeps between bursts of the records due, at least PACING_SECONDS (1 ms) at a time.
 
 Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU per thousand
 partition batches: CPU seconds of the three brokers over the produce requests their leaders
@@ -42,6 +44,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,6 +61,11 @@ from tidelog.cluster.local import LocalCluster
 KEY_BYTES = 8
 RECORD_BYTES = 480
 CONFIG = {"min.insync.replicas": "2"}
+# The paced producer sleeps at least this long between bursts of the records due. A sleep per
+# record (one every 24 us at 20 MB/s) cost this process about a quarter of a core in timer
+# wake-ups, on the same two cores as the brokers, and the brokers' p99 rose threefold with it.
+# librdkafka lingers 5 ms in any case, so a 1 ms burst leaves its batches as they were.
+PACING_SECONDS = 0.001
 # --release: the brokers' broker.protocol.max.version, their inter.broker.protocol.version, and
 # the topics' message.format.version
 RELEASES = {"0.10.1": ("0.10.1", "0.10.0", "0.10.0"), "2.1": ("2.1", "2.1", "2.1")}
@@ -94,6 +102,12 @@ def answered(cluster: LocalCluster) -> tuple[int, int]:
     return produce, fetch
 
 
+def own_cpu_seconds() -> float:
+    """This process's CPU (the producer: its Python loop and librdkafka's threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def load_average() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 1)[0]
 
@@ -109,6 +123,7 @@ class Point:
     undelivered: int
     errors: int
     brokers_cores: float
+    producer_cores: float
     cpu_seconds: float
     produce_requests: int
     fetch_requests: int
@@ -165,6 +180,7 @@ def run_point(
     producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
     producer.flush(30)
     cpu_before, (requests_before, fetches_before) = brokers_cpu(cluster), answered(cluster)
+    producer_cpu_before = own_cpu_seconds()
     start = clock()
     window_end = start + seconds
     produced = 0
@@ -181,12 +197,13 @@ def run_point(
                 producer.poll(0.001)
         producer.poll(0)
         if produced < records:
-            time.sleep(max(0.0, start + produced * interval - clock()))
+            time.sleep(max(PACING_SECONDS, start + produced * interval - clock()))
     offered_seconds = clock() - start
     producer.poll(max(0.0, window_end - clock()))
     while clock() < window_end:
         producer.poll(window_end - clock())
     cpu = brokers_cpu(cluster) - cpu_before
+    producer_cpu = own_cpu_seconds() - producer_cpu_before
     cpu_window = clock() - start
     requests, fetches = answered(cluster)
     requests, fetches = requests - requests_before, fetches - fetches_before
@@ -212,6 +229,7 @@ def run_point(
         undelivered=undelivered,
         errors=failed,
         brokers_cores=cpu / cpu_window,
+        producer_cores=producer_cpu / cpu_window,
         cpu_seconds=cpu,
         produce_requests=requests,
         fetch_requests=fetches,
@@ -333,7 +351,7 @@ def main() -> None:
         )
         print(
             "code | topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
-            "| undelivered | brokers' cores (idle) | load"
+            "| undelivered | brokers' cores (idle) | producer's cores | load"
         )
         costs = []
         for count in counts:
@@ -374,7 +392,8 @@ def main() -> None:
                             f"{point.p50_ms:,.1f} / {point.p99_ms:,.1f} | "
                             f"{point.undelivered:,}"
                             + (f" ({point.errors:,} errors)" if point.errors else "")
-                            + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) | {point.load}",
+                            + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) "
+                            f"| {point.producer_cores:.2f} | {point.load}",
                             flush=True,
                         )
             for acks in acks_list if args.cost_rate else []:
