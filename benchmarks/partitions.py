@@ -40,6 +40,7 @@ from kazoo.exceptions import ConnectionLoss
 from tidelog import runtime
 from tidelog.cluster.faults import wait_for_full_isr
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
+from tidelog.cluster.processes import cpu_seconds
 from tidelog.controller import topics, zookeeper
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.records.compression import Codec
@@ -49,11 +50,6 @@ SMALL = 100
 LARGE = 1024
 CONFIG = {"min.insync.replicas": "2"}
 CATCH_UP_TIMEOUT = 600  # s
-
-
-def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def brokers(cluster: LocalCluster) -> dict[int, int]:
@@ -87,11 +83,11 @@ def create(cluster: LocalCluster, partitions: int) -> tuple[float, float]:
 def idle(cluster: LocalCluster, seconds: float) -> dict[int, tuple[float, int, float]]:
     """Per broker: share of one core used while nothing is produced, open files, MB resident."""
     pids = brokers(cluster)
-    before = {b: process_cpu_seconds(p) for b, p in pids.items()}
+    before = {b: cpu_seconds(p) for b, p in pids.items()}
     time.sleep(seconds)  # the measurement itself: CPU used over this window
     return {
         b: (
-            (process_cpu_seconds(p) - before[b]) / seconds,
+            (cpu_seconds(p) - before[b]) / seconds,
             len(os.listdir(f"/proc/{p}/fd")),
             resident_mb(p),
         )

@@ -71,18 +71,9 @@ PACING_SECONDS = 0.001
 RELEASES = {"0.10.1": ("0.10.1", "0.10.0", "0.10.0"), "2.1": ("2.1", "2.1", "2.1")}
 
 
-def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def broker_pids(cluster: LocalCluster) -> list[int]:
     assert cluster.state is not None
     return [b.pid for b in cluster.state.brokers.values() if b.pid is not None]
-
-
-def brokers_cpu(cluster: LocalCluster) -> float:
-    return sum(process_cpu_seconds(pid) for pid in broker_pids(cluster))
 
 
 def answered(cluster: LocalCluster) -> tuple[int, int]:
@@ -179,7 +170,7 @@ def run_point(
     # the topic's metadata and connections, before the clock starts
     producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
     producer.flush(30)
-    cpu_before, (requests_before, fetches_before) = brokers_cpu(cluster), answered(cluster)
+    cpu_before, (requests_before, fetches_before) = cluster.brokers_cpu_seconds(), answered(cluster)
     producer_cpu_before = own_cpu_seconds()
     start = clock()
     window_end = start + seconds
@@ -202,7 +193,7 @@ def run_point(
     producer.poll(max(0.0, window_end - clock()))
     while clock() < window_end:
         producer.poll(window_end - clock())
-    cpu = brokers_cpu(cluster) - cpu_before
+    cpu = cluster.brokers_cpu_seconds() - cpu_before
     producer_cpu = own_cpu_seconds() - producer_cpu_before
     cpu_window = clock() - start
     requests, fetches = answered(cluster)
@@ -292,9 +283,9 @@ def profile_brokers(cluster: LocalCluster, directory: Path, name: str, seconds: 
 
 
 def idle_cores(cluster: LocalCluster, seconds: float) -> float:
-    before = brokers_cpu(cluster)
+    before = cluster.brokers_cpu_seconds()
     time.sleep(seconds)  # the measurement itself: CPU used over this window
-    return (brokers_cpu(cluster) - before) / seconds
+    return (cluster.brokers_cpu_seconds() - before) / seconds
 
 
 def main() -> None:

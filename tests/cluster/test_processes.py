@@ -6,11 +6,12 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tidelog.cluster.local import ClusterError, LocalCluster
-from tidelog.cluster.processes import ProcessRecord, start_time
+from tidelog.cluster.processes import ProcessRecord, cpu_seconds, start_time
 
 
 @pytest.fixture
@@ -71,3 +72,25 @@ def test_a_process_with_another_start_time_is_not_the_recorded_one(bystander):
     assert not ProcessRecord(bystander.pid, started, "/some/cluster/server.properties").running()
     ProcessRecord(bystander.pid, started - 1, marker).stop(timeout=0.1)
     assert bystander.poll() is None
+
+
+def test_a_process_cpu_is_what_it_used_and_nothing_for_a_process_that_is_gone(bystander):
+    spinner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.5\n"
+            "while time.process_time() < end: pass\ntime.sleep(60)",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while cpu_seconds(spinner.pid) < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 0.4 <= cpu_seconds(spinner.pid) < 5
+        assert cpu_seconds(bystander.pid) < 0.4  # asleep since it started
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert cpu_seconds(spinner.pid) == 0.0
+    assert cpu_seconds(None) == 0.0

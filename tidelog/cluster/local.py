@@ -36,7 +36,7 @@ from tidelog.cluster.netns import (
     check_can_build,
     member_name,
 )
-from tidelog.cluster.processes import ProcessRecord, processes_with, stop_process
+from tidelog.cluster.processes import ProcessRecord, cpu_seconds, processes_with, stop_process
 from tidelog.cluster.zookeeper import (
     EmbeddedZooKeeper,
     free_ports,
@@ -191,6 +191,12 @@ class LocalCluster:
         if broker_id not in self.state.brokers:
             raise ClusterError(f"no broker {broker_id} in the cluster at {self.directory}")
         return self.state.brokers[broker_id]
+
+    def brokers_cpu_seconds(self) -> float:
+        """The CPU the running brokers have used so far (from /proc): a difference of two
+        readings is their CPU over the time between (a broker restarted meanwhile counts from
+        its new start)."""
+        return sum(cpu_seconds(self.broker(b).pid) for b in self.broker_ids)
 
     # -- up and down ---------------------------------------------------------------------------
 

@@ -55,7 +55,6 @@ SUMMARY = "max-rate.json"
 READERS_READY_TIMEOUT = 30.0
 DRAIN_SECONDS = 1.0  # after the last acknowledgement, for the consumers to read the tail
 OVERTIME_FACTOR = 2.0  # a step's producer stops at this many times step_seconds
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -155,21 +154,6 @@ def largest_held(steps: list[Step]) -> Step | None:
     return max(held, key=lambda s: s.offered_mb_s) if held else None
 
 
-def _process_cpu_seconds(pid: int | None) -> float:
-    """utime + stime of a process (0 when it is gone)."""
-    if pid is None:
-        return 0.0
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def _brokers_cpu_seconds(cluster: LocalCluster) -> float:
-    return sum(_process_cpu_seconds(cluster.broker(b).pid) for b in cluster.broker_ids)
-
-
 async def run_step(
     cluster: LocalCluster, settings: Settings, number: int, offered_mb_s: float, progress
 ) -> Step:
@@ -197,7 +181,7 @@ async def run_step(
             READERS_READY_TIMEOUT,
             "the in-sync consumers to find the log end of every partition",
         )
-        cpu_before, client_before = _brokers_cpu_seconds(cluster), time.process_time()
+        cpu_before, client_before = cluster.brokers_cpu_seconds(), time.process_time()
         clock_before = time.monotonic()
         # a rate far above what the cluster takes would stretch the step: it ends anyway, and
         # what was acknowledged by then is its achieved rate
@@ -213,7 +197,7 @@ async def run_step(
         )
         overtime.cancel()
         wall_seconds = time.monotonic() - clock_before
-        broker_cpu = (_brokers_cpu_seconds(cluster) - cpu_before) / wall_seconds
+        broker_cpu = (cluster.brokers_cpu_seconds() - cpu_before) / wall_seconds
         client_cpu = (time.process_time() - client_before) / wall_seconds
         with contextlib.suppress(TimeoutError):
             await _wait_for(
