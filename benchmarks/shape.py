@@ -57,6 +57,7 @@ from common import MB, code_at, create_topic, environment, quiet
 
 from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import cpu_used_between
 
 KEY_BYTES = 8
 RECORD_BYTES = 480
@@ -170,7 +171,7 @@ def run_point(
     # the topic's metadata and connections, before the clock starts
     producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
     producer.flush(30)
-    cpu_before, (requests_before, fetches_before) = cluster.brokers_cpu_seconds(), answered(cluster)
+    cpu_before, (requests_before, fetches_before) = cluster.brokers_cpu(), answered(cluster)
     producer_cpu_before = own_cpu_seconds()
     start = clock()
     window_end = start + seconds
@@ -193,7 +194,7 @@ def run_point(
     producer.poll(max(0.0, window_end - clock()))
     while clock() < window_end:
         producer.poll(window_end - clock())
-    cpu = cluster.brokers_cpu_seconds() - cpu_before
+    cpu = cpu_used_between(cpu_before, cluster.brokers_cpu())
     producer_cpu = own_cpu_seconds() - producer_cpu_before
     cpu_window = clock() - start
     requests, fetches = answered(cluster)
@@ -283,9 +284,9 @@ def profile_brokers(cluster: LocalCluster, directory: Path, name: str, seconds: 
 
 
 def idle_cores(cluster: LocalCluster, seconds: float) -> float:
-    before = cluster.brokers_cpu_seconds()
+    before = cluster.brokers_cpu()
     time.sleep(seconds)  # the measurement itself: CPU used over this window
-    return (cluster.brokers_cpu_seconds() - before) / seconds
+    return cpu_used_between(before, cluster.brokers_cpu()) / seconds
 
 
 def main() -> None:

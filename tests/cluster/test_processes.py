@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tidelog.cluster.local import ClusterError, LocalCluster
-from tidelog.cluster.processes import ProcessRecord, cpu_seconds, start_time
+from tidelog.cluster.processes import ProcessRecord, cpu_seconds, cpu_used_between, start_time
 
 
 @pytest.fixture
@@ -94,3 +94,9 @@ def test_a_process_cpu_is_what_it_used_and_nothing_for_a_process_that_is_gone(by
         spinner.wait()
     assert cpu_seconds(spinner.pid) == 0.0
     assert cpu_seconds(None) == 0.0
+
+
+def test_cpu_used_between_two_readings_counts_a_process_started_between_from_its_start():
+    before = {10: 5.0, 11: 2.0}  # 11 then restarted as 12; 13 started after the first reading
+    after = {10: 7.5, 12: 0.5, 13: 1.0}
+    assert cpu_used_between(before, after) == 2.5 + 0.5 + 1.0

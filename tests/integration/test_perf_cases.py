@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -215,6 +216,19 @@ def test_every_case_completes_and_the_table_has_every_cell(command_run):
         assert metadata.settings["topic_config"].get("remote.storage.enable") == (
             "true" if tiered else None
         )
+
+
+def test_each_run_counts_the_cpu_of_the_brokers_and_of_the_load_generator(command_run):
+    table = (command_run.out / "table.txt").read_text()
+    for case, workload, tiered in RUNS:
+        result = _result_from(command_run.run_dir(case, workload, tiered))
+        # both were busy with the traffic; neither can use more than the machine's cores
+        assert 0 < result.brokers_cores <= os.cpu_count(), result
+        assert 0 < result.load_generator_cores <= os.cpu_count(), result
+        assert (
+            f"brokers {result.brokers_cores:.2f}, "
+            f"producer and consumers {result.load_generator_cores:.2f}"
+        ) in table
 
 
 def _result_from(run_dir: Path) -> Result:

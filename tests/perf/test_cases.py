@@ -32,6 +32,8 @@ def result(case: str, workload: str, tiered: bool, p99: float, p95: float, rebui
         in_sync_mb_s=2.0,
         catch_up_mb_s=0.0,
         load_average=1.5,
+        brokers_cores=1.2,
+        load_generator_cores=0.4,
     )
 
 
@@ -65,7 +67,9 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert [row[1] for row in durations] == ["acks=all", "acks=1"]
     assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
     assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
-    assert "load average 1.50" in table.format_table(every_result())
+    assert "load average 1.50, CPU in cores: brokers 1.20, producer and consumers 0.40" in (
+        table.format_table(every_result())
+    )
 
 
 def test_a_figure_below_the_tables_decimals_is_not_written_as_zero():

@@ -192,11 +192,11 @@ class LocalCluster:
             raise ClusterError(f"no broker {broker_id} in the cluster at {self.directory}")
         return self.state.brokers[broker_id]
 
-    def brokers_cpu_seconds(self) -> float:
-        """The CPU the running brokers have used so far (from /proc): a difference of two
-        readings is their CPU over the time between (a broker restarted meanwhile counts from
-        its new start)."""
-        return sum(cpu_seconds(self.broker(b).pid) for b in self.broker_ids)
+    def brokers_cpu(self) -> dict[int, float]:
+        """The CPU seconds each running broker process has used so far, by process id (from
+        /proc); processes.cpu_used_between two readings is the brokers' CPU in between."""
+        pids = [self.broker(b).pid for b in self.broker_ids]
+        return {pid: cpu_seconds(pid) for pid in pids if pid is not None}
 
     # -- up and down ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -70,6 +71,13 @@ def cpu_seconds(pid: int | None) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def cpu_used_between(before: Mapping[int, float], after: Mapping[int, float]) -> float:
+    """CPU seconds used between two readings of processes' CPU (process id -> cpu_seconds): a
+    process started in between counts from its start; one that ended in between is not counted
+    (it can no longer be read), so a restart makes the figure a lower bound."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def command_line(pid: int) -> str:

@@ -43,6 +43,7 @@ from pathlib import Path
 from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import cpu_used_between
 from tidelog.controller import topics, zookeeper
 from tidelog.perf.cases import clusters, profiles, runner
 from tidelog.perf.producer import run_producer
@@ -181,7 +182,7 @@ async def run_step(
             READERS_READY_TIMEOUT,
             "the in-sync consumers to find the log end of every partition",
         )
-        cpu_before, client_before = cluster.brokers_cpu_seconds(), time.process_time()
+        cpu_before, client_before = cluster.brokers_cpu(), time.process_time()
         clock_before = time.monotonic()
         # a rate far above what the cluster takes would stretch the step: it ends anyway, and
         # what was acknowledged by then is its achieved rate
@@ -197,7 +198,7 @@ async def run_step(
         )
         overtime.cancel()
         wall_seconds = time.monotonic() - clock_before
-        broker_cpu = (cluster.brokers_cpu_seconds() - cpu_before) / wall_seconds
+        broker_cpu = cpu_used_between(cpu_before, cluster.brokers_cpu()) / wall_seconds
         client_cpu = (time.process_time() - client_before) / wall_seconds
         with contextlib.suppress(TimeoutError):
             await _wait_for(

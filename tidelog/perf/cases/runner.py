@@ -20,6 +20,7 @@ from pathlib import Path
 from tidelog import rundata
 from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import cpu_used_between
 from tidelog.perf.cases.clusters import (
     BROKER_OVERRIDES,
     REPLICATION_FACTOR,
@@ -72,6 +73,10 @@ class Result:
     in_sync_mb_s: float
     catch_up_mb_s: float
     load_average: float = math.nan  # the machine's 1-minute load average as the run ended
+    # over the traffic: the brokers' CPU, and this process's (the producer and the consumers,
+    # on the same machine), in cores
+    brokers_cores: float = math.nan
+    load_generator_cores: float = math.nan
 
 
 def run_dir_name(case: str, workload: str, tiered: bool) -> str:
@@ -133,6 +138,7 @@ async def run_case(
         )
     )
     traffic_started = time.monotonic()
+    brokers_cpu_before, own_cpu_before = context.cluster.brokers_cpu(), time.process_time()
     try:
         await _sleep_or_fail(producing, case.event_at * profile.duration_s)
         if case.event is not None:
@@ -153,6 +159,8 @@ async def run_case(
         summary, errors = await producing
         await asyncio.gather(*context.reader_tasks)
     elapsed = time.monotonic() - traffic_started
+    brokers_cores = cpu_used_between(brokers_cpu_before, context.cluster.brokers_cpu()) / elapsed
+    load_generator_cores = (time.process_time() - own_cpu_before) / elapsed
     samples = [reader.samples for reader in context.readers]
     if samples and any(s.sampled_at for s in samples):
         merged = samples[0]
@@ -184,6 +192,8 @@ async def run_case(
         in_sync_mb_s=read_mb_s("in-sync"),
         catch_up_mb_s=read_mb_s("catching-up"),
         load_average=os.getloadavg()[0],
+        brokers_cores=brokers_cores,
+        load_generator_cores=load_generator_cores,
     )
     rundata.write_metadata(
         run_dir,
