@@ -27,18 +27,10 @@ from common import MB, RECORD, create_topic, quiet
 
 from tidelog import runtime
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import cpu_used_between
 from tidelog.perf.producer import ProducerSettings, run_producer
 
 REPLICATED = {"min.insync.replicas": "2"}
-
-
-def broker_cpu_seconds(cluster: LocalCluster) -> float:
-    """User and system time the broker processes have used so far (Linux /proc)."""
-    total = 0
-    for broker in cluster.state.brokers.values():  # type: ignore[union-attr]
-        fields = Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def produce(cluster: LocalCluster, topic: str, acks: int, seconds: float, rate: float = -1):  # type: ignore[no-untyped-def]
@@ -47,9 +39,9 @@ async def produce(cluster: LocalCluster, topic: str, acks: int, seconds: float, 
     settings = ProducerSettings(
         topic, records, RECORD, throughput=rate, acks=acks, batch_size=128 * 1024, linger_ms=3
     )
-    cpu = broker_cpu_seconds(cluster)
+    cpu = cluster.brokers_cpu()
     summary, errors = await run_producer(cluster.bootstrap_servers, settings, progress=quiet)
-    cores = (broker_cpu_seconds(cluster) - cpu) / summary.seconds
+    cores = cpu_used_between(cpu, cluster.brokers_cpu()) / summary.seconds
     os.sync()  # the next run starts without this one's writeback
     return summary, errors, cores
 

@@ -32,24 +32,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import create_topic
 from tidelog.clock import ManualClock
 from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.processes import cpu_used_between
 from tidelog.log.config import LogConfig
 from tidelog.log.log import Log
 from tidelog.records.record_batch import BatchRecordInput, encode_batch
 
 VALUE = 480
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def load() -> str:
     return Path("/proc/loadavg").read_text().split(" ", 1)[0]
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
 
 
 def produce(
@@ -65,9 +57,8 @@ def produce(
         }
     )
     value = os.urandom(VALUE)
-    pids = [cluster.broker(b).pid for b in cluster.broker_ids]
     failed: list = []
-    cpu_before, started = cpu_seconds(pids), time.monotonic()  # type: ignore[arg-type]
+    cpu_before, started = cluster.brokers_cpu(), time.monotonic()
     for n in range(records):
         while True:
             try:
@@ -77,7 +68,8 @@ def produce(
                 producer.poll(0.01)
         producer.poll(0)
     assert producer.flush(120) == 0 and failed == [], failed[:3]
-    elapsed, cpu = time.monotonic() - started, cpu_seconds(pids) - cpu_before  # type: ignore[arg-type]
+    elapsed = time.monotonic() - started
+    cpu = cpu_used_between(cpu_before, cluster.brokers_cpu())
     mb = records * VALUE / 1e6
     return mb / elapsed, cpu / mb
 

@@ -40,7 +40,7 @@ from kazoo.exceptions import ConnectionLoss
 from tidelog import runtime
 from tidelog.cluster.faults import wait_for_full_isr
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
-from tidelog.cluster.processes import cpu_seconds
+from tidelog.cluster.processes import cpu_used_between
 from tidelog.controller import topics, zookeeper
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.records.compression import Codec
@@ -83,11 +83,12 @@ def create(cluster: LocalCluster, partitions: int) -> tuple[float, float]:
 def idle(cluster: LocalCluster, seconds: float) -> dict[int, tuple[float, int, float]]:
     """Per broker: share of one core used while nothing is produced, open files, MB resident."""
     pids = brokers(cluster)
-    before = {b: cpu_seconds(p) for b, p in pids.items()}
+    before = cluster.brokers_cpu()
     time.sleep(seconds)  # the measurement itself: CPU used over this window
+    after = cluster.brokers_cpu()
     return {
         b: (
-            (cpu_seconds(p) - before[b]) / seconds,
+            cpu_used_between({p: before[p]}, {p: after[p]}) / seconds,
             len(os.listdir(f"/proc/{p}/fd")),
             resident_mb(p),
         )

@@ -6,21 +6,26 @@ replication and sockets (issue 21).
 librdkafka sends one partition batch per ProduceRequest, so at the tiered-storage design's
 shape (many partitions, 5 ms of linger) a broker's CPU goes mostly to requests of one small
 batch each. Here one process holds a broker's request handler, replica manager and logs (20
-partitions, replication factor 1, so an acks=all request completes at its append) and feeds it
-requests as librdkafka at its defaults sends them: three 480-byte keyed snappy records to one
-partition, acks=all. Each request is decoded from its frame, started (validated, appended,
-given to the purgatory), finished and its response encoded: everything but the socket and the
-followers. Two shapes:
+partitions, replication factor 1) and feeds it requests as librdkafka at its defaults sends
+them: three 480-byte keyed snappy records to one partition, acks=all. Each request is decoded
+from its frame, started (validated, appended, given to the purgatory), finished and its response
+encoded: everything but the socket and the followers. With one replica the high watermark moves
+at the append, so the purgatory takes its shortest path (the request is done when it is added;
+a leader with followers queues it and completes it on a later fetch): the figure is a lower
+bound of a replicated leader's. Two shapes:
 
 - 0.10.1: Produce v2 carrying a v1 snappy wrapper to a topic in message format 0.10.0;
 - 2.1: Produce v7 carrying a v2 snappy batch to a topic in message format 2.1.
 
 Each round runs in its own process (2,000 requests to warm up, then ``--requests`` timed) and
-prints the CPU microseconds (time.process_time) per request; the minimum and the median of
-``--rounds`` rounds are reported (the minimum is the least disturbed by the rest of a shared
-machine). ``--against REF`` runs every round also with the code of that git commit (a temporary
-worktree), alternately, and prints this tree's figures as a ratio of the baseline's. Nothing is
-asserted.
+prints the CPU microseconds (time.process_time) per request; the minimum (the least disturbed by
+the rest of a shared machine) and the median of ``--rounds`` rounds are reported. Beside them,
+the baseline measured in the same rounds: the parts of the path each timed alone, in a loop over
+one request (decoding it, encoding its answer, validating its records, appending them to a log);
+the full path costs more than their sum by the Python around them and by one request's work no
+longer fitting the caches. ``--against REF`` runs every round also with the code of that git
+commit (a temporary worktree), alternately, and prints this tree's figures as a ratio of the
+baseline's. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from common import code_at
@@ -47,14 +53,15 @@ KEY_BYTES, RECORD_BYTES = 8, 480
 WARM_UP = 2000
 
 
-def one_round(release: str, requests: int) -> float:
-    """CPU microseconds per request over ``requests`` requests (after a warm-up)."""
+def one_round(release: str, requests: int) -> dict[str, float]:
+    """CPU microseconds per request over ``requests`` requests (after a warm-up), "path", and
+    per call of each part timed alone: "decode", "encode", "validate", "append"."""
     import tempfile
     import time
 
     import uvloop
 
-    from tidelog.broker.handlers import RequestHandler
+    from tidelog.broker.handlers import Pending, RequestHandler
     from tidelog.broker.metadata import (
         BrokerEndpoint,
         MetadataCache,
@@ -63,7 +70,6 @@ def one_round(release: str, requests: int) -> float:
     )
     from tidelog.broker.metrics import Metrics
     from tidelog.broker.replica_manager import ReplicaManager
-    from tidelog.broker.server import Pending
     from tidelog.clock import SystemClock
     from tidelog.config import BROKER_KEYS, parse_config
     from tidelog.log.manager import LogManager
@@ -71,10 +77,11 @@ def one_round(release: str, requests: int) -> float:
     from tidelog.protocol.schemas import ApiKey
     from tidelog.records.format import Codec, Record, build_message_set
     from tidelog.records.record_batch import encode_batch
+    from tidelog.records.validation import validate_and_assign_offsets
 
     protocol, inter_broker, message_format, produce_version = SHAPES[release]
 
-    async def measure(directory: Path) -> float:
+    async def measure(directory: Path) -> dict[str, float]:
         clock = SystemClock()
         settings = {
             "log.dirs": str(directory),
@@ -92,7 +99,9 @@ def one_round(release: str, requests: int) -> float:
         )
         metadata.brokers[1] = BrokerEndpoint(1, "127.0.0.1", 9092)
         replicas = ReplicaManager(1, logs, metadata, clock)
-        handler = RequestHandler(1, replicas, metadata, Metrics(), clock, auto_create_topics=False)
+        handler = RequestHandler(
+            1, replicas, metadata, Metrics(), clock, auto_create_topics=False, release=protocol
+        )
         replicas.apply_metadata()
         now = int(time.time() * 1000)
         records = [
@@ -116,30 +125,56 @@ def one_round(release: str, requests: int) -> float:
             frame = encode_request(ApiKey.PRODUCE, produce_version, number, "rdkafka", body)
             frames.append(bytes(frame[4:]))
 
-        async def serve(frames: list[bytes]) -> None:
+        async def serve(frames: list[bytes], checked: bool) -> None:
             for frame in frames:
                 request = decode_request(frame)
                 answer = handler.start(request)
                 if isinstance(answer, Pending):
                     answer = answer.finish(await answer.future)
                 assert answer is not None
-                errors = [
-                    p["error_code"]
-                    for topic in answer["responses"]
-                    for p in topic["partition_responses"]
-                    if p["error_code"]
-                ]
-                if errors:
-                    raise RuntimeError(f"produce refused: error codes {errors}")
+                if checked:  # the warm-up: every request appended, none refused
+                    errors = [
+                        p["error_code"]
+                        for topic in answer["responses"]
+                        for p in topic["partition_responses"]
+                        if p["error_code"]
+                    ]
+                    if errors:
+                        raise RuntimeError(f"produce refused: error codes {errors}")
                 encode_response(
                     request.api_key, request.api_version, request.correlation_id, answer
                 )
 
-        try:
-            await serve(frames[:WARM_UP])
+        def alone(work: Callable[[], object]) -> float:
+            """CPU microseconds of one call of ``work``, over a loop of ``requests`` calls."""
+            for _ in range(WARM_UP):
+                work()
             started = time.process_time()
-            await serve(frames[WARM_UP:])
+            for _ in range(requests):
+                work()
             return (time.process_time() - started) / requests * 1e6
+
+        try:
+            await serve(frames[:WARM_UP], checked=True)
+            started = time.process_time()
+            await serve(frames[WARM_UP:], checked=False)
+            figures = {"path": (time.process_time() - started) / requests * 1e6}
+            request = decode_request(frames[0])
+            answer = handler.start(request)
+            if isinstance(answer, Pending):
+                answer = answer.finish(await answer.future)
+            log = replicas.partitions[("t", 0)].log
+            figures["decode"] = alone(lambda: decode_request(frames[0]))
+            figures["encode"] = alone(
+                lambda: encode_response(ApiKey.PRODUCE, produce_version, 0, answer)
+            )
+            figures["validate"] = alone(
+                lambda: validate_and_assign_offsets(
+                    record_set, next_offset=0, policy=log.policy, now=now
+                )
+            )
+            figures["append"] = alone(lambda: log.append_as_leader(record_set, leader_epoch=1))
+            return figures
         finally:
             logs.shutdown()
 
@@ -147,11 +182,13 @@ def one_round(release: str, requests: int) -> float:
         return uvloop.run(measure(Path(directory)))
 
 
-def child_round(env: dict[str, str] | None, release: str, requests: int) -> float:
+def child_round(env: dict[str, str] | None, release: str, requests: int) -> dict[str, float]:
     """One round in a process of its own (``env``: the baseline's, or None for this tree's)."""
     command = [sys.executable, __file__, "--child", release, "--requests", str(requests)]
-    output = subprocess.run(command, env=env, check=True, capture_output=True, text=True)
-    return float(json.loads(output.stdout)["us_per_request"])
+    output = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if output.returncode:
+        raise SystemExit(f"a round failed ({' '.join(command)}):\n{output.stderr[-3000:]}")
+    return {name: float(us) for name, us in json.loads(output.stdout).items()}
 
 
 def main() -> None:
@@ -165,7 +202,7 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps({"us_per_request": one_round(args.child, args.requests)}))
+        print(json.dumps(one_round(args.child, args.requests)))
         return
     with contextlib.ExitStack() as stack:
         codes: list[tuple[str, dict[str, str] | None]] = [("this tree", None)]
@@ -176,21 +213,29 @@ def main() -> None:
             f"records to one of {PARTITIONS} partitions, acks=all, replication factor 1), "
             f"{args.requests:,} requests a round, {args.rounds} rounds"
         )
-        print("release | code | min us | median us | rounds (us)")
+        print(
+            "release | code | min us | median us | rounds (us) "
+            "| alone, median us: decode, encode, validate, append"
+        )
         for release in args.releases.split(","):
-            figures: dict[str, list[float]] = {label: [] for label, _ in codes}
+            rounds: dict[str, list[dict[str, float]]] = {label: [] for label, _ in codes}
             for _ in range(args.rounds):
                 for label, env in codes:
-                    figures[label].append(child_round(env, release, args.requests))
+                    rounds[label].append(child_round(env, release, args.requests))
             for label, _ in codes:
-                rounds = figures[label]
+                path = [r["path"] for r in rounds[label]]
+                parts = ", ".join(
+                    f"{statistics.median(r[part] for r in rounds[label]):.1f}"
+                    for part in ("decode", "encode", "validate", "append")
+                )
                 print(
-                    f"{release} | {label} | {min(rounds):.1f} | {statistics.median(rounds):.1f} "
-                    f"| {', '.join(f'{r:.1f}' for r in rounds)}",
+                    f"{release} | {label} | {min(path):.1f} | {statistics.median(path):.1f} "
+                    f"| {', '.join(f'{p:.1f}' for p in path)} | {parts}",
                     flush=True,
                 )
             if args.against:
-                mine, theirs = figures["this tree"], figures[args.against]
+                mine = [r["path"] for r in rounds["this tree"]]
+                theirs = [r["path"] for r in rounds[args.against]]
                 print(
                     f"{release} | this tree / {args.against} | "
                     f"{min(mine) / min(theirs):.2f} | "

@@ -13,7 +13,8 @@ came within the run, per second of the run), p50 / p99 latency from ``produce()`
 report (the records still undelivered ``--drain`` seconds after the run are counted, not
 timed), the brokers' CPU (utime + stime of the three broker processes from /proc, in cores) and
 the producer's (this process: its Python loop and librdkafka's threads, on the same cores). The
-producer sleeps between bursts of the records due, at least PACING_SECONDS (1 ms) at a time.
+producer sleeps between bursts of the records due, at least PACING_SECONDS (1 ms) at a time,
+and serves librdkafka's delivery reports between them: a latency may read up to about 1 ms long.
 
 Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU per thousand
 partition batches: CPU seconds of the three brokers over the produce requests their leaders
@@ -44,7 +45,6 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -65,7 +65,8 @@ CONFIG = {"min.insync.replicas": "2"}
 # The paced producer sleeps at least this long between bursts of the records due. A sleep per
 # record (one every 24 us at 20 MB/s) cost this process about a quarter of a core in timer
 # wake-ups, on the same two cores as the brokers, and the brokers' p99 rose threefold with it.
-# librdkafka lingers 5 ms in any case, so a 1 ms burst leaves its batches as they were.
+# librdkafka lingers 5 ms in any case, so a 1 ms burst leaves its batches as they were. Delivery
+# reports are served between bursts, so a latency may read up to about a millisecond long.
 PACING_SECONDS = 0.001
 # --release: the brokers' broker.protocol.max.version, their inter.broker.protocol.version, and
 # the topics' message.format.version
@@ -92,12 +93,6 @@ def answered(cluster: LocalCluster) -> tuple[int, int]:
                 ):
                     fetch += int(line.split()[-1])
     return produce, fetch
-
-
-def own_cpu_seconds() -> float:
-    """This process's CPU (the producer: its Python loop and librdkafka's threads)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def load_average() -> str:
@@ -172,7 +167,7 @@ def run_point(
     producer.produce(topic, b"warm-up", key=b"-1", on_delivery=lambda *_: None)
     producer.flush(30)
     cpu_before, (requests_before, fetches_before) = cluster.brokers_cpu(), answered(cluster)
-    producer_cpu_before = own_cpu_seconds()
+    producer_cpu_before = time.process_time()  # the Python loop and librdkafka's threads
     start = clock()
     window_end = start + seconds
     produced = 0
@@ -195,7 +190,7 @@ def run_point(
     while clock() < window_end:
         producer.poll(window_end - clock())
     cpu = cpu_used_between(cpu_before, cluster.brokers_cpu())
-    producer_cpu = own_cpu_seconds() - producer_cpu_before
+    producer_cpu = time.process_time() - producer_cpu_before
     cpu_window = clock() - start
     requests, fetches = answered(cluster)
     requests, fetches = requests - requests_before, fetches - fetches_before

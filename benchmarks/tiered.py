@@ -69,6 +69,7 @@ import tidelog
 from tidelog import runtime
 from tidelog.cluster.faults import has_full_isr, wait_for_full_isr
 from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.processes import cpu_seconds
 from tidelog.controller import zookeeper
 from tidelog.perf.consumer import run_consumer
 from tidelog.perf.producer import ProducerSettings, run_producer
@@ -196,15 +197,6 @@ def log_times(path: Path, since: float, pattern: str) -> list[float]:
     return times
 
 
-def process_cpu_seconds(pid: int | None) -> float:
-    """User and system CPU seconds a process has used (Linux /proc), NaN if unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def timeline(cluster: LocalCluster, broker_id: int, since: float, ended: float) -> str:
     """Where a rebuild's seconds went, from the brokers' logs: the rebuilt broker's start,
     registration, first fetches, LeaderAndIsr, reset to the leader's local log start, its remote
@@ -248,7 +240,8 @@ def rebuild(cluster: LocalCluster, broker_id: int, tiered: bool) -> tuple[float,
     with zookeeper.session(cluster.zookeeper) as client:  # one session: polls cost no connect
         wait_until(lambda: has_full_isr(client, TOPIC), 3600, f"{TOPIC} to have full ISRs", 0.02)
     taken = time.perf_counter() - started
-    cpu = process_cpu_seconds(cluster.broker(broker_id).pid)
+    used = cpu_seconds(cluster.broker(broker_id).pid)
+    cpu = float("nan") if used is None else used
     if tiered:
         own = Path(cluster.directory) / f"broker-{broker_id}" / "broker.log"
         wait_until(

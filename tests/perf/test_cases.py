@@ -67,7 +67,7 @@ def test_the_table_has_the_designs_shape_with_every_cell_filled():
     assert [row[1] for row in durations] == ["acks=all", "acks=1"]
     assert durations[0][3:] == ["10.0 s", "120.0 s", "40.0 s", "230 min", "0.25", "0.01"]
     assert rows[4][2] == "max p99 / p95 ms"  # the rebuild's figure is the largest window's
-    assert "load average 1.50, CPU in cores: brokers 1.20, producer and consumers 0.40" in (
+    assert "load average 1.50, CPU in cores: brokers 1.20, this command 0.40" in (
         table.format_table(every_result())
     )
 

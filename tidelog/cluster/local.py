@@ -194,9 +194,10 @@ class LocalCluster:
 
     def brokers_cpu(self) -> dict[int, float]:
         """The CPU seconds each running broker process has used so far, by process id (from
-        /proc); processes.cpu_used_between two readings is the brokers' CPU in between."""
-        pids = [self.broker(b).pid for b in self.broker_ids]
-        return {pid: cpu_seconds(pid) for pid in pids if pid is not None}
+        /proc; a process that ended meanwhile is left out); processes.cpu_used_between two
+        readings is the brokers' CPU in between."""
+        readings = {pid: cpu_seconds(pid) for pid in (self.broker(b).pid for b in self.broker_ids)}
+        return {pid: cpu for pid, cpu in readings.items() if pid is not None and cpu is not None}
 
     # -- up and down ---------------------------------------------------------------------------
 

@@ -61,15 +61,16 @@ def start_time(pid: int) -> int | None:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """The CPU a process has used (utime + stime, all its threads), 0 when there is none."""
+def cpu_seconds(pid: int | None) -> float | None:
+    """The CPU a process has used (utime + stime, all its threads); None when there is no such
+    process (it has ended, or there was none)."""
     if pid is None:
-        return 0.0
+        return None
     try:
         with open(f"/proc/{pid}/stat") as stat:
             fields = stat.read().rpartition(")")[2].split()
     except OSError:
-        return 0.0
+        return None
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 

@@ -73,8 +73,8 @@ class Result:
     in_sync_mb_s: float
     catch_up_mb_s: float
     load_average: float = math.nan  # the machine's 1-minute load average as the run ended
-    # over the traffic: the brokers' CPU, and this process's (the producer and the consumers,
-    # on the same machine), in cores
+    # over the traffic, in cores: the brokers' CPU (a broker started during it counts from its
+    # start), and this process's (its producer, consumers and the case's event, on the same cores)
     brokers_cores: float = math.nan
     load_generator_cores: float = math.nan
 

@@ -160,7 +160,7 @@ def format_table(results: list[Result]) -> str:
             f"of {r.asked_mb_s:6.2f} MB/s ({r.acknowledged} acknowledged, {r.failed} failed), "
             f"in-sync consumers {r.in_sync_mb_s:6.2f} MB/s, catching up "
             f"{r.catch_up_mb_s:6.2f} MB/s, load average {r.load_average:.2f}, CPU in cores: "
-            f"brokers {r.brokers_cores:.2f}, producer and consumers {r.load_generator_cores:.2f}"
+            f"brokers {r.brokers_cores:.2f}, this command {r.load_generator_cores:.2f}"
         )
     penalties = penalty_lines(results)
     if penalties:
