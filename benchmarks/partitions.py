@@ -40,7 +40,6 @@ from kazoo.exceptions import ConnectionLoss
 from tidelog import runtime
 from tidelog.cluster.faults import wait_for_full_isr
 from tidelog.cluster.local import ClusterError, LocalCluster, wait_until
-from tidelog.cluster.processes import cpu_used_between
 from tidelog.controller import topics, zookeeper
 from tidelog.perf.producer import ProducerSettings, run_producer
 from tidelog.records.compression import Codec
@@ -88,7 +87,7 @@ def idle(cluster: LocalCluster, seconds: float) -> dict[int, tuple[float, int, f
     after = cluster.brokers_cpu()
     return {
         b: (
-            cpu_used_between({p: before[p]}, {p: after[p]}) / seconds,
+            (after[p] - before[p]) / seconds,
             len(os.listdir(f"/proc/{p}/fd")),
             resident_mb(p),
         )

@@ -64,7 +64,7 @@ RECORD_BYTES = 480
 CONFIG = {"min.insync.replicas": "2"}
 # The paced producer sleeps at least this long between bursts of the records due. A sleep per
 # record (one every 24 us at 20 MB/s) cost this process about a quarter of a core in timer
-# wake-ups, on the same two cores as the brokers, and the brokers' p99 rose threefold with it.
+# wake-ups, on the same two cores as the brokers, and the brokers' p99 rose two- to threefold.
 # librdkafka lingers 5 ms in any case, so a 1 ms burst leaves its batches as they were. Delivery
 # reports are served between bursts, so a latency may read up to about a millisecond long.
 PACING_SECONDS = 0.001
