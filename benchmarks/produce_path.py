@@ -73,7 +73,7 @@ def one_round(release: str, requests: int) -> dict[str, float]:
     from tidelog.clock import SystemClock
     from tidelog.config import BROKER_KEYS, parse_config
     from tidelog.log.manager import LogManager
-    from tidelog.protocol.frames import decode_request, encode_request, encode_response
+    from tidelog.protocol.frames import Request, decode_request, encode_request, encode_response
     from tidelog.protocol.schemas import ApiKey
     from tidelog.records.format import Codec, Record, build_message_set
     from tidelog.records.record_batch import encode_batch
@@ -125,13 +125,18 @@ def one_round(release: str, requests: int) -> dict[str, float]:
             frame = encode_request(ApiKey.PRODUCE, produce_version, number, "rdkafka", body)
             frames.append(bytes(frame[4:]))
 
+        async def answer_to(request: Request) -> dict:
+            """The response body of a produce request: its first stage, then its second."""
+            answer = handler.start(request)
+            if isinstance(answer, Pending):
+                answer = answer.finish(await answer.future)
+            assert answer is not None
+            return answer
+
         async def serve(frames: list[bytes], checked: bool) -> None:
             for frame in frames:
                 request = decode_request(frame)
-                answer = handler.start(request)
-                if isinstance(answer, Pending):
-                    answer = answer.finish(await answer.future)
-                assert answer is not None
+                answer = await answer_to(request)
                 if checked:  # the warm-up: every request appended, none refused
                     errors = [
                         p["error_code"]
@@ -159,10 +164,7 @@ def one_round(release: str, requests: int) -> dict[str, float]:
             started = time.process_time()
             await serve(frames[WARM_UP:], checked=False)
             figures = {"path": (time.process_time() - started) / requests * 1e6}
-            request = decode_request(frames[0])
-            answer = handler.start(request)
-            if isinstance(answer, Pending):
-                answer = answer.finish(await answer.future)
+            answer = await answer_to(decode_request(frames[0]))
             log = replicas.partitions[("t", 0)].log
             figures["decode"] = alone(lambda: decode_request(frames[0]))
             figures["encode"] = alone(
