@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, Producer
 
+from tests.integration.conftest import wait_for_leaders
 from tidelog.cluster import disks, faults
-from tidelog.cluster.local import LocalCluster
+from tidelog.cluster.local import LocalCluster, wait_until
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
+from tidelog.controller import topics, zookeeper
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +202,52 @@ def test_a_small_disk_no_container_was_given_leaves_the_volume_as_it_was(tmp_pat
     assert (volume / "t-0" / "00000000000000000000.log").read_bytes() == b"v" * 10
     assert not Path(disk.image).exists() and not disks.loops_of(disk.image)
     assert not (tmp_path / disks.VOLUME_DISKS_FILE).exists()
+
+
+def test_a_broker_under_libfius_preload_loads_no_shared_object_once_its_threads_run(
+    cluster_on_disk,
+):
+    """libfiu's preload can hang a process that loads a shared object while its other threads
+    make their first calls (tidelog.fault_preload): a broker under it, serving producers and
+    consumers of every codec as leader and follower, loads all of its before it starts a
+    thread. The dynamic loader says what it loads (LD_DEBUG=files) in the broker's log."""
+    broker_id = 3
+    log_path = cluster_on_disk.broker(broker_id).log_path
+    prefix = Path(cluster_on_disk.broker(broker_id).config).parent / "fiu-ctrl"
+    cluster_on_disk.stop_broker(broker_id)
+    written_before = log_path.stat().st_size
+    cluster_on_disk.start_broker(
+        broker_id, launcher=["env", "LD_DEBUG=files", "fiu-run", "-x", "-f", str(prefix)]
+    )
+    try:
+        wait_until(lambda: cluster_on_disk.health(broker_id).get("registered"), 60, "/health")
+        topic = f"preloaded-{time.time_ns()}"
+        with zookeeper.session(cluster_on_disk.zookeeper) as client:
+            topics.create_topic(client, topic, 3, 3, {"message.format.version": "2.1"})
+        wait_for_leaders(cluster_on_disk, topic, 3)
+        servers = cluster_on_disk.bootstrap_servers
+        for codec in ("gzip", "snappy", "lz4", "zstd"):
+            producer = Producer({"bootstrap.servers": servers, "compression.type": codec})
+            for n in range(30):
+                producer.produce(topic, key=b"%d" % n, value=codec.encode() * 20, partition=n % 3)
+            assert producer.flush(30) == 0, codec
+        consumer = Consumer(
+            {"bootstrap.servers": servers, "group.id": topic, "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe([topic])
+        read = 0
+        deadline = time.monotonic() + 60
+        while read < 120 and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            read += message is not None and message.error() is None
+        consumer.close()
+        assert read == 120
+    finally:
+        cluster_on_disk.stop_broker(broker_id)
+        cluster_on_disk.start_broker(broker_id)
+
+    written = log_path.read_bytes()[written_before:].decode(errors="replace").splitlines()
+    started = next(i for i, line in enumerate(written) if f"broker {broker_id} starting" in line)
+    loaded_later = [line for line in written[started:] if "dynamically loaded by" in line]
+    assert any("dynamically loaded by" in line for line in written[:started])  # it says so
+    assert loaded_later == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import signal
@@ -18,6 +19,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
+from tidelog import fault_preload
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
@@ -194,6 +196,7 @@ class BrokerNode:
         self.admin: AdminServer | None = None
         self._admin_socket: socket.socket | None = None
         self._admin_started: asyncio.Task | None = None
+        self._admin_module: Any = None  # tidelog.broker.admin once imported
         self.zk: KazooClient | None = None
         self.registered = False
         self.stopping = False
@@ -244,6 +247,8 @@ class BrokerNode:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        if fault_preload.active():
+            self._load_before_threads()
         log.info(
             "broker %d starting: loading logs from %s", self.broker_id, self.config["log.dirs"]
         )
@@ -313,10 +318,30 @@ class BrokerNode:
         self._admin_socket.setblocking(False)
         self.admin_port = self._admin_socket.getsockname()[1]
 
+    def _load_before_threads(self) -> None:
+        """Loads now, before the broker starts a thread, the shared objects it would otherwise
+        load once its threads run (tidelog.fault_preload says why that can hang a process under
+        libfiu's preload): the admin API's (aiohttp's C extensions), the remote tier's file
+        system's, and the name service modules a lookup of ZooKeeper's hosts needs."""
+        log.info(
+            "broker %d: under libfiu's preload: loading modules before threads start",
+            self.broker_id,
+        )
+        self._admin_module = importlib.import_module("tidelog.broker.admin")
+        if self.remote is not None:
+            self.remote.storage.fs  # noqa: B018 (the property makes the file system)
+        for server in self.config["zookeeper.connect"].split("/", 1)[0].split(","):
+            host, _, port = server.partition(":")
+            with contextlib.suppress(OSError):  # the ZooKeeper client says so, with its retries
+                socket.getaddrinfo(host, port or 2181)
+
     async def _start_admin(self) -> None:
-        """Imports the admin API off the event loop, then serves it on the bound socket."""
+        """Imports the admin API off the event loop (unless it is loaded already), then serves
+        it on the bound socket."""
+        module = self._admin_module
         try:
-            module = await asyncio.to_thread(importlib.import_module, "tidelog.broker.admin")
+            if module is None:
+                module = await asyncio.to_thread(importlib.import_module, "tidelog.broker.admin")
         except Exception:
             log.exception("broker %d: the admin API could not be loaded", self.broker_id)
             raise
