@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 
 from tests.integration.conftest import wait_for_leaders
 from tidelog.cluster import disks, faults
-from tidelog.cluster.local import LocalCluster, wait_until
+from tidelog.cluster.local import LocalCluster
 from tidelog.cluster.scenario import SCENARIO_OVERRIDES, ScenarioSettings, run_scenario
 from tidelog.controller import topics, zookeeper
 
@@ -216,11 +216,10 @@ def test_a_broker_under_libfius_preload_loads_no_shared_object_once_its_threads_
     prefix = Path(cluster_on_disk.broker(broker_id).config).parent / "fiu-ctrl"
     cluster_on_disk.stop_broker(broker_id)
     written_before = log_path.stat().st_size
-    cluster_on_disk.start_broker(
-        broker_id, launcher=["env", "LD_DEBUG=files", "fiu-run", "-x", "-f", str(prefix)]
-    )
     try:
-        wait_until(lambda: cluster_on_disk.health(broker_id).get("registered"), 60, "/health")
+        cluster_on_disk.start_broker(
+            broker_id, launcher=["env", "LD_DEBUG=files", "fiu-run", "-x", "-f", str(prefix)]
+        )
         topic = f"preloaded-{time.time_ns()}"
         with zookeeper.session(cluster_on_disk.zookeeper) as client:
             topics.create_topic(client, topic, 3, 3, {"message.format.version": "2.1"})
@@ -231,6 +230,7 @@ def test_a_broker_under_libfius_preload_loads_no_shared_object_once_its_threads_
             for n in range(30):
                 producer.produce(topic, key=b"%d" % n, value=codec.encode() * 20, partition=n % 3)
             assert producer.flush(30) == 0, codec
+        del producer
         consumer = Consumer(
             {"bootstrap.servers": servers, "group.id": topic, "auto.offset.reset": "earliest"}
         )
@@ -243,11 +243,17 @@ def test_a_broker_under_libfius_preload_loads_no_shared_object_once_its_threads_
         consumer.close()
         assert read == 120
     finally:
-        cluster_on_disk.stop_broker(broker_id)
-        cluster_on_disk.start_broker(broker_id)
+        try:
+            if cluster_on_disk.broker(broker_id).alive:
+                cluster_on_disk.stop_broker(broker_id)
+        finally:
+            cluster_on_disk.start_broker(broker_id)
 
     written = log_path.read_bytes()[written_before:].decode(errors="replace").splitlines()
-    started = next(i for i, line in enumerate(written) if f"broker {broker_id} starting" in line)
+    started = next(
+        (i for i, line in enumerate(written) if f"broker {broker_id} starting" in line), None
+    )
+    assert started is not None, "\n".join(written[-20:])
     loaded_later = [line for line in written[started:] if "dynamically loaded by" in line]
     assert any("dynamically loaded by" in line for line in written[:started])  # it says so
     assert loaded_later == []

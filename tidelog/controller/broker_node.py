@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import signal
@@ -321,8 +320,13 @@ class BrokerNode:
     def _load_before_threads(self) -> None:
         """Loads now, before the broker starts a thread, the shared objects it would otherwise
         load once its threads run (tidelog.fault_preload says why that can hang a process under
-        libfiu's preload): the admin API's (aiohttp's C extensions), the remote tier's file
-        system's, and the name service modules a lookup of ZooKeeper's hosts needs."""
+        libfiu's preload): the admin API's (aiohttp's C extensions) and the remote tier's file
+        system's (s3fs's; its making starts fsspec's thread, so it comes last). Name lookups
+        load nothing where glibc (2.34 on) has the files and dns services built in, as in the
+        broker image; a host whose nsswitch.conf names another service for hosts (mdns) loads
+        it at the first name /etc/hosts does not answer, which tidelog's local brokers, all on
+        numeric addresses or localhost, do not look up. (The loop watchdog's thread, which
+        TIDELOG_LOOP_WATCHDOG_MS starts for benchmarks, runs already.)"""
         log.info(
             "broker %d: under libfiu's preload: loading modules before threads start",
             self.broker_id,
@@ -330,10 +334,6 @@ class BrokerNode:
         self._admin_module = importlib.import_module("tidelog.broker.admin")
         if self.remote is not None:
             self.remote.storage.fs  # noqa: B018 (the property makes the file system)
-        for server in self.config["zookeeper.connect"].split("/", 1)[0].split(","):
-            host, _, port = server.partition(":")
-            with contextlib.suppress(OSError):  # the ZooKeeper client says so, with its retries
-                socket.getaddrinfo(host, port or 2181)
 
     async def _start_admin(self) -> None:
         """Imports the admin API off the event loop (unless it is loaded already), then serves
