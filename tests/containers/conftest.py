@@ -47,14 +47,17 @@ def docker_engine() -> None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def compose_cluster(
     docker_engine: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeCluster]:
     """compose.yaml's cluster (ZooKeeper and three brokers) on free host ports, with the
     scenarios' quick failure detection and the remote tier (docker/remote.env; local retention
     checked every second), started through testcontainers' DockerCompose, which returns once
-    every healthcheck passes. One for the session: starting one costs about a minute."""
+    every healthcheck passes. One for the container tests (starting one costs about a minute),
+    removed once the last of them has run. Left idle until the session's end (the last third
+    or half of the suite), it kept the machine 0.56 cores busier: its brokers' one-second
+    tasks and fetches, the engine's healthchecks."""
     cluster = ComposeCluster.create(
         tmp_path_factory.mktemp("compose"),
         ROOT / "compose.yaml",
