@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient, KazooState
@@ -195,7 +196,7 @@ class BrokerNode:
         self.admin: AdminServer | None = None
         self._admin_socket: socket.socket | None = None
         self._admin_started: asyncio.Task | None = None
-        self._admin_module: Any = None  # tidelog.broker.admin once imported
+        self._admin_module: ModuleType | None = None  # tidelog.broker.admin, imported
         self.zk: KazooClient | None = None
         self.registered = False
         self.stopping = False
