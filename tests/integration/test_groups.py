@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import itertools
 import subprocess
+import sys
 import threading
 import time
+import traceback
 
 import pytest
 from confluent_kafka import Consumer as ConfluentConsumer
@@ -122,6 +124,24 @@ class PollingConsumer:
         self._thread.join(timeout=30)
         self.consumer.close()
 
+    def stuck_where(self) -> str:
+        """Where this consumer's polling thread and kafka-python's own threads (its IO loops,
+        any heartbeat thread) are now: a CI run found a member that sent neither a heartbeat
+        nor a join for a minute after its generation became stable, the brokers' coordinator
+        expiring it on time, and its poll not returning."""
+        frames = sys._current_frames()
+        named = {t.ident: t.name for t in threading.enumerate()}
+        wanted = [self._thread.ident] + [
+            ident
+            for ident, name in named.items()
+            if name.startswith("kafka-io") or "heartbeat" in name.lower()
+        ]
+        return "".join(
+            f"\n-- thread {named.get(ident)}:\n" + "".join(traceback.format_stack(frames[ident]))
+            for ident in wanted
+            if ident in frames
+        )
+
 
 def test_two_kafka_python_consumers_split_the_partitions_and_one_takes_all_when_the_other_stops(
     cluster, new_topic
@@ -133,6 +153,7 @@ def test_two_kafka_python_consumers_split_the_partitions_and_one_takes_all_when_
     def held() -> str:
         return (
             f"the first holding {first.assignment or '{}'}, the second {second.assignment or '{}'}"
+            f"; the first consumer's threads:{first.stuck_where()}"
         )
 
     try:
