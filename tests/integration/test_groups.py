@@ -128,7 +128,8 @@ class PollingConsumer:
         """Where this consumer's polling thread and kafka-python's own threads (its IO loops,
         any heartbeat thread) are now: a CI run found a member that sent neither a heartbeat
         nor a join for a minute after its generation became stable, the brokers' coordinator
-        expiring it on time, and its poll not returning."""
+        expiring it on time, and its test thread never saw an assignment (its poll not
+        returning, or returning with none: not known yet)."""
         frames = sys._current_frames()
         named = {t.ident: t.name for t in threading.enumerate()}
         wanted = [self._thread.ident] + [
