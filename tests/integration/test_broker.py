@@ -143,6 +143,25 @@ def test_the_admin_api_shows_health_metrics_and_partitions(cluster, new_topic):
     assert admin(cluster, leader, "/topics/no-such-topic") is None
 
 
+def test_a_broker_freezes_what_it_holds_at_start_and_shows_its_collectors_pauses(cluster):
+    port = cluster.broker(1).admin_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        figures = dict(
+            line.rsplit(" ", 1) for line in response.read().decode().splitlines() if line[0] != "#"
+        )
+
+    # its imports alone hold some tens of thousands of objects the collector no longer walks
+    assert int(figures["tidelog_gc_frozen_objects"]) > 10_000
+    for generation in (0, 1, 2):
+        labels = f'{{generation="{generation}"}}'
+        collections = int(figures[f"tidelog_gc_collections_total{labels}"])
+        seconds = float(figures[f"tidelog_gc_pause_seconds_total{labels}"])
+        longest = float(figures[f"tidelog_gc_longest_pause_seconds{labels}"])
+        assert collections >= 0 and seconds >= longest >= 0
+    # the full collection before the freeze
+    assert int(figures['tidelog_gc_collections_total{generation="2"}']) >= 1
+
+
 def test_a_topic_config_change_takes_effect_on_the_running_broker(cluster, new_topic):
     topic = new_topic()
     produce(cluster, topic, (0, 10, 1), [(b"k", b"before", {"timestamp_ms": 1000})])

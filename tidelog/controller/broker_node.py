@@ -19,7 +19,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
-from tidelog import fault_preload
+from tidelog import fault_preload, gc_policy
 from tidelog.broker.control import ControlRequests
 from tidelog.broker.groups import GroupRequests, ReplicatedOffsetsLog
 from tidelog.broker.handlers import RequestHandler
@@ -242,6 +242,7 @@ class BrokerNode:
         ]
         if self.remote is not None:
             self.remote.register_metrics(self.metrics.gauges)
+        self.metrics.gauges.update(gc_policy.gauges())
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -689,7 +690,11 @@ class BrokerNode:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        gc_policy.prepare()
         await self.start()
+        if self._admin_started is not None:  # its modules are loaded before the heap is frozen
+            await asyncio.wait([self._admin_started])
+        gc_policy.freeze_started()
         await stop.wait()
         await self.stop()
 

@@ -1,0 +1,79 @@
+"""A serving process's garbage collector: its young threshold, its frozen start-up heap and
+its pauses counted. What changes the whole process runs in a process of its own."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+
+from tidelog import gc_policy
+
+
+def run_in_a_process(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_a_serving_process_collects_its_young_generation_every_ten_thousand_objects() -> None:
+    out = run_in_a_process(
+        """
+        import gc
+        from tidelog import gc_policy
+        print(gc.get_threshold())
+        gc_policy.prepare()
+        print(gc.get_threshold())
+        """
+    )
+    assert out.split("\n")[:2] == ["(700, 10, 10)", "(10000, 10, 10)"]
+
+
+def test_freezing_collects_the_garbage_first_and_later_garbage_is_still_collected() -> None:
+    out = run_in_a_process(
+        """
+        import gc, weakref
+        from tidelog import gc_policy
+
+        class Node:
+            pass
+
+        def dropped_cycle():
+            node = Node()
+            node.itself = node
+            return weakref.ref(node)
+
+        kept = Node()
+        kept.itself = kept
+        before = dropped_cycle()
+        frozen = gc_policy.freeze_started()
+        after = dropped_cycle()
+        print(before() is None, frozen > 1000, after() is None)
+        gc.collect()
+        print(after() is None, gc.get_freeze_count() == frozen, kept.itself is kept)
+        """
+    )
+    assert out.split("\n")[:2] == ["True True False", "True True True"]
+
+
+def test_each_collections_pause_is_counted_under_its_generation() -> None:
+    pauses = gc_policy.CollectorPauses()
+    pauses.install()
+    try:
+        gc.collect(1)
+        gc.collect(2)
+        gc.collect(2)
+    finally:
+        pauses.uninstall()
+    gc.collect(0)  # not counted once uninstalled
+
+    assert pauses.collections[1:] == [1, 2]
+    assert pauses.seconds[2] >= pauses.longest[2] > 0
+    assert pauses.longest[1] == pauses.seconds[1] > 0
