@@ -7,7 +7,9 @@ import gc
 import subprocess
 import sys
 import textwrap
+import weakref
 
+from tests.conftest import message_set
 from tidelog import gc_policy
 
 
@@ -77,3 +79,19 @@ def test_each_collections_pause_is_counted_under_its_generation() -> None:
     assert pauses.collections[1:] == [1, 2]
     assert pauses.seconds[2] >= pauses.longest[2] > 0
     assert pauses.longest[1] == pauses.seconds[1] > 0
+
+
+def test_a_closed_log_is_freed_by_its_last_reference_not_by_the_collector(make_log) -> None:
+    # what the freeze relies on for logs opened at start and later deleted or moved away
+    partition_log = make_log(segment_bytes=4096)
+    for _ in range(20):  # some segments rolled, their indexes written
+        partition_log.append_as_leader(message_set(5))
+    partition_log.read(0, 1 << 20)
+    gc.disable()
+    try:
+        gone = weakref.ref(partition_log)
+        partition_log.close()
+        del partition_log
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -19,8 +19,8 @@ The policy, for a process that serves (``tidelog broker``; tests and tools keep 
   moves every object left (the imported code, the configuration, the logs opened at start) to a
   permanent generation no later collection walks. Objects made afterwards (a new partition's
   replica, a connection) are collected as before. A frozen object is still freed by reference
-  counting; only a cycle of frozen objects dropped later would stay, and what a broker holds at
-  start (modules, its configuration, its logs, its servers) it holds until it stops.
+  counting; only a cycle of frozen objects dropped later stays in memory. A log opened at start
+  and deleted or moved away later is not one: a closed ``Log`` is freed by its last reference.
 """
 
 from __future__ import annotations
