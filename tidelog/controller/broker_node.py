@@ -692,10 +692,14 @@ class BrokerNode:
             loop.add_signal_handler(signum, stop.set)
         gc_policy.prepare()
         await self.start()
-        if self._admin_started is not None:  # its modules are loaded before the heap is frozen
-            await asyncio.wait([self._admin_started])
-        gc_policy.freeze_started()
-        await stop.wait()
+        stopping = asyncio.create_task(stop.wait())
+        # the admin API's modules are loaded before the heap is frozen; a signal meanwhile
+        # stops the broker without waiting for them
+        started = [stopping] + ([self._admin_started] if self._admin_started else [])
+        await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
+        if not stop.is_set():
+            gc_policy.freeze_started()
+        await stopping
         await self.stop()
 
     # -- ZooKeeper -----------------------------------------------------------------------------
