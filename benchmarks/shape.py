@@ -59,7 +59,7 @@ from pathlib import Path
 
 from common import MB, code_at, create_topic, environment, quiet
 
-from tidelog import runtime
+from tidelog import gc_policy, runtime
 from tidelog.cluster.local import LocalCluster
 from tidelog.cluster.processes import cpu_used_between
 
@@ -359,6 +359,7 @@ def main() -> None:
                 cluster.up(3, progress=quiet, overrides=overrides)
             stack.callback(cluster.down, progress=quiet)
             codes.append((label, cluster))
+        gc_policy.for_measuring()  # this process's own pauses are not the brokers' latency
         print(
             f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "
             f"RF 3, min.insync.replicas 2, {args.seconds:g} s per point, brokers at "

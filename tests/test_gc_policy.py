@@ -95,3 +95,15 @@ def test_a_closed_log_is_freed_by_its_last_reference_not_by_the_collector(make_l
         assert gone() is None
     finally:
         gc.enable()
+
+
+def test_a_measuring_process_takes_the_threshold_and_the_freeze_at_once() -> None:
+    out = run_in_a_process(
+        """
+        import gc
+        from tidelog import gc_policy
+        frozen = gc_policy.for_measuring()
+        print(gc.get_threshold(), frozen == gc.get_freeze_count() > 1000)
+        """
+    )
+    assert out.split("\n")[0] == "(10000, 10, 10) True"

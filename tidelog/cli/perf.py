@@ -117,7 +117,7 @@ def _header(text: str) -> tuple[str, bytes]:
 
 
 def produce_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, bool]:
-    from tidelog import rundata, runtime
+    from tidelog import gc_policy, rundata, runtime
     from tidelog.perf.producer import ProducerSettings, run_producer
     from tidelog.records.format import Codec
 
@@ -137,6 +137,7 @@ def produce_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, boo
     )
     run_dir = Path(args.out) if args.out else None
     started_at = rundata.now()
+    gc_policy.for_measuring()
     summary, errors = runtime.run(run_producer(bootstrap, settings, run_dir=run_dir))
     print(summary.line("records sent"))
     if run_dir is not None:
@@ -168,9 +169,10 @@ def _write_produce_run(args, run_dir, settings, started_at, bootstrap, summary, 
 
 
 def consume_records(args: argparse.Namespace, bootstrap: str) -> tuple[dict, bool]:
-    from tidelog import runtime
+    from tidelog import gc_policy, runtime
     from tidelog.perf.consumer import run_consumer
 
+    gc_policy.for_measuring()
     summary = runtime.run(
         run_consumer(
             bootstrap,
@@ -256,6 +258,7 @@ def _positive_rate(text: str) -> float:
 
 
 def run_tiered_storage(args: argparse.Namespace) -> int:
+    from tidelog import gc_policy
     from tidelog.cluster.local import ClusterError
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
@@ -281,6 +284,7 @@ def run_tiered_storage(args: argparse.Namespace) -> int:
         cluster_dir=Path(args.dir).resolve() if args.dir else None,
         scaling=profiles.scaling(*overrides),
     )
+    gc_policy.for_measuring()
     try:
         results = runner.run(settings, progress=lambda line: print(line, flush=True))
         table.write_table(settings, results)
@@ -357,6 +361,7 @@ def _add_max_rate(actions) -> None:
 
 
 def run_max_rate(args: argparse.Namespace) -> int:
+    from tidelog import gc_policy
     from tidelog.cluster.local import ClusterError
     from tidelog.cluster.zookeeper import ZooKeeperError
     from tidelog.errors import KafkaError
@@ -386,6 +391,7 @@ def run_max_rate(args: argparse.Namespace) -> int:
         seed=args.seed,
         cluster_dir=Path(args.dir).resolve() if args.dir else None,
     )
+    gc_policy.for_measuring()
     try:
         steps = max_rate.run(settings, progress=lambda line: print(line, flush=True))
     except (ClusterError, ZooKeeperError, KafkaError, OSError, RuntimeError) as error:

@@ -190,7 +190,7 @@ def _add_replication(kinds) -> None:
 
 
 def run_replication(args: argparse.Namespace) -> int:
-    from tidelog import runtime
+    from tidelog import gc_policy, runtime
     from tidelog.cluster import faults
     from tidelog.cluster.faults import DISK_ERROR_POINTS, DiskErrorSettings
     from tidelog.cluster.local import ClusterError, LocalCluster
@@ -294,6 +294,7 @@ def run_replication(args: argparse.Namespace) -> int:
             else:
                 cluster.up(args.brokers, overrides=overrides, progress=lambda _: None)
         run_dir = Path(args.out) if args.out else None
+        gc_policy.for_measuring()
         topic, report = runtime.run(run_scenario(cluster, settings, run_dir=run_dir))
     except (ClusterError, ZooKeeperError, NetworkError, ConfigError) as error:
         return fail("scenario replication", f"{error}\n(the cluster's files are in {directory})")
@@ -368,7 +369,7 @@ def _add_upgrade(kinds) -> None:
 
 
 def run_upgrade(args: argparse.Namespace) -> int:
-    from tidelog import runtime
+    from tidelog import gc_policy, runtime
     from tidelog.cluster.local import ClusterError, LocalCluster
     from tidelog.cluster.scenario import SCENARIO_OVERRIDES
     from tidelog.upgrade.scenario import (
@@ -394,6 +395,7 @@ def run_upgrade(args: argparse.Namespace) -> int:
         cluster.up(
             3, overrides={**SCENARIO_OVERRIDES, **STARTS[args.start][0]}, progress=lambda _: None
         )
+        gc_policy.for_measuring()
         report = runtime.run(run_upgrade_scenario(cluster, scenario))
     except ClusterError as error:
         return fail("scenario upgrade", f"{error}\n(the cluster's files are in {directory})")

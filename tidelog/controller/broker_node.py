@@ -698,7 +698,13 @@ class BrokerNode:
         started = [stopping] + ([self._admin_started] if self._admin_started else [])
         await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
-            gc_policy.freeze_started()
+            frozen = gc_policy.freeze_started()
+            log.info(
+                "broker %d: froze the %d objects held since start (the garbage collector walks "
+                "them no more)",
+                self.broker_id,
+                frozen,
+            )
         await stopping
         await self.stop()
 
