@@ -238,6 +238,8 @@ def first_records(cluster: LocalCluster, topic: str) -> float:
 
     producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
     partitions = producer.list_topics(topic, timeout=30).topics[topic].partitions
+    if not partitions:
+        raise RuntimeError(f"{topic}: no partitions in the metadata")
     failed: list = []
     started = time.perf_counter()
     for partition in partitions:
@@ -359,6 +361,8 @@ def main() -> None:
                 cluster.up(3, progress=quiet, overrides=overrides)
             stack.callback(cluster.down, progress=quiet)
             codes.append((label, cluster))
+        import confluent_kafka  # noqa: F401 (loaded before the freeze)
+
         gc_policy.for_measuring()  # this process's own pauses are not the brokers' latency
         print(
             f"{RECORD_BYTES}-byte keyed snappy records, librdkafka defaults, 3 brokers, "

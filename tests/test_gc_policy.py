@@ -107,3 +107,30 @@ def test_a_measuring_process_takes_the_threshold_and_the_freeze_at_once() -> Non
         """
     )
     assert out.split("\n")[0] == "(10000, 10, 10) True"
+
+
+def test_a_broker_signalled_while_its_admin_api_loads_stops_without_waiting_to_freeze() -> None:
+    out = run_in_a_process(
+        """
+        import asyncio, os, signal
+        from tidelog import gc_policy
+        from tidelog.controller.broker_node import BrokerNode
+
+        node = BrokerNode.__new__(BrokerNode)  # its start and stop stood in for
+        events = []
+
+        async def start():
+            node._admin_started = asyncio.get_running_loop().create_future()  # loads forever
+            events.append("started")
+            asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGTERM)
+
+        async def stop():
+            events.append("stopped")
+
+        node.start, node.stop = start, stop
+        gc_policy.freeze_started = lambda: events.append("froze") or 0
+        asyncio.run(asyncio.wait_for(node.run_until_signalled(), 10))
+        print(events)
+        """
+    )
+    assert out.split("\n")[0] == "['started', 'stopped']"
