@@ -1,4 +1,5 @@
-"""How a broker process keeps CPython's cyclic garbage collector out of its latency.
+"""How a process that serves or measures Kafka traffic keeps CPython's cyclic garbage collector
+out of its latency.
 
 Reference counting frees almost everything a broker makes per request; the cyclic collector
 runs anyway, on counts of objects made. With CPython's defaults (a young collection per 700 new
