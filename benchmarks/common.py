@@ -42,9 +42,15 @@ def quiet(_: str) -> None:
 def code_at(ref: str) -> Iterator[dict[str, str]]:
     """The environment that runs tidelog from ``ref`` (a commit, branch or tag of this
     repository): a git worktree of it in a temporary directory, its C extensions built in place
-    (where they do not build, its Python paths do the same work), first on PYTHONPATH. A
-    process started with it imports that tree's tidelog, so a LocalCluster brought up under it
-    runs the baseline's brokers beside this tree's, for before/after figures in one run."""
+    (where they do not build, its Python paths do the same work), first on PYTHONPATH, and this
+    tree's benchmarks after it. A process started with it imports that tree's tidelog, so a
+    LocalCluster brought up under it runs the baseline's brokers beside this tree's, for
+    before/after figures in one run.
+
+    PYTHONSAFEPATH keeps the working directory (``python -m``, ``-c``) and a script's directory
+    off the front of sys.path: run from this repository's root, ``python -m tidelog.cli`` found
+    this tree's tidelog there before PYTHONPATH's, and until this was set every such comparison
+    ran this tree's brokers on both sides."""
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="tidelog-baseline-") as directory:
         tree = Path(directory) / "tree"
@@ -60,7 +66,12 @@ def code_at(ref: str) -> Iterator[dict[str, str]]:
                 stderr=subprocess.DEVNULL,
                 check=False,
             )
-            yield {**os.environ, "PYTHONPATH": str(tree)}
+            benchmarks = Path(__file__).resolve().parent  # a script's own imports (common)
+            yield {
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join((str(tree), str(benchmarks))),
+                "PYTHONSAFEPATH": "1",
+            }
         finally:
             subprocess.run(
                 ["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False
