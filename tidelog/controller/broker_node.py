@@ -695,8 +695,8 @@ class BrokerNode:
         stopping = asyncio.create_task(stop.wait())
         # the admin API's modules are loaded before the heap is frozen; a signal meanwhile
         # stops the broker without waiting for them
-        started = [stopping] + ([self._admin_started] if self._admin_started else [])
-        await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
+        admin = [self._admin_started] if self._admin_started else []
+        await asyncio.wait([stopping, *admin], return_when=asyncio.FIRST_COMPLETED)
         if not stop.is_set():
             frozen = gc_policy.freeze_started()
             log.info(
