@@ -32,15 +32,16 @@ WORKLOADS = LOCUSTFILE.parent / "workloads"
 LOCUST = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
 # a record size and batch that keep requests small for a quick run
 QUICK = ["--record-size", "100", "--batch-bytes", "2000"]
+# numbers the topics for the session's one cluster (an object's id is reused once it is freed)
+_topic_numbers = itertools.count()
 
 
 @pytest.fixture
 def replicated_topic(cluster):
     """replicated_topic(partitions) creates a topic with three replicas and returns its name."""
-    created = iter(range(1000))
 
     def create(partitions: int = 3) -> str:
-        name = f"locust-{id(create)}-{next(created)}"
+        name = f"locust-{next(_topic_numbers)}"
         with zookeeper.session(cluster.zookeeper) as client:
             topics.create_topic(client, name, partitions, 3, {})
         wait_for_leaders(cluster, name, partitions)
@@ -62,13 +63,17 @@ def final_stats(path: Path) -> dict[tuple[str, str], dict]:
 
 
 def groups_of(cluster, topic: str) -> set[str]:
-    """The consumer groups named after ``topic``, as kafka-python's admin client lists them."""
+    """The locustfile's consumer groups for ``topic`` (``tidelog-locust-<topic>-<n>``), as
+    kafka-python's admin client lists them; locust-1's are not locust-10's."""
+    prefix = f"tidelog-locust-{topic}-"
     admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap_servers)
     try:
         return {
             group["group_id"]
             for group in admin.list_groups()
-            if topic in group["group_id"] and group["protocol_type"] == "consumer"
+            if group["group_id"].startswith(prefix)
+            and group["group_id"].removeprefix(prefix).isdigit()
+            and group["protocol_type"] == "consumer"
         }
     finally:
         admin.close()
