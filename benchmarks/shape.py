@@ -12,9 +12,16 @@ produced at fixed offered rates (MB/s for the whole cluster) by a paced producer
 came within the run, per second of the run), p50 / p99 latency from ``produce()`` to the delivery
 report (the records still undelivered ``--drain`` seconds after the run are counted, not
 timed), the brokers' CPU (utime + stime of the three broker processes from /proc, in cores) and
-the producer's (this process: its Python loop and librdkafka's threads, on the same cores). The
-producer sleeps between bursts of the records due, at least PACING_SECONDS (1 ms) at a time,
-and serves librdkafka's delivery reports between them: a latency may read up to about 1 ms long.
+the producer's (this process: its Python loop and librdkafka's threads, on the same cores), the
+records per ProduceRequest the leaders answered, and the most requests librdkafka had sent and
+not yet had answered at once, over its three broker connections (its statistics, every 500
+ms): where a point's latency waits. At 600 partitions and acks=all past what the brokers take,
+that was 79,000 requests of 2.1 records: a compressed 480-byte record makes a request of about
+150 bytes, the socket's send buffer (4 MB here) and a broker's read buffer (up to 8 MB a
+connection) hold tens of thousands, so librdkafka's socket stays writable and its backpressure,
+which would grow its batches, does not start. The producer sleeps between bursts of the records
+due, at least PACING_SECONDS (1 ms) at a time, and serves librdkafka's delivery reports between
+them: a latency may read up to about 1 ms long.
 
 Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU per thousand
 partition batches: CPU seconds of the three brokers over the produce requests their leaders
@@ -119,6 +126,7 @@ class Point:
     produce_requests: int
     fetch_requests: int
     producer_batches: int
+    most_in_flight: int  # librdkafka's largest count of requests sent and not yet answered
     load: str
 
 
@@ -128,14 +136,19 @@ def run_point(
     """Produces at ``rate_mb_s`` for ``seconds``; waits at most ``drain`` more for reports."""
     from confluent_kafka import Producer
 
-    batches = 0
+    batches = most_in_flight = 0
 
     def count_batches(document: str) -> None:
-        nonlocal batches
+        nonlocal batches, most_in_flight
+        statistics = json.loads(document)
         # batchcnt is a window histogram, reset at each statistics report
-        batches += (
-            json.loads(document).get("topics", {}).get(topic, {}).get("batchcnt", {}).get("cnt", 0)
+        batches += statistics.get("topics", {}).get(topic, {}).get("batchcnt", {}).get("cnt", 0)
+        in_flight = sum(
+            broker["waitresp_cnt"]
+            for broker in statistics.get("brokers", {}).values()
+            if broker.get("nodeid", -1) >= 0  # not the bootstrap connections
         )
+        most_in_flight = max(most_in_flight, in_flight)
 
     producer = Producer(
         {
@@ -225,6 +238,7 @@ def run_point(
         produce_requests=requests,
         fetch_requests=fetches,
         producer_batches=batches,
+        most_in_flight=most_in_flight,
         load=load_average(),
     )
 
@@ -371,7 +385,8 @@ def main() -> None:
         )
         print(
             "code | topic | acks | offered MB/s | delivered MB/s (of offered) | p50 / p99 ms "
-            "| undelivered | brokers' cores (idle) | producer's cores | load"
+            "| undelivered | brokers' cores (idle) | producer's cores | records per request "
+            "| most requests in flight | load"
         )
         costs = []
         for count in counts:
@@ -407,6 +422,7 @@ def main() -> None:
                         point = run_point(cluster, topic, acks, rate, args.seconds, args.drain)
                         for spy in spies:
                             spy.wait(timeout=args.seconds + 60)
+                        records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
                         print(
                             f"{label} | {count} partitions | {acks} | "
                             f"{point.offered_mb_s:.1f} | {point.delivered_mb_s:.1f} "
@@ -415,7 +431,9 @@ def main() -> None:
                             f"{point.undelivered:,}"
                             + (f" ({point.errors:,} errors)" if point.errors else "")
                             + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) "
-                            f"| {point.producer_cores:.2f} | {point.load}",
+                            f"| {point.producer_cores:.2f} "
+                            f"| {records / max(point.produce_requests, 1):.2f} "
+                            f"| {point.most_in_flight:,} | {point.load}",
                             flush=True,
                         )
             for acks in acks_list if args.cost_rate else []:
