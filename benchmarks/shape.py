@@ -5,23 +5,23 @@
                                          [--cost-rate 0.5] [--profile DIR]
                                          [--release 0.10.1|2.1] [--against REF]
 
-3 local brokers, replication factor 3, min.insync.replicas 2; 480-byte keyed records (an 8-byte
-key, a 472-byte value), snappy, from confluent-kafka (librdkafka) with its defaults (linger.ms 5),
+3 local brokers, replication factor 3, min.insync.replicas 2; 480-byte keyed records (an 8-byte key,
+a 472-byte value), snappy, from confluent-kafka (librdkafka) with its defaults (linger.ms 5),
 produced at fixed offered rates (MB/s for the whole cluster) by a paced producer. For each topic
-(partition count), acks and rate: the offered and delivered rate (records whose delivery report
-came within the run, per second of the run), p50 / p99 latency from ``produce()`` to the delivery
-report (the records still undelivered ``--drain`` seconds after the run are counted, not
-timed), the brokers' CPU (utime + stime of the three broker processes from /proc, in cores) and
-the producer's (this process: its Python loop and librdkafka's threads, on the same cores), the
-records per ProduceRequest the leaders answered, and the most requests librdkafka had sent and
-not yet had answered at once, over its three broker connections (its statistics, every 500
-ms): where a point's latency waits. At 600 partitions and acks=all past what the brokers take,
-that was 79,000 requests of 2.1 records: a compressed 480-byte record makes a request of about
-150 bytes, the socket's send buffer (4 MB here) and a broker's read buffer (up to 8 MB a
-connection) hold tens of thousands, so librdkafka's socket stays writable and its backpressure,
-which would grow its batches, does not start. The producer sleeps between bursts of the records
-due, at least PACING_SECONDS (1 ms) at a time, and serves librdkafka's delivery reports between
-them: a latency may read up to about 1 ms long.
+(partition count), acks and rate: the offered and delivered rate (records whose delivery report came
+within the run, per second of the run), p50 / p99 latency from ``produce()`` to the delivery report
+(the records still undelivered ``--drain`` seconds after the run are counted, not timed), the
+brokers' CPU (utime + stime of the three broker processes from /proc, in cores) and the producer's
+(this process: its Python loop and librdkafka's threads, on the same cores), the records per
+ProduceRequest (those delivered within the run over the requests the leaders answered in it), and
+the most requests librdkafka had sent and not yet had answered at once, over its three broker
+connections (its statistics, every 500 ms): where a point's latency waits. At 600 partitions and
+acks=all past what the brokers take, that was 65,000-79,000 requests, 1.1 records each: a compressed
+480-byte record makes a request of about 150 bytes, the socket's send buffer (4 MB here) and a
+broker's read buffer (up to 8 MB a connection) hold tens of thousands, so librdkafka's socket stays
+writable and its backpressure, which would grow its batches, does not start. The producer sleeps
+between bursts of the records due, at least PACING_SECONDS (1 ms) at a time, and serves librdkafka's
+delivery reports between them: a latency may read up to about 1 ms long.
 
 Then, at ``--cost-rate`` (a rate every configuration sustains), the brokers' CPU per thousand
 partition batches: CPU seconds of the three brokers over the produce requests their leaders
@@ -422,7 +422,8 @@ def main() -> None:
                         point = run_point(cluster, topic, acks, rate, args.seconds, args.drain)
                         for spy in spies:
                             spy.wait(timeout=args.seconds + 60)
-                        records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
+                        # both answered within the run: the records whose reports came in it
+                        delivered = point.delivered_mb_s * MB / RECORD_BYTES * args.seconds
                         print(
                             f"{label} | {count} partitions | {acks} | "
                             f"{point.offered_mb_s:.1f} | {point.delivered_mb_s:.1f} "
@@ -432,7 +433,7 @@ def main() -> None:
                             + (f" ({point.errors:,} errors)" if point.errors else "")
                             + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) "
                             f"| {point.producer_cores:.2f} "
-                            f"| {records / max(point.produce_requests, 1):.2f} "
+                            f"| {delivered / max(point.produce_requests, 1):.2f} "
                             f"| {point.most_in_flight:,} | {point.load}",
                             flush=True,
                         )
