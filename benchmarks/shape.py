@@ -129,6 +129,12 @@ class Point:
     most_in_flight: int  # librdkafka's largest count of requests sent and not yet answered
     load: str
 
+    def records_per_request(self, seconds: float) -> float:
+        """Records delivered within the run over the produce requests the leaders answered in
+        it (offered records would count those of requests still unanswered at its end)."""
+        delivered = self.delivered_mb_s * MB / RECORD_BYTES * seconds
+        return delivered / max(self.produce_requests, 1)
+
 
 def run_point(
     cluster: LocalCluster, topic: str, acks: str, rate_mb_s: float, seconds: float, drain: float
@@ -422,8 +428,6 @@ def main() -> None:
                         point = run_point(cluster, topic, acks, rate, args.seconds, args.drain)
                         for spy in spies:
                             spy.wait(timeout=args.seconds + 60)
-                        # both answered within the run: the records whose reports came in it
-                        delivered = point.delivered_mb_s * MB / RECORD_BYTES * args.seconds
                         print(
                             f"{label} | {count} partitions | {acks} | "
                             f"{point.offered_mb_s:.1f} | {point.delivered_mb_s:.1f} "
@@ -433,7 +437,7 @@ def main() -> None:
                             + (f" ({point.errors:,} errors)" if point.errors else "")
                             + f" | {point.brokers_cores:.2f} ({idle[label]:.2f}) "
                             f"| {point.producer_cores:.2f} "
-                            f"| {delivered / max(point.produce_requests, 1):.2f} "
+                            f"| {point.records_per_request(args.seconds):.2f} "
                             f"| {point.most_in_flight:,} | {point.load}",
                             flush=True,
                         )
@@ -451,13 +455,12 @@ def main() -> None:
         )
         per_batch = {}
         for label, count, acks, point, idle_cpu in costs:
-            records = point.offered_mb_s * MB / RECORD_BYTES * args.seconds
             requests = max(point.produce_requests, 1)
             idle_share = idle_cpu * args.seconds / point.cpu_seconds if point.cpu_seconds else 0
             per_batch[label, count, acks] = point.cpu_seconds * 1e6 / requests
             print(
                 f"{label} | {count} partitions | {acks} | {point.produce_requests:,} "
-                f"({point.producer_batches:,}) | {records / requests:.2f} | "
+                f"({point.producer_batches:,}) | {point.records_per_request(args.seconds):.2f} | "
                 f"{point.fetch_requests / requests:.2f} | {point.delivered_mb_s:.2f} | "
                 f"{point.p99_ms:,.1f} | "
                 f"{per_batch[label, count, acks]:,.1f} ({idle_share:.2f}) | {point.load}",
