@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import message_set, read_everything
 from tidelog.errors import ErrorCode, KafkaError
+from tidelog.log.config import LogConfig
+from tidelog.log.log import Log
 from tidelog.records.format import (
     MESSAGE_SET_CODECS,
     Codec,
@@ -143,6 +145,50 @@ def test_an_index_entry_is_added_every_index_interval_bytes_but_never_for_the_fi
     assert entries == [(5, 5 * MESSAGE_BYTES), (10, 10 * MESSAGE_BYTES)]
     time_entries = [segment.time_index.entry_at(i) for i in range(segment.time_index.entries)]
     assert time_entries == [(clock.milliseconds() - 6, 5), (clock.milliseconds() - 1, 10)]
+
+
+def test_a_new_segments_index_files_are_made_in_the_background_after_its_first_append(
+    tmp_path, clock
+):
+    queued: list = []  # the log manager's background thread, run by hand
+    config = LogConfig(index_interval_bytes=4 * MESSAGE_BYTES, segment_index_bytes=800)
+    log = Log(tmp_path / "t-0", config, clock=clock, background=queued.append)
+    segment = log.active_segment
+    index_files = [segment.index.path, segment.time_index.path]
+    log.append_as_leader(message_set(1, timestamp=clock.milliseconds()))
+    assert [path.exists() for path in index_files] == [False, False]
+
+    while queued:
+        queued.pop(0)()
+    # preallocated, no entry yet: the first entry is written into the file, not made with it
+    assert [path.stat().st_size for path in index_files] == [800, 792]
+    assert (segment.index.entries, segment.time_index.entries) == (0, 0)
+    for _ in range(5):
+        clock.advance(1)
+        log.append_as_leader(message_set(1, timestamp=clock.milliseconds()))
+    assert segment.index.entry_at(0) == (5, 5 * MESSAGE_BYTES)
+    assert [path.stat().st_size for path in index_files] == [800, 792]
+    assert not queued  # only a segment's first append asks for its files
+
+
+def test_index_files_asked_for_a_segment_no_longer_active_are_not_made(tmp_path, clock):
+    queued: list = []
+    log = Log(tmp_path / "t-0", LogConfig(), clock=clock, background=queued.append)
+    truncated = log.active_segment
+    log.append_as_leader(message_set(1))
+    log.truncate_fully_and_start_at(50)  # before the background ran: the segment is gone
+    rolled = log.active_segment
+    log.append_as_leader(message_set(1))
+    log.roll("the test rolls")  # the roll trims the indexes: they have no slot left to make
+
+    while queued:
+        queued.pop(0)()
+    assert not truncated.index.path.exists() and not truncated.time_index.path.exists()
+    assert rolled.index.path.stat().st_size == 0
+    assert sorted(path.name for path in log.directory.glob("*index")) == [
+        "00000000000000000050.index",
+        "00000000000000000050.timeindex",
+    ]
 
 
 def test_the_time_index_only_grows_when_the_largest_timestamp_grows(make_log, clock):

@@ -147,6 +147,22 @@ class IndexFile:
             self._fd = fd
         return self._fd
 
+    def make_file(self) -> bool:
+        """Makes the file with its slots if it has none yet; True if it did. A new segment's
+        log has this done off the event loop ahead of the first write, which otherwise makes
+        the file itself (about half a millisecond on ext4, more than the rest of an append)."""
+        if self._closed or self._fd >= 0 or not self._length:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.ftruncate(fd, self._length)
+        finally:
+            os.close(fd)
+        return True
+
     @property
     def is_open(self) -> bool:
         return self._fd >= 0

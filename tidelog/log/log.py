@@ -7,6 +7,7 @@ import os
 import shutil
 import threading
 from bisect import bisect_right
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +155,9 @@ class Log:
     ) -> None:
         self.directory = Path(directory)
         # Runs a rolled segment's flush, a deleted segment's unlinks and those of producer
-        # snapshots no longer needed off the append path (LogManager gives a thread); without it
-        # they happen at once.
+        # snapshots no longer needed off the append path (LogManager gives a thread), and makes
+        # a new segment's index files ahead of its first index entry; without it the first
+        # three happen at once and the index files are made by the first entry.
         self.background = background
         self.clock = clock or SystemClock()
         self.config = config
@@ -458,7 +460,10 @@ class Log:
 
     def _append(self, info: LogAppendInfo, data: bytes | bytearray | memoryview) -> None:
         self._maybe_roll(info.size, info.first_offset, info.last_offset, data)
-        self.active_segment.append(
+        segment = self.active_segment
+        if segment.size == 0 and self.background is not None:
+            self.background(partial(self._make_index_files, segment))
+        segment.append(
             info.first_offset,
             info.last_offset,
             info.max_timestamp,
@@ -468,6 +473,15 @@ class Log:
         self.last_appended_timestamp = max(self.last_appended_timestamp, info.max_timestamp)
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()  # flush.messages (log.flush.interval.messages): as Kafka, on append
+
+    def _make_index_files(self, segment: LogSegment) -> None:
+        """Makes the index files of a segment that got its first append (in the background),
+        before its first index entry: the entry is then written, not the file made, on the
+        append path. Under the lock, for a segment still active: a roll trims the files, and a
+        truncation or deletion removes them, never between the check and the making."""
+        with self.lock:
+            if segment is self.active_segment:
+                segment.make_index_files()
 
     def _maybe_roll(
         self,

@@ -177,7 +177,7 @@ class LogManager:
         clean_file.unlink(missing_ok=True)
 
     def _in_background(self, work: Callable[[], None]) -> None:
-        self.background_pool.submit(work, "a segment flush or a file deletion")
+        self.background_pool.submit(work, "a segment flush, a file deletion or a new index file")
 
     def wait_for_background_work(self) -> None:
         """Returns once every flush and deletion handed to the background so far has run."""
