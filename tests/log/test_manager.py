@@ -12,7 +12,7 @@ from tidelog.config import BROKER_KEYS, ConfigError, parse_config
 from tidelog.config import broker_config as server_properties
 from tidelog.log.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from tidelog.log.config import LogConfig
-from tidelog.log.manager import CLEAN_SHUTDOWN_FILE, LogManager
+from tidelog.log.manager import BACKGROUND_NICE, CLEAN_SHUTDOWN_FILE, LogManager
 
 
 def broker_config(**overrides: str) -> dict:
@@ -193,6 +193,29 @@ def test_a_rolled_segment_is_flushed_in_the_background_then_counts_as_recovered(
     manager.wait_for_background_work()
 
     assert log.recovery_point == 3
+    manager.shutdown()
+
+
+def test_a_new_segments_index_files_are_made_by_the_background_thread_below_the_loops_priority(
+    dirs, clock
+):
+    manager = start(dirs, clock)
+    log = manager.get_or_create("events", 0)
+    segment = log.active_segment
+    make_index_files = segment.make_index_files
+    priorities: list[int] = []  # of the threads that made them
+
+    def made() -> int:
+        priorities.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return make_index_files()
+
+    segment.make_index_files = made
+    log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    manager.wait_for_background_work()
+
+    assert segment.index.path.stat().st_size == log.config.segment_index_bytes
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert priorities == [min(mine + BACKGROUND_NICE, 19)]
     manager.shutdown()
 
 

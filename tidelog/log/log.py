@@ -7,9 +7,9 @@ import os
 import shutil
 import threading
 from bisect import bisect_right
-from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from tidelog.clock import Clock, SystemClock

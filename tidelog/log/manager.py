@@ -36,6 +36,11 @@ ROLL_CHECK_INTERVAL_MS = 1000
 # An index not written for between one and two of these intervals closes its file: a broker's
 # open files follow the partitions being written.
 INDEX_IDLE_CHECK_INTERVAL_MS = 10_000
+# The background thread (flushes, deletions, new segments' index files, checkpoints) runs this
+# much below the event loop's priority: when a 600-partition topic takes its first records, its
+# 1,200 index files made beside the loop's appends took the first record of each from 0.9 to
+# 1.9 s at nice 0, and 1.0-1.3 s at nice 15.
+BACKGROUND_NICE = 10
 
 
 def partition_directory(topic: str, partition: int) -> str:
@@ -78,7 +83,7 @@ class LogManager:
         self._checkpoints_lock = threading.Lock()
         # Flushes of rolled segments and deletions of segment files run here, off the append
         # path and the event loop, as Kafka's do; one thread keeps them in order.
-        self.background_pool = WorkerPool("log-background", threads=1)
+        self.background_pool = WorkerPool("log-background", threads=1, nice=BACKGROUND_NICE)
         self.cleaner = LogCleaner(CleanerSettings.from_config(self.broker_config), self, self.clock)
 
     # -- start and stop ------------------------------------------------------------------------

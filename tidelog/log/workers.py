@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
@@ -19,16 +21,34 @@ class WorkerPool:
     in the pool at once (a further caller waits its turn on the event loop, so a burst of remote
     reads cannot queue without bound). ``submit`` is for fire-and-forget work from any thread
     (flushes, deletions): it is logged if it fails. Work runs in the order it was handed in
-    when there is one thread."""
+    when there is one thread. With ``nice``, the threads run that much below the priority of
+    the thread that made the pool (Linux's nice value is a thread's own): for work that can
+    wait while the event loop has a core to use."""
 
-    def __init__(self, name: str, threads: int, max_pending: int | None = None) -> None:
+    def __init__(
+        self, name: str, threads: int, max_pending: int | None = None, nice: int = 0
+    ) -> None:
         if threads < 1:
             raise ValueError(f"{name}: a pool needs at least one thread, not {threads}")
         self.name = name
         self.threads = threads
         self.max_pending = max_pending or 4 * threads
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
+        self.nice = nice
+        self._executor = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix=name,
+            initializer=self._lower_priority if nice else None,
+        )
         self._slots: asyncio.Semaphore | None = None
+
+    def _lower_priority(self) -> None:
+        thread = threading.get_native_id()
+        try:
+            os.setpriority(
+                os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + self.nice
+            )
+        except OSError as error:  # the work still runs, at the process's priority
+            log.warning("%s: its threads keep their priority: %s", self.name, error)
 
     async def run(self, work: Callable[[], T]) -> T:
         """Runs ``work`` on the pool and returns its result (or raises its exception)."""
