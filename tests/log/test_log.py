@@ -160,8 +160,8 @@ def test_a_new_segments_index_files_are_made_in_the_background_after_its_first_a
 
     while queued:
         queued.pop(0)()
-    # preallocated, no entry yet: the first entry is written into the file, not made with it
-    assert [path.stat().st_size for path in index_files] == [800, 792]
+    # made, empty: the first entry opens the file and gives it its slots
+    assert [path.stat().st_size for path in index_files] == [0, 0]
     assert (segment.index.entries, segment.time_index.entries) == (0, 0)
     for _ in range(5):
         clock.advance(1)
@@ -171,20 +171,25 @@ def test_a_new_segments_index_files_are_made_in_the_background_after_its_first_a
     assert not queued  # only a segment's first append asks for its files
 
 
-def test_index_files_asked_for_a_segment_no_longer_active_are_not_made(tmp_path, clock):
+def test_index_files_asked_for_a_segment_truncated_or_rolled_meanwhile_stay_as_the_loop_left_them(
+    tmp_path, clock
+):
     queued: list = []
-    log = Log(tmp_path / "t-0", LogConfig(), clock=clock, background=queued.append)
+    config = LogConfig(index_interval_bytes=MESSAGE_BYTES - 1)  # an entry before each append
+    log = Log(tmp_path / "t-0", config, clock=clock, background=queued.append)
     truncated = log.active_segment
-    log.append_as_leader(message_set(1))
+    log.append_as_leader(message_set(1, timestamp=clock.milliseconds()))
     log.truncate_fully_and_start_at(50)  # before the background ran: the segment is gone
     rolled = log.active_segment
-    log.append_as_leader(message_set(1))
-    log.roll("the test rolls")  # the roll trims the indexes: they have no slot left to make
+    for _ in range(3):
+        log.append_as_leader(message_set(1, timestamp=clock.milliseconds()))
+    log.roll("the test rolls")  # the roll trims the indexes to their entries
 
     while queued:
         queued.pop(0)()
     assert not truncated.index.path.exists() and not truncated.time_index.path.exists()
-    assert rolled.index.path.stat().st_size == 0
+    assert rolled.index.entries == 2
+    assert rolled.index.path.stat().st_size == 2 * 8
     assert sorted(path.name for path in log.directory.glob("*index")) == [
         "00000000000000000050.index",
         "00000000000000000050.timeindex",

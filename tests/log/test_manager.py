@@ -213,7 +213,7 @@ def test_a_new_segments_index_files_are_made_by_the_background_thread_below_the_
     log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
     manager.wait_for_background_work()
 
-    assert segment.index.path.stat().st_size == log.config.segment_index_bytes
+    assert segment.index.path.stat().st_size == 0  # made; the first entry gives it its slots
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert priorities == [min(mine + BACKGROUND_NICE, 19)]
     manager.shutdown()

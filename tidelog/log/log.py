@@ -475,13 +475,11 @@ class Log:
             self.flush()  # flush.messages (log.flush.interval.messages): as Kafka, on append
 
     def _make_index_files(self, segment: LogSegment) -> None:
-        """Makes the index files of a segment that got its first append (in the background),
-        before its first index entry: the entry is then written, not the file made, on the
-        append path. Under the lock, for a segment still active: a roll trims the files, and a
-        truncation or deletion removes them, never between the check and the making."""
-        with self.lock:
-            if segment is self.active_segment:
-                segment.make_index_files()
+        """Makes the index files of a segment that got its first append (on the background
+        thread), before its first index entry, so that the append path opens a file rather
+        than making one. Without the lock: IndexFile.make_file only makes a file none has
+        made, and never sizes one."""
+        segment.make_index_files()
 
     def _maybe_roll(
         self,

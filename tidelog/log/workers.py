@@ -21,9 +21,10 @@ class WorkerPool:
     in the pool at once (a further caller waits its turn on the event loop, so a burst of remote
     reads cannot queue without bound). ``submit`` is for fire-and-forget work from any thread
     (flushes, deletions): it is logged if it fails. Work runs in the order it was handed in
-    when there is one thread. With ``nice``, the threads run that much below the priority of
-    the thread that made the pool (Linux's nice value is a thread's own): for work that can
-    wait while the event loop has a core to use."""
+    when there is one thread. With ``nice``, each thread lowers its own priority by that much
+    when it starts (Linux's nice value is a thread's own; a thread starts at that of the thread
+    whose work started it, the event loop's): for work that can wait while the loop has a core
+    to use."""
 
     def __init__(
         self, name: str, threads: int, max_pending: int | None = None, nice: int = 0
