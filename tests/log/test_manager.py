@@ -129,6 +129,38 @@ def test_a_partition_deleted_and_created_again_at_once_starts_empty(dirs, clock)
     assert (dirs[0] / "again-0").is_dir()
 
 
+def test_a_segment_deletion_queued_before_its_partition_was_deleted_spares_the_new_partition(
+    dirs, clock
+):
+    manager = LogManager(
+        dirs,
+        broker_config(),
+        clock=clock,
+        topic_configs={"again": LogConfig(retention_ms=60_000)},
+    )
+    manager.startup()
+    old = manager.get_or_create("again", 0)
+    old.append_as_leader(message_set(3, timestamp=clock.milliseconds()))
+    old.high_watermark = old.log_end_offset
+    old.roll()
+    manager.wait_for_background_work()
+    gate = threading.Event()
+    manager.background_pool.submit(gate.wait)  # the background is busy (a long flush, say)
+    clock.advance(60_001)
+    assert old.delete_old_segments() == 1  # segment 0's files: unlinked in the background
+
+    manager.delete("again", 0)  # then the topic is deleted and made again, at once
+    recreated = manager.get_or_create("again", 0)
+    recreated.append_as_leader(message_set(2, timestamp=clock.milliseconds()))
+    gate.set()
+    manager.wait_for_background_work()
+
+    assert recreated.active_segment.log_path.exists()  # the new segment 0 is not the old one
+    manager.shutdown()
+    reopened = start(dirs, clock).get("again", 0)
+    assert reopened is not None and reopened.log_end_offset == 2
+
+
 def test_a_crash_before_a_deleted_log_is_removed_leaves_nothing_after_the_next_start(
     dirs, clock, monkeypatch
 ):

@@ -756,7 +756,7 @@ class Log:
         return deleted
 
     def _delete_while(self, expired, rule: str) -> int:
-        deleted = 0
+        doomed: list[LogSegment] = []
         while self.segments:
             segment = self.segments[0]
             is_active = len(self.segments) == 1
@@ -784,8 +784,7 @@ class Log:
                 self.log_start_offset = max(self.log_start_offset, self.local_log_start_offset)
                 self.producer_state.truncate_head(self.log_start_offset)
                 self.leader_epochs.truncate_from_start(self.log_start_offset)
-            self._delete_files(segment)
-            deleted += 1
+            doomed.append(segment)
             log.info(
                 "%s: deleted segment %d by %s; log start offset now %d",
                 self.directory,
@@ -793,7 +792,8 @@ class Log:
                 rule,
                 self.log_start_offset,
             )
-        return deleted
+        self._delete_files(doomed)
+        return len(doomed)
 
     # -- compaction ----------------------------------------------------------------------------
 
@@ -848,8 +848,7 @@ class Log:
             for segment in old:
                 segment.change_suffix(DELETED_SUFFIX)
             cleaned.change_suffix("")
-        for segment in old:
-            self._delete_files(segment)
+        self._delete_files(old)
         return True
 
     def _recover_swaps(self) -> None:
@@ -875,13 +874,24 @@ class Log:
                 last,
             )
 
-    def _delete_files(self, segment: LogSegment) -> None:
-        """Deletes the files of a segment already out of the collection, in the background when
-        the log has one (outside the lock: see the class docstring)."""
+    def _delete_files(self, segments: list[LogSegment]) -> None:
+        """Deletes the files of segments already out of the collection, in the background when
+        the log has one (outside the lock: see the class docstring). The background removes
+        them from the log's directory as opened now, one descriptor for them all: a deleted
+        topic's directory is renamed at once, and a partition of the same name made before
+        the background gets to the files has files of the same names, which a deletion by
+        path would remove."""
+        if not segments:
+            return
         if self.background is None:
-            segment.delete()
-        else:
-            self.background(segment.delete)
+            _delete_segments(segments)
+            return
+        try:
+            directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:  # the directory's own error: the unlinks meet it again, logged there
+            self.background(partial(_delete_segments, segments))
+            return
+        self.background(partial(_delete_segments, segments, directory))
 
     # -- durability ----------------------------------------------------------------------------
 
@@ -944,6 +954,23 @@ class Log:
             f"Log({self.directory.name}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, hw={self.high_watermark}, segments={len(self.segments)})"
         )
+
+
+def _delete_segments(segments: list[LogSegment], directory_fd: int | None = None) -> None:
+    """Deletes each segment's files (from ``directory_fd``, which is then closed, if given);
+    one that fails does not keep the others, and the first error is raised after them."""
+    errors: list[OSError] = []
+    try:
+        for segment in segments:
+            try:
+                segment.delete(directory_fd)
+            except OSError as error:
+                errors.append(error)
+    finally:
+        if directory_fd is not None:
+            os.close(directory_fd)
+    if errors:
+        raise errors[0]
 
 
 def _last_offset_in(path: Path) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import mmap
@@ -418,13 +419,19 @@ class LogSegment:
         self.time_index.close()
         self.file.close()
 
-    def delete(self) -> None:
+    def delete(self, directory_fd: int | None = None) -> None:
         """Removes the segment's files. Its log file stays open while a slice of it is
-        referenced (see SegmentLogFile); the indexes are closed at once."""
+        referenced (see SegmentLogFile); the indexes are closed at once. With
+        ``directory_fd`` (its directory, opened when the deletion was decided), the files go
+        from that directory even if it was renamed since."""
         self.index.close()
         self.time_index.close()
         for path in (self.log_path, self.index.path, self.time_index.path):
-            path.unlink(missing_ok=True)
+            if directory_fd is None:
+                path.unlink(missing_ok=True)
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=directory_fd)
 
     # -- compaction ----------------------------------------------------------------------------
 
