@@ -237,9 +237,9 @@ def test_a_new_segments_index_files_are_made_by_the_background_thread_below_the_
     make_index_files = segment.make_index_files
     priorities: list[int] = []  # of the threads that made them
 
-    def made() -> int:
+    def made() -> None:
         priorities.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        return make_index_files()
+        make_index_files()
 
     segment.make_index_files = made
     log.append_as_leader(message_set(3, timestamp=clock.milliseconds()))

@@ -462,7 +462,9 @@ class Log:
         self._maybe_roll(info.size, info.first_offset, info.last_offset, data)
         segment = self.active_segment
         if segment.size == 0 and self.background is not None:
-            self.background(partial(self._make_index_files, segment))
+            # its index files, made ahead of its first index entry, so that the append path
+            # opens them rather than making them (no lock: see IndexFile.make_file)
+            self.background(segment.make_index_files)
         segment.append(
             info.first_offset,
             info.last_offset,
@@ -473,13 +475,6 @@ class Log:
         self.last_appended_timestamp = max(self.last_appended_timestamp, info.max_timestamp)
         if self.log_end_offset - self.recovery_point >= self.config.flush_messages:
             self.flush()  # flush.messages (log.flush.interval.messages): as Kafka, on append
-
-    def _make_index_files(self, segment: LogSegment) -> None:
-        """Makes the index files of a segment that got its first append (on the background
-        thread), before its first index entry, so that the append path opens a file rather
-        than making one. Without the lock: IndexFile.make_file only makes a file none has
-        made, and never sizes one."""
-        segment.make_index_files()
 
     def _maybe_roll(
         self,

@@ -405,10 +405,10 @@ class LogSegment:
         self.index.flush()
         self.time_index.flush()
 
-    def make_index_files(self) -> int:
-        """Makes the files of the indexes that have none yet (see IndexFile.make_file); how
-        many it made."""
-        return int(self.index.make_file()) + int(self.time_index.make_file())
+    def make_index_files(self) -> None:
+        """Makes the files of the indexes that have none yet (see IndexFile.make_file)."""
+        self.index.make_file()
+        self.time_index.make_file()
 
     def release_idle_indexes(self) -> int:
         """Closes the descriptors of indexes not written since the last call; how many it closed."""
