@@ -8,6 +8,7 @@ its throttle can be checked against what the cluster itself said.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,17 +18,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from tidelog import rundata
+from tidelog.config import BROKER_KEYS
 from tidelog.controller import zookeeper
 from tidelog.perf import max_rate
 from tidelog.perf.cases.clusters import TOPIC
 from tidelog.perf.cases.events import CASES
-from tidelog.perf.cases.profiles import PROFILES, WORKLOADS
+from tidelog.perf.cases.profiles import MB, PROFILES, WORKLOADS
 from tidelog.perf.cases.runner import KIND, Result, run_dir_name
 from tidelog.perf.cases.table import table_rows
 
@@ -40,16 +43,26 @@ RUNS = [
 ]
 
 
+class Sample(NamedTuple):
+    """One look at a cluster of the command's, the disks first, then ZooKeeper."""
+
+    at: float  # after the disks were read, before ZooKeeper was
+    cluster: str
+    missing: frozenset[int]  # brokers missing from some ISR of the topic
+    isrs_holding: dict[int, int]  # broker: how many of the topic's ISRs hold it
+    throttled: bool  # a replication throttle set (the topic's replicas or a broker's rates)
+    disk_bytes: dict[int, int]  # broker: bytes of the topic's segments on its disk
+
+
 @dataclass
 class IsrWatcher:
-    """Samples, every 50 ms, which brokers are missing from some ISR of the cases' topic, in
-    whichever of the command's clusters is up: (time the read started, cluster, brokers);
-    and beside each sample, whether a replication throttle was set (on the topic's replicas
-    or a broker's rates)."""
+    """Samples, every 50 ms, whichever of the command's clusters is up: the bytes of the
+    topic's segments on each broker's disk, then the topic's ISRs and throttle settings in
+    ZooKeeper. A broker in no ISR at the second read was in none at the first: an ISR the
+    rebuilt broker joins holds it for replica.lag.time.max.ms at least."""
 
     directory: Path
-    samples: list[tuple[float, str, frozenset[int]]] = field(default_factory=list)
-    throttled: list[bool] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -70,8 +83,8 @@ class IsrWatcher:
                 _drop(clients, name)
 
     def _sample(self, name: str, clients: dict[str, KazooClient]) -> None:
-        """One read of the topic's ISRs; every ZooKeeper call has a deadline (a client whose
-        server went away would otherwise wait for it), and a client that fails is dropped."""
+        """One look; every ZooKeeper call has a deadline (a client whose server went away
+        would otherwise wait for it), and a client that fails is dropped."""
         try:
             client = clients.get(name)
             if client is None:
@@ -80,6 +93,7 @@ class IsrWatcher:
                     return
                 client = clients[name] = KazooClient(hosts=connect, timeout=2.0)
                 client.start(timeout=2.0)
+            disk_bytes = _disk_bytes(self.directory / name)
             started = time.time()
             topic = client.get_async(zookeeper.topic_path(TOPIC)).get(timeout=2)[0]
             assignment = json.loads(topic)["partitions"]
@@ -87,12 +101,10 @@ class IsrWatcher:
                 (replicas, client.get_async(zookeeper.state_path(TOPIC, int(number))))
                 for number, replicas in assignment.items()
             ]
-            missing = frozenset(
-                replica
+            isrs = [
+                (replicas, json.loads(state.get(timeout=2)[0])["isr"])
                 for replicas, state in pending
-                for replica in replicas
-                if replica not in json.loads(state.get(timeout=2)[0])["isr"]
-            )
+            ]
             brokers = {b for replicas in assignment.values() for b in replicas}
             throttled = any(
                 _throttle_keys(client, path)
@@ -106,8 +118,20 @@ class IsrWatcher:
         except Exception:  # not up yet, or already down
             _drop(clients, name)
             return
-        self.samples.append((started, name, missing))
-        self.throttled.append(throttled)
+        missing = frozenset(r for replicas, isr in isrs for r in replicas if r not in isr)
+        holding = {b: sum(b in isr for _, isr in isrs) for b in brokers}
+        self.samples.append(Sample(started, name, missing, holding, throttled, disk_bytes))
+
+
+def _disk_bytes(cluster_dir: Path) -> dict[int, int]:
+    """Broker id: the bytes of the topic's segment files in its log dir (files that go
+    meanwhile, by retention, count nothing)."""
+    held: dict[int, int] = {}
+    for path in cluster_dir.glob(f"broker-*/logs/{TOPIC}-*/*.log"):
+        broker = int(path.parts[-4].removeprefix("broker-"))
+        with contextlib.suppress(FileNotFoundError):
+            held[broker] = held.get(broker, 0) + path.stat().st_size
+    return held
 
 
 def _throttle_keys(client: KazooClient, path: str) -> list[str]:
@@ -294,9 +318,9 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
             back = started + rebuild["duration_ms"] / 1000
             cluster = "tiered" if tiered else "without-tiered"
             seen = sorted(
-                (moment, broker in missing)
-                for moment, name, missing in command_run.watcher.samples
-                if name == cluster and moment >= started
+                (sample.at, broker in sample.missing)
+                for sample in command_run.watcher.samples
+                if sample.cluster == cluster and sample.at >= started
             )
             first_back = next((i for i, (_, out) in enumerate(seen) if not out), None)
             assert first_back, f"{run_dir}: the watcher never saw broker {broker} rebuilding"
@@ -307,6 +331,23 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
             assert back < first_in + 5, (first_in, back)
 
 
+# What the rebuild throttle's quotas let through in ``seconds``, all at the same rate: each
+# starts with a second of credit. The follower checks its quota before each fetch, so one fetch
+# of each partition may go past it; a leader checks its own before each partition it reads, so
+# one partition's read may. The rates are set before the rebuilt broker starts, so the leaders
+# have them before its first fetch.
+THROTTLE_BYTES_S = REBUILD_THROTTLE_MB_S * MB
+FETCH_MAX_BYTES = BROKER_KEYS["replica.fetch.max.bytes"].default  # the command keeps it
+
+
+def through_the_follower(seconds: float, partitions: int) -> float:
+    return THROTTLE_BYTES_S * (seconds + 1) + partitions * FETCH_MAX_BYTES
+
+
+def through_the_leaders(seconds: float, leaders: int) -> float:
+    return leaders * (THROTTLE_BYTES_S * (seconds + 1) + FETCH_MAX_BYTES)
+
+
 def test_the_rebuild_runs_under_the_throttle_and_the_throttle_goes_after_it(command_run):
     assert (
         f"rebuild_throttle_mb_s {REBUILD_THROTTLE_MB_S:g}"
@@ -314,31 +355,40 @@ def test_the_rebuild_runs_under_the_throttle_and_the_throttle_goes_after_it(comm
     )
     for tiered in (False, True):
         cluster = "tiered" if tiered else "without-tiered"
+        samples = [s for s in command_run.watcher.samples if s.cluster == cluster]
         rebuilds = []
         for workload in WORKLOADS:
             run_dir = command_run.run_dir("rebuild", workload, tiered)
             kill, start, rebuild = rundata.read_table(run_dir, "events").to_pylist()
             assert start["detail"] == f"empty, throttled to {REBUILD_THROTTLE_MB_S:g} MB/s"
-            started, seconds = rebuild["at"].timestamp(), rebuild["duration_ms"] / 1000
-            # every byte the rebuilt broker holds came through its follower quota, which
-            # starts with one second of credit
-            holds_mb = float(rebuild["detail"].split("holding ")[1].split(" MB")[0])
-            assert seconds >= (holds_mb - REBUILD_THROTTLE_MB_S) / REBUILD_THROTTLE_MB_S - 0.5, (
-                run_dir,
-                holds_mb,
-                seconds,
-            )
+            broker = int(rebuild["target"].split()[-1])
+            started = start["at"].timestamp()
+            back = started + rebuild["duration_ms"] / 1000
+            profile = rundata.read_metadata(run_dir).profile
+            leaders, partitions = profile["brokers"] - 1, profile["partitions"]
+
+            # While the broker is in no ISR, every byte it holds came through the quotas (a
+            # partition back in its ISR is fetched unthrottled, but a leader writes the ISR to
+            # ZooKeeper before it stops counting, and the follower learns of it later still).
+            out_of_every_isr = [
+                s for s in samples if started <= s.at < back and s.isrs_holding[broker] == 0
+            ]
+            assert out_of_every_isr, f"{run_dir}: never seen rebuilding"
+            for sample in out_of_every_isr:
+                held, seconds = sample.disk_bytes.get(broker, 0), sample.at - started
+                assert held <= through_the_follower(seconds, partitions), (run_dir, held, seconds)
+                assert held <= through_the_leaders(seconds, leaders), (run_dir, held, seconds)
+            # And the history as the rebuild began came through the leaders' quotas before the
+            # broker was back: a surviving replica holds no more of a partition than its leader
+            # (without the tier; local retention keeps to each broker's own pace).
+            if not tiered:
+                first = out_of_every_isr[0]
+                history = min(n for b, n in first.disk_bytes.items() if b != broker)
+                assert history <= through_the_leaders(back - started, leaders), (run_dir, history)
             # the throttle goes on after the kill, once the traffic runs
-            rebuilds.append((kill["at"].timestamp(), started, started + seconds))
-        sampled = [
-            (moment, throttled)
-            for (moment, name, _), throttled in zip(
-                command_run.watcher.samples, command_run.watcher.throttled, strict=True
-            )
-            if name == cluster
-        ]
-        during = [t for moment, t in sampled if rebuilds[0][1] + 0.5 < moment < rebuilds[0][2]]
-        between = [t for moment, t in sampled if rebuilds[0][2] + 1 < moment < rebuilds[1][0]]
+            rebuilds.append((kill["at"].timestamp(), started, back))
+        during = [s.throttled for s in samples if rebuilds[0][1] + 0.5 < s.at < rebuilds[0][2]]
+        between = [s.throttled for s in samples if rebuilds[0][2] + 1 < s.at < rebuilds[1][0]]
         assert during and all(during), f"{cluster}: the throttle was not set during the rebuild"
         assert between and not any(between), f"{cluster}: the throttle stayed after the rebuild"
 
