@@ -2,7 +2,7 @@
 bytes rewritten per byte reclaimed on a skewed (Zipf) key workload.
 
     .venv/bin/python benchmarks/cleaner.py [--megabytes N] [--keys N] [--rounds N] [--format 2]
-        [--compression gzip|snappy|lz4|zstd]
+        [--compression gzip|snappy|lz4|zstd] [--payload random]
 
 - baseline, in the same run: copying the log's segment files with shutil.copyfile (what
   rewriting them costs with no work per message);
@@ -10,7 +10,9 @@ bytes rewritten per byte reclaimed on a skewed (Zipf) key workload.
   one thread: MB read per second, and its ratio to the copy. ``--repeats`` copies of the log
   are cleaned one after another with one offset map, as a cleaner thread keeps it, and the
   median is given (a process's first clean also pays its first allocations, which a broker
-  pays once);
+  pays once). ``--payload``: every value the same 100 bytes (the default), which a codec
+  shrinks to a few bytes a record, or random bytes, as ``tidelog perf`` sends, which none
+  shrinks;
 - ``--rounds`` of appending a tenth of that under Zipf-distributed keys (s = 1.2) and cleaning
   again: bytes the cleaner wrote per byte it removed, for Kafka's brute-force cleaner (the
   whole log recopied each time) and for log.cleaner.generational.enable (young-generation
@@ -56,15 +58,21 @@ def config_of(message_format: int) -> LogConfig:
 
 
 CODEC = Codec.NONE  # --compression
+PAYLOADS = random.Random(5)  # --payload random: the values, the same in every run
+RANDOM_PAYLOAD = False
 
 
 def fill(partition_log: Log, megabytes: float, key_of) -> None:  # type: ignore[no-untyped-def]
-    """Appends ``megabytes`` of keyed messages, 100 per batch; ``key_of()`` picks each key."""
+    """Appends ``megabytes`` of keyed messages, 100 per batch; ``key_of()`` picks each key and
+    --payload each value."""
     target = partition_log.size_in_bytes + megabytes * MB
     now = int(time.time() * 1000)
     v2 = partition_log.config.magic == 2
     while partition_log.size_in_bytes < target:
-        batch = [Record(b"key-%d" % key_of(), VALUE, now) for _ in range(100)]
+        batch = [
+            Record(b"key-%d" % key_of(), PAYLOADS.randbytes(100) if RANDOM_PAYLOAD else VALUE, now)
+            for _ in range(100)
+        ]
         if v2:
             data = encode_batch(batch, codec=CODEC)
         else:
@@ -111,13 +119,20 @@ def main() -> None:
     parser.add_argument(
         "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
     )
+    parser.add_argument(
+        "--payload",
+        choices=("repeated", "random"),
+        default="repeated",
+        help="every value the same bytes, or random bytes",
+    )
     args = parser.parse_args()
     if args.compression == "zstd" and args.format != 2:
         parser.error("--compression zstd needs --format 2 (zstd came with message format v2)")
-    global CODEC
+    global CODEC, RANDOM_PAYLOAD
     CODEC = Codec[args.compression.upper()]
+    RANDOM_PAYLOAD = args.payload == "random"
     config = config_of(args.format)
-    print(f"message format v{args.format}, compression {args.compression}")
+    print(f"message format v{args.format}, compression {args.compression}, {args.payload} values")
     chance = random.Random(7)
     clock = SystemClock()
     offset_map = OffsetMap(16 * MB)  # room for far more keys than the workloads use
