@@ -58,8 +58,7 @@ class Sample(NamedTuple):
 class IsrWatcher:
     """Samples, every 50 ms, whichever of the command's clusters is up: the bytes of the
     topic's segments on each broker's disk, then the topic's ISRs and throttle settings in
-    ZooKeeper. A broker in no ISR at the second read was in none at the first: an ISR the
-    rebuilt broker joins holds it for replica.lag.time.max.ms at least."""
+    ZooKeeper."""
 
     directory: Path
     samples: list[Sample] = field(default_factory=list)
@@ -334,8 +333,9 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
 # What the rebuild throttle's quotas let through in ``seconds``, all at the same rate: each
 # starts with a second of credit. The follower checks its quota before each fetch, so one fetch
 # of each partition may go past it; a leader checks its own before each partition it reads, so
-# one partition's read may. The rates are set before the rebuilt broker starts, so the leaders
-# have them before its first fetch.
+# one partition's read may. The rates are in ZooKeeper before the rebuilt broker starts: its
+# own are read before its first fetch, and the leaders' watches have the seconds the broker
+# takes to start and register to read theirs.
 THROTTLE_BYTES_S = REBUILD_THROTTLE_MB_S * MB
 FETCH_MAX_BYTES = BROKER_KEYS["replica.fetch.max.bytes"].default  # the command keeps it
 
@@ -367,20 +367,22 @@ def test_the_rebuild_runs_under_the_throttle_and_the_throttle_goes_after_it(comm
             profile = rundata.read_metadata(run_dir).profile
             leaders, partitions = profile["brokers"] - 1, profile["partitions"]
 
-            # While the broker is in no ISR, every byte it holds came through the quotas (a
-            # partition back in its ISR is fetched unthrottled, but a leader writes the ISR to
-            # ZooKeeper before it stops counting, and the follower learns of it later still).
-            out_of_every_isr = [
-                s for s in samples if started <= s.at < back and s.isrs_holding[broker] == 0
-            ]
+            # Until it is first seen in an ISR, every byte the broker holds came through the
+            # quotas: a partition back in its ISR is fetched unthrottled, but a leader writes
+            # the ISR to ZooKeeper before it stops counting, and the follower learns of it
+            # later still. (A partition may leave its ISR again: later samples prove nothing.)
+            rebuilding = [s for s in samples if started <= s.at < back]
+            joined = next((n for n, s in enumerate(rebuilding) if s.isrs_holding[broker] > 0), None)
+            out_of_every_isr = rebuilding[:joined]
             assert out_of_every_isr, f"{run_dir}: never seen rebuilding"
             for sample in out_of_every_isr:
                 held, seconds = sample.disk_bytes.get(broker, 0), sample.at - started
                 assert held <= through_the_follower(seconds, partitions), (run_dir, held, seconds)
                 assert held <= through_the_leaders(seconds, leaders), (run_dir, held, seconds)
             # And the history as the rebuild began came through the leaders' quotas before the
-            # broker was back: a surviving replica holds no more of a partition than its leader
-            # (without the tier; local retention keeps to each broker's own pace).
+            # broker was back: a surviving replica holds no more of a partition than its
+            # leader, and what it holds is committed long before the rebuilt broker can catch
+            # up to it (without the tier: local retention runs at each broker's own pace).
             if not tiered:
                 first = out_of_every_isr[0]
                 history = min(n for b, n in first.disk_bytes.items() if b != broker)
