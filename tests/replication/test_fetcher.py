@@ -14,6 +14,7 @@ from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
+from tidelog.replication.throttle import ReplicationThrottle
 
 
 async def follow_a_silent_leader(partition: Partition, settings: FetcherSettings) -> int:
@@ -106,13 +107,15 @@ class InProcessLeader:
 
 
 async def follow_until(  # type: ignore[no-untyped-def]
-    leader: InProcessLeader, partition: Partition, *steps, settings=None
+    leader: InProcessLeader, partition: Partition, *steps, settings=None, throttle=None
 ) -> None:
-    """Follows the leader with ``settings`` until each of ``steps`` (a condition, and what to
-    do once it holds, or None) has come true in turn."""
+    """Follows the leader with ``settings`` (and ``throttle``) until each of ``steps`` (a
+    condition, and what to do once it holds, or None) has come true in turn."""
     await leader.start()
     settings = settings or FetcherSettings(truncation_mode="high-watermark")
-    fetcher = ReplicaFetcher(2, 1, lambda: ("127.0.0.1", leader.server.port), settings)
+    fetcher = ReplicaFetcher(
+        2, 1, lambda: ("127.0.0.1", leader.server.port), settings, throttle=throttle
+    )
     fetcher.add(partition)
     try:
         for done, then in steps:
@@ -205,3 +208,95 @@ def test_a_follower_behind_the_leaders_epoch_is_fenced_until_it_learns_the_epoch
     )
 
     assert seen_fenced == [0]  # nothing fetched while fenced
+
+
+def spent_follower_quota() -> ReplicationThrottle:
+    """Broker 2's follower quota of 200 bytes a second on t-0, which its metadata shows out of
+    the ISR: a throttled replica."""
+    metadata = MetadataCache(
+        topics={
+            "t": TopicMetadata(
+                "t",
+                {0: (1, 2)},
+                {0: PartitionState(1, 3, (1,))},
+                {"follower.replication.throttled.replicas": "*"},
+            )
+        }
+    )
+    return ReplicationThrottle(2, metadata, follower_rate=200)
+
+
+def leader_without_its_follower(tmp_path, clock) -> InProcessLeader:  # type: ignore[no-untyped-def]
+    """Broker 1 leading t-0 with ten messages, its ISR itself alone (so its high watermark is
+    its log end), and no ZooKeeper to write the follower back into it."""
+    leader = InProcessLeader(tmp_path / "leader", clock)
+    leader.metadata.topics["t"].states[0] = PartitionState(1, 3, (1,))
+    leader.log.append_as_leader(message_set(10))
+    return leader
+
+
+def test_a_throttled_follower_at_the_leaders_high_watermark_is_not_held_back(
+    tmp_path, make_log, clock
+):
+    leader = leader_without_its_follower(tmp_path, clock)
+    follower_log = make_log()
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 3, (1, 2), frozenset({1}))
+    throttle = spent_follower_quota()
+
+    def spend_the_quota_and_append() -> None:
+        throttle.follower.record(10**9)  # spent for weeks
+        leader.log.append_as_leader(message_set(5))
+        leader.log.high_watermark = 15
+
+    asyncio.run(
+        follow_until(
+            leader,
+            partition,
+            (lambda: follower_log.log_end_offset == 10, spend_the_quota_and_append),
+            # its last answer left it at the high watermark: its fetches go on, and the next
+            # tells the leader it caught up (Kafka's rule against ISR thrashing)
+            (lambda: follower_log.log_end_offset == 15, None),
+            throttle=throttle,
+        )
+    )
+
+    assert throttle.follower.exceeded()  # what it fetched still counted
+
+
+def test_a_throttled_follower_below_the_leaders_high_watermark_is_held_back(
+    tmp_path, make_log, clock
+):
+    leader = leader_without_its_follower(tmp_path, clock)
+    follower_log = make_log()
+    partition = Partition("t", 0, 2, follower_log)
+    partition.make_follower(1, 3, (1, 2), frozenset({1}))
+    throttle = spent_follower_quota()
+    one_message_a_fetch = FetcherSettings(truncation_mode="high-watermark", max_bytes=1)
+    ends = []
+
+    async def follow() -> None:
+        await leader.start()
+        fetcher = ReplicaFetcher(
+            2,
+            1,
+            lambda: ("127.0.0.1", leader.server.port),
+            one_message_a_fetch,
+            throttle=throttle,
+        )
+        fetcher.add(partition)
+        try:
+            while follower_log.log_end_offset == 0:
+                await asyncio.sleep(0.01)
+            throttle.follower.record(10**9)
+            await asyncio.sleep(0.3)  # a fetch already out lands
+            ends.append(follower_log.log_end_offset)
+            await asyncio.sleep(1.0)
+            ends.append(follower_log.log_end_offset)
+        finally:
+            await fetcher.stop()
+            await leader.stop()
+
+    asyncio.run(follow())
+
+    assert ends[0] == ends[1] < 10

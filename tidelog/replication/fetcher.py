@@ -117,9 +117,14 @@ class ReplicaFetcher:
         # KIP-405's buildRemoteLogAuxState: what a partition started at the leader's local log
         # start takes from the remote tier (the producer state of the segment below it)
         self.remote_aux_state = remote_aux_state
-        # KIP-73: throttled partitions leave the fetch while the follower quota is exceeded
+        # KIP-73: throttled partitions leave the fetch while the follower quota is exceeded,
+        # except those whose last answer found them at the leader's high watermark (Kafka's
+        # in-sync by lag): their next fetch tells the leader they caught up, so it adds them
+        # to the ISR; held back, they would wait for the quota, or drop out again before this
+        # broker learned they had joined (ISR thrashing)
         self.throttle = throttle
         self._held: set[Key] = set()
+        self._at_high_watermark: set[Key] = set()
         self.leader_id = leader_id
         self.address = address
         self.settings = settings
@@ -149,6 +154,7 @@ class ReplicaFetcher:
         leader; by leader epoch it is truncated once the leader answers."""
         key = (partition.topic, partition.partition)
         self.partitions[key] = partition
+        self._at_high_watermark.discard(key)
         self._renamed(key)
         if self.settings.truncation_mode == "high-watermark":
             self._cut(partition, partition.log.high_watermark, "its high watermark")
@@ -159,6 +165,7 @@ class ReplicaFetcher:
     def remove(self, key: Key) -> None:
         self.partitions.pop(key, None)
         self._held.discard(key)
+        self._at_high_watermark.discard(key)
         self.needs_truncation.discard(key)
         self._to_name.discard(key)
         if self._session_positions.pop(key, None) is not None:
@@ -379,7 +386,11 @@ class ReplicaFetcher:
             return
         if throttle.follower.exceeded():
             for key in self.partitions:
-                if key not in self._held and throttle.follower_throttled(*key):
+                if (
+                    key not in self._held
+                    and key not in self._at_high_watermark
+                    and throttle.follower_throttled(*key)
+                ):
                     self._held.add(key)
                     self._to_name.discard(key)
                     if self._session_positions.pop(key, None) is not None:
@@ -516,6 +527,7 @@ class ReplicaFetcher:
                     self._to_name.add(key)
 
     def _apply(self, partition: Partition, answer: dict) -> None:
+        key = (partition.topic, partition.partition)
         code = answer["error_code"]
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             log.warning(
@@ -525,7 +537,8 @@ class ReplicaFetcher:
                 partition.log.log_end_offset,
                 self.leader_id,
             )
-            self.out_of_range.add((partition.topic, partition.partition))
+            self.out_of_range.add(key)
+            self._at_high_watermark.discard(key)
             return
         if code:
             return  # NOT_LEADER_FOR_PARTITION and the like: metadata will tell
@@ -536,11 +549,14 @@ class ReplicaFetcher:
                     records, leader_epoch=partition.leader_epoch
                 )
             if info is not None:
-                key = (partition.topic, partition.partition)
                 self.bytes_appended[key] = self.bytes_appended.get(key, 0) + info.size
                 if self.throttle is not None and self.throttle.follower_throttled(*key):
                     self.throttle.follower.record(info.size)
         partition.log.high_watermark = min(answer["high_watermark"], partition.log.log_end_offset)
+        if partition.log.log_end_offset >= answer["high_watermark"]:
+            self._at_high_watermark.add(key)
+        else:
+            self._at_high_watermark.discard(key)
         # the leader's log start (Fetch v5 and later), moved by a DeleteRecords or retention
         leader_log_start = answer.get("log_start_offset", -1)
         if leader_log_start > partition.log.log_start_offset:

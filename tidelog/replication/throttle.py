@@ -7,7 +7,9 @@ leader.replication.throttled.replicas and follower.replication.throttled.replica
 "partition:broker" pairs, an entry counting on the broker it names. As in Kafka, only replicas
 outside the ISR are ever held back (a follower in sync is never throttled, so acks=all produce
 is not slowed), and a throttled partition is left out of a fetch while its quota is exceeded;
-the bytes of every throttled partition count against it.
+the bytes of every throttled partition count against it. A follower does not hold back a
+partition its last answer left at the leader's high watermark (the fetcher's rule, Kafka's
+in-sync by lag): the leader adds it to the ISR on its next fetch.
 """
 
 from __future__ import annotations
