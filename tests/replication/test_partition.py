@@ -90,3 +90,19 @@ def test_the_low_watermark_is_the_smallest_log_start_of_the_replicas_on_live_bro
     assert partition.low_watermark({1, 2, 3}) == 4
     # broker 3 is not alive: its replica does not count
     assert partition.low_watermark({1, 2}) == 6
+
+
+def test_a_follower_that_keeps_up_with_steady_appends_stays_in_the_isr(make_log, clock):
+    """Each fetch asks from where the log ended at the one before: never from the log end, as
+    the leader appends between them, but caught up as of the fetch before."""
+    partition = leader_with(make_log, clock)
+    partition.update_follower(2, 10, clock.milliseconds())
+    partition.update_follower(3, 10, clock.milliseconds())
+    for _ in range(15):
+        end = partition.log.log_end_offset
+        partition.log.append_as_leader(message_set(5))
+        clock.advance(1000)
+        partition.update_follower(2, end, clock.milliseconds())  # had all there was
+        partition.update_follower(3, 10, clock.milliseconds())  # fetches, gets nothing further
+
+    assert partition.isr_to_shrink(clock.milliseconds(), 10_000) == {1, 2}

@@ -14,12 +14,15 @@ log = logging.getLogger(__name__)
 @dataclass
 class FollowerState:
     """What the leader knows of one follower: the log end offset its last fetch asked from,
-    when it last asked from the leader's log end (was caught up), and the log start offset its
-    last fetch named (Fetch v5 and later; -1 until one does)."""
+    when it was last caught up, the log start offset its last fetch named (Fetch v5 and later;
+    -1 until one does), and when its last fetch read the partition and the leader's log end
+    then."""
 
     log_end_offset: int = -1
     caught_up_ms: int = 0
     log_start_offset: int = -1
+    fetch_ms: int = 0
+    end_at_fetch: int = -1
 
 
 @dataclass
@@ -79,11 +82,18 @@ class Partition:
         self.followers = {}
 
     def update_follower(self, replica_id: int, fetch_offset: int, now: int) -> bool:
-        """Records a follower's fetch; returns whether the high watermark moved."""
+        """Records a follower's fetch; returns whether the high watermark moved. A follower is
+        caught up now if it asks from the log end, and as of its previous fetch if it asks from
+        where the log ended then (Kafka's lastFetchLeaderLogEndOffset): under steady appends a
+        follower that keeps up seldom finds the log end where it left it."""
         state = self.followers.setdefault(replica_id, FollowerState())
-        state.log_end_offset = fetch_offset
-        if fetch_offset >= self.log.log_end_offset:
+        end = self.log.log_end_offset
+        if fetch_offset >= end:
             state.caught_up_ms = now
+        elif fetch_offset >= state.end_at_fetch:
+            state.caught_up_ms = max(state.caught_up_ms, state.fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.fetch_ms, state.end_at_fetch = now, end
         return self.maybe_advance_high_watermark()
 
     def update_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
