@@ -7,12 +7,15 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import message_set
 from tidelog.broker.metadata import MetadataCache, PartitionState, TopicMetadata
 from tidelog.broker.replica_fetch import answer_replica_fetch
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.clock import ManualClock
 from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
 
 
@@ -119,3 +122,26 @@ def test_a_parked_fetch_woken_by_a_new_epoch_does_not_take_its_follower_back_in(
     position_after_wake, position_after_next_fetch = asyncio.run(scenario())
     assert position_after_wake == -1
     assert position_after_next_fetch == 0  # the log end it named, caught up
+
+
+def test_a_fetch_from_past_the_log_end_records_no_position_for_the_follower(tmp_path):
+    """Follower 2 asks from offset 10 of a log that ends at 5 (a log that went its own way):
+    the read fails, and the leader does not take the follower as holding offsets 0 to 4."""
+    logs = LogManager(
+        [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+    )
+    logs.startup()
+    metadata = MetadataCache()
+    metadata.topics["t"] = TopicMetadata("t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))})
+    replicas = ReplicaManager(1, logs, metadata, ManualClock())
+    replicas.apply_metadata()
+    partition = replicas.partitions[("t", 0)]
+    try:
+        replicas.append("t", 0, memoryview(message_set(5)), 1)
+        with pytest.raises(KafkaError) as error:
+            replicas.read("t", 0, 10, 1 << 20, replica_id=2)
+        assert error.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert partition.high_watermark == 0
+        assert partition.followers[2].log_end_offset == -1
+    finally:
+        logs.shutdown()

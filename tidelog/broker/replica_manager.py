@@ -393,7 +393,10 @@ class ReplicaManager:
         the position it holds may be one the follower has since given up)."""
         partition = self.leader_partition(topic, number)
         if replica_id >= 0:
-            if follower_position:
+            # a position past the log end is out of range (the read below fails): recording it
+            # would count the follower as holding offsets it does not have, as Kafka records
+            # no position for a read that fails
+            if follower_position and offset <= partition.log.log_end_offset:
                 if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
                     self._wake((topic, number))
                 if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone
