@@ -33,9 +33,8 @@ def fetch(session_id: int, epoch: int, named: bool, max_wait_ms: int) -> dict:
     }
 
 
-async def parked(tmp_path: Path, append_after: float | None) -> tuple[float, dict]:
-    """How long the second fetch of a session waited, and its answer; an append comes
-    ``append_after`` seconds into it (None: none)."""
+def leading_t0(tmp_path: Path) -> tuple[LogManager, ReplicaManager]:
+    """Broker 1's logs and replica manager, leading t-0 with broker 2 in its ISR."""
     logs = LogManager(
         [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
     )
@@ -44,6 +43,13 @@ async def parked(tmp_path: Path, append_after: float | None) -> tuple[float, dic
     metadata.topics["t"] = TopicMetadata("t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))})
     replicas = ReplicaManager(1, logs, metadata, ManualClock())
     replicas.apply_metadata()
+    return logs, replicas
+
+
+async def parked(tmp_path: Path, append_after: float | None) -> tuple[float, dict]:
+    """How long the second fetch of a session waited, and its answer; an append comes
+    ``append_after`` seconds into it (None: none)."""
+    logs, replicas = leading_t0(tmp_path)
 
     def report(code, what, error) -> int:  # type: ignore[no-untyped-def]
         return int(code)
@@ -127,14 +133,7 @@ def test_a_parked_fetch_woken_by_a_new_epoch_does_not_take_its_follower_back_in(
 def test_a_fetch_from_past_the_log_end_records_no_position_for_the_follower(tmp_path):
     """Follower 2 asks from offset 10 of a log that ends at 5 (a log that went its own way):
     the read fails, and the leader does not take the follower as holding offsets 0 to 4."""
-    logs = LogManager(
-        [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
-    )
-    logs.startup()
-    metadata = MetadataCache()
-    metadata.topics["t"] = TopicMetadata("t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))})
-    replicas = ReplicaManager(1, logs, metadata, ManualClock())
-    replicas.apply_metadata()
+    logs, replicas = leading_t0(tmp_path)
     partition = replicas.partitions[("t", 0)]
     try:
         replicas.append("t", 0, memoryview(message_set(5)), 1)

@@ -210,9 +210,18 @@ def test_a_follower_behind_the_leaders_epoch_is_fenced_until_it_learns_the_epoch
     assert seen_fenced == [0]  # nothing fetched while fenced
 
 
-def spent_follower_quota() -> ReplicationThrottle:
-    """Broker 2's follower quota of 200 bytes a second on t-0, which its metadata shows out of
-    the ISR: a throttled replica."""
+def a_throttled_follower(  # type: ignore[no-untyped-def]
+    tmp_path, make_log, clock
+) -> tuple[InProcessLeader, Partition, ReplicationThrottle]:
+    """Broker 1 leading t-0 with ten messages and its ISR itself alone (so its high watermark
+    is its log end, and no ZooKeeper to write the follower back in); broker 2's empty replica,
+    and its follower quota of 200 bytes a second on t-0, which its metadata shows out of the
+    ISR: a throttled replica."""
+    leader = InProcessLeader(tmp_path / "leader", clock)
+    leader.metadata.topics["t"].states[0] = PartitionState(1, 3, (1,))
+    leader.log.append_as_leader(message_set(10))
+    partition = Partition("t", 0, 2, make_log())
+    partition.make_follower(1, 3, (1, 2), frozenset({1}))
     metadata = MetadataCache(
         topics={
             "t": TopicMetadata(
@@ -223,26 +232,14 @@ def spent_follower_quota() -> ReplicationThrottle:
             )
         }
     )
-    return ReplicationThrottle(2, metadata, follower_rate=200)
-
-
-def leader_without_its_follower(tmp_path, clock) -> InProcessLeader:  # type: ignore[no-untyped-def]
-    """Broker 1 leading t-0 with ten messages, its ISR itself alone (so its high watermark is
-    its log end), and no ZooKeeper to write the follower back into it."""
-    leader = InProcessLeader(tmp_path / "leader", clock)
-    leader.metadata.topics["t"].states[0] = PartitionState(1, 3, (1,))
-    leader.log.append_as_leader(message_set(10))
-    return leader
+    return leader, partition, ReplicationThrottle(2, metadata, follower_rate=200)
 
 
 def test_a_throttled_follower_at_the_leaders_high_watermark_is_not_held_back(
     tmp_path, make_log, clock
 ):
-    leader = leader_without_its_follower(tmp_path, clock)
-    follower_log = make_log()
-    partition = Partition("t", 0, 2, follower_log)
-    partition.make_follower(1, 3, (1, 2), frozenset({1}))
-    throttle = spent_follower_quota()
+    leader, partition, throttle = a_throttled_follower(tmp_path, make_log, clock)
+    follower_log = partition.log
     record = throttle.follower.record
     charged: list[int] = []
 
@@ -270,11 +267,8 @@ def test_a_throttled_follower_at_the_leaders_high_watermark_is_not_held_back(
 def test_a_throttled_follower_below_the_leaders_high_watermark_is_held_back(
     tmp_path, make_log, clock
 ):
-    leader = leader_without_its_follower(tmp_path, clock)
-    follower_log = make_log()
-    partition = Partition("t", 0, 2, follower_log)
-    partition.make_follower(1, 3, (1, 2), frozenset({1}))
-    throttle = spent_follower_quota()
+    leader, partition, throttle = a_throttled_follower(tmp_path, make_log, clock)
+    follower_log = partition.log
     one_message_a_fetch = FetcherSettings(truncation_mode="high-watermark", max_bytes=1)
     ends = []
 
