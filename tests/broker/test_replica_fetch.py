@@ -17,6 +17,7 @@ from tidelog.clock import ManualClock
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.errors import ErrorCode, KafkaError
 from tidelog.log.manager import LogManager
+from tidelog.replication.throttle import ReplicationThrottle
 
 
 def fetch(session_id: int, epoch: int, named: bool, max_wait_ms: int) -> dict:
@@ -144,3 +145,46 @@ def test_a_fetch_from_past_the_log_end_records_no_position_for_the_follower(tmp_
         assert partition.followers[2].log_end_offset == -1
     finally:
         logs.shutdown()
+
+
+def test_a_caught_up_follower_rejoins_while_the_leader_quota_holds_its_data_back(tmp_path):
+    """Follower 2, out of the ISR and throttled, asks from the leader's log end while the
+    leader's quota is spent: the answer carries no data, but the leader records where the
+    follower is (as Kafka's throttled read does) and writes it back into the ISR."""
+    isr_writes: list[tuple[str, int, int, frozenset[int]]] = []
+
+    async def persist_isr(changes: list) -> list[bool]:
+        isr_writes.extend(changes)
+        return [True] * len(changes)
+
+    async def scenario() -> dict:
+        logs = LogManager(
+            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+        )
+        logs.startup()
+        metadata = MetadataCache()
+        metadata.brokers = {1: None, 2: None}  # type: ignore[dict-item]  # live, not reached
+        metadata.topics["t"] = TopicMetadata(
+            "t",
+            {0: (1, 2)},
+            {0: PartitionState(1, 3, (1,))},
+            {"leader.replication.throttled.replicas": "*"},
+        )
+        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+        replicas.throttle = ReplicationThrottle(1, metadata, leader_rate=200)
+        replicas.apply_metadata()
+        try:
+            replicas.append("t", 0, memoryview(message_set(5)), 1)
+            replicas.throttle.leader.record(10**9)  # spent for weeks
+            request = fetch(0, 0, True, 0)
+            request["topics"][0]["partitions"][0]["fetch_offset"] = 5
+            answer = await answer_replica_fetch(replicas, request, lambda code, *_: int(code))
+            await asyncio.sleep(0.05)  # the ISR write runs as a task
+            return answer
+        finally:
+            logs.shutdown()
+
+    answer = asyncio.run(scenario())
+
+    assert not any(p["record_set"] for t in answer["responses"] for p in t["partition_responses"])
+    assert isr_writes == [("t", 0, 3, frozenset({1, 2}))]

@@ -123,7 +123,13 @@ def _read_changed(
         }
         throttled = _leader_throttled(replicas, key, session.replica_id)
         if throttled and replicas.throttle is not None and replicas.throttle.leader.exceeded():
-            continue  # KIP-73: left changed, read once the leader quota allows
+            # KIP-73: left changed, read once the leader quota allows; but where the follower
+            # is counts now, as Kafka's throttled read records it: one caught up rejoins the ISR
+            if arrived:
+                partition = replicas.partitions.get(key)
+                if partition is not None and partition.is_leader:
+                    replicas.record_follower_position(partition, session.replica_id, fetch_offset)
+            continue
         try:
             result = replicas.read(
                 topic,

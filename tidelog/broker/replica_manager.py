@@ -375,6 +375,18 @@ class ReplicaManager:
 
     # -- fetch ---------------------------------------------------------------------------------
 
+    def record_follower_position(self, partition: Partition, replica_id: int, offset: int) -> None:
+        """Where follower ``replica_id`` is: the offset its fetch asked from as it arrived, which
+        may move the high watermark or grow the ISR. A position past the log end is out of range
+        (the read fails): recording it would count the follower as holding offsets it does not
+        have, and Kafka records no position for a read that fails."""
+        if offset > partition.log.log_end_offset:
+            return
+        if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
+            self._wake((partition.topic, partition.partition))
+        if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone
+            self._maybe_update_isr(partition, partition.isr_to_expand(replica_id))
+
     def read(
         self,
         topic: str,
@@ -393,14 +405,8 @@ class ReplicaManager:
         the position it holds may be one the follower has since given up)."""
         partition = self.leader_partition(topic, number)
         if replica_id >= 0:
-            # a position past the log end is out of range (the read below fails): recording it
-            # would count the follower as holding offsets it does not have, as Kafka records
-            # no position for a read that fails
-            if follower_position and offset <= partition.log.log_end_offset:
-                if partition.update_follower(replica_id, offset, self.clock.milliseconds()):
-                    self._wake((topic, number))
-                if replica_id in self.metadata.brokers:  # a late fetch from a broker now gone
-                    self._maybe_update_isr(partition, partition.isr_to_expand(replica_id))
+            if follower_position:
+                self.record_follower_position(partition, replica_id, offset)
             max_offset = None
         else:
             max_offset = partition.log.high_watermark
