@@ -332,10 +332,12 @@ def test_the_rebuild_is_reported_only_once_the_broker_is_in_every_isr(command_ru
 
 # What the rebuild throttle's quotas let through in ``seconds``, all at the same rate: each
 # starts with a second of credit. The follower checks its quota before each fetch, so one fetch
-# of each partition may go past it; a leader checks its own before each partition it reads, so
-# one partition's read may. The rates are in ZooKeeper before the rebuilt broker starts: its
-# own are read before its first fetch, and the leaders' watches have the seconds the broker
-# takes to start and register to read theirs.
+# of each partition may go past it (and a partition its last answer left at the leader's high
+# watermark is fetched whatever the quota: only the new traffic into it, a few kilobytes before
+# it is seen in the ISR, well inside that slack); a leader checks its own before each partition
+# it reads, so one partition's read may. The rates are in ZooKeeper before the rebuilt broker
+# starts: its own are read before its first fetch, and the leaders' watches have the seconds the
+# broker takes to start and register to read theirs.
 THROTTLE_BYTES_S = REBUILD_THROTTLE_MB_S * MB
 FETCH_MAX_BYTES = BROKER_KEYS["replica.fetch.max.bytes"].default  # the command keeps it
 
