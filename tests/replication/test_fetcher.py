@@ -11,6 +11,7 @@ from tidelog.broker.metrics import Metrics
 from tidelog.broker.replica_manager import ReplicaManager
 from tidelog.broker.server import KafkaServer
 from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.log import Log
 from tidelog.log.manager import LogManager
 from tidelog.replication.fetcher import FetcherSettings, ReplicaFetcher
 from tidelog.replication.partition import Partition
@@ -70,16 +71,18 @@ def test_high_watermark_truncation_happens_before_any_word_from_the_leader(make_
 
 
 class InProcessLeader:
-    """Broker 1 leading partition t-0 in this process: its real log manager, replica manager,
-    request handler and Kafka protocol server, with the metadata filled in by hand."""
+    """Broker 1 leading topic t's ``partitions`` (t-0 alone by default) in this process: its
+    real log manager, replica manager, request handler and Kafka protocol server, with the
+    metadata filled in by hand."""
 
-    def __init__(self, directory, clock) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, directory, clock, partitions: int = 1) -> None:  # type: ignore[no-untyped-def]
         config = parse_config({"log.dirs": str(directory)}, BROKER_KEYS)
         self.logs = LogManager([directory], config, clock=clock)
         self.logs.startup()
         self.metadata = MetadataCache()
+        numbers = range(partitions)
         self.metadata.topics["t"] = TopicMetadata(
-            "t", {0: (1, 2)}, {0: PartitionState(1, 3, (1, 2))}
+            "t", {n: (1, 2) for n in numbers}, {n: PartitionState(1, 3, (1, 2)) for n in numbers}
         )
         self.replicas = ReplicaManager(1, self.logs, self.metadata, clock)
         self.metrics = metrics = Metrics()
@@ -92,7 +95,10 @@ class InProcessLeader:
 
     @property
     def log(self):  # type: ignore[no-untyped-def]
-        return self.logs.get_or_create("t", 0)
+        return self.log_of(0)
+
+    def log_of(self, number: int):  # type: ignore[no-untyped-def]
+        return self.logs.get_or_create("t", number)
 
     async def start(self) -> None:
         await self.server.bind()
@@ -157,6 +163,53 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(tmp_path, mak
     asyncio.run(follow_until(leader, partition, (lambda: follower_log.log_end_offset == 105, None)))
 
     assert (follower_log.log_start_offset, follower_log.log_end_offset) == (100, 105)
+
+
+def test_partitions_wiped_together_take_their_state_from_the_tier_at_once(
+    tmp_path, make_log, clock
+):
+    leader = InProcessLeader(tmp_path / "leader", clock, partitions=2)
+    for number in (0, 1):  # offsets 0-99 are only in the tier, 100-104 on the leader's disk
+        leader.log_of(number).truncate_fully_and_start_at(100, log_start_offset=0)
+        leader.log_of(number).append_as_leader(message_set(5))
+    followed = []
+    for number in (0, 1):
+        wiped = make_log(f"t-{number}", remote_storage_enable=True)
+        partition = Partition("t", number, 2, wiped)
+        partition.make_follower(1, 3, (1, 2), frozenset({1, 2}))
+        followed.append(partition)
+    asked: list[tuple[str, int]] = []
+
+    async def from_the_tier(key: tuple[str, int], emptied: Log) -> None:
+        # each waits for the other: one after the other, the first would wait for ever
+        asked.append(key)
+        while len(asked) < 2:
+            await asyncio.sleep(0.01)
+        assert emptied.log_end_offset == 100  # nothing fetched before the state is in
+
+    async def rebuild() -> None:
+        await leader.start()
+        fetcher = ReplicaFetcher(
+            2,
+            1,
+            lambda: ("127.0.0.1", leader.server.port),
+            FetcherSettings(),
+            remote_aux_state=from_the_tier,
+        )
+        for partition in followed:
+            fetcher.add(partition)
+        try:
+            async with asyncio.timeout(10):
+                while any(p.log.log_end_offset < 105 for p in followed):
+                    await asyncio.sleep(0.05)
+        finally:
+            await fetcher.stop()
+            await leader.stop()
+
+    asyncio.run(rebuild())
+
+    assert sorted(asked) == [("t", 0), ("t", 1)]
+    assert [(p.log.log_start_offset, p.log.log_end_offset) for p in followed] == [(0, 105)] * 2
 
 
 AT_PROTOCOL_2_1 = FetcherSettings(fetch_version=10, leader_epoch_version=2)

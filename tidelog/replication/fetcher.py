@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -291,11 +291,15 @@ class ReplicaFetcher:
         self.out_of_range.clear()
         if not keys:
             return
-        # one ListOffsets per kind of offset for all of them, not three per partition
-        starts = await self._leader_offsets(connection, keys, -2)
-        ends = await self._leader_offsets(connection, keys, -1)
+        # one ListOffsets per kind of offset for all of them, not three per partition, sent
+        # together: one round trip to the leader
         tiered = [key for key in keys if self.partitions[key].log.config.remote_storage_enable]
-        local_starts = await self._leader_offsets(connection, tiered, -4) if tiered else {}
+        asked = [(keys, -2), (keys, -1)] + ([(tiered, -4)] if tiered else [])
+        starts, ends, *local = await _all_or_first_error(
+            self._leader_offsets(connection, which, timestamp) for which, timestamp in asked
+        )
+        local_starts = local[0] if local else {}
+        emptied: list[tuple[Key, Log]] = []  # started at the leader's local log start
         for key in keys:
             partition = self.partitions.get(key)
             if partition is None:
@@ -313,11 +317,14 @@ class ReplicaFetcher:
                     local_start,
                     start,
                 )
-                if self.remote_aux_state is not None:
-                    await self.remote_aux_state(key, partition.log)
+                emptied.append((key, partition.log))
             elif partition.log.log_end_offset < start:
                 partition.log.truncate_fully_and_start_at(start)
             self._renamed(key)
+        if emptied and self.remote_aux_state is not None:
+            # each from the tier on its own reader thread, before any of them is fetched
+            aux_state = self.remote_aux_state
+            await _all_or_first_error(aux_state(key, emptied_log) for key, emptied_log in emptied)
 
     async def _leader_offsets(
         self, connection: Connection, keys: list[Key], timestamp: int
@@ -563,3 +570,13 @@ class ReplicaFetcher:
             partition.log.maybe_increment_log_start_offset(
                 leader_log_start, f"the log start of leader {self.leader_id}"
             )
+
+
+async def _all_or_first_error(awaitables: Iterable[Awaitable[Any]]) -> list[Any]:
+    """The results of ``awaitables`` run together, in their order; if any fails, every one is
+    awaited first (none left running, no error unretrieved) and the first failure is raised."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
