@@ -57,6 +57,8 @@ class FaultyBroker:
             return web.json_response({"error": "dropped by the link"}, status=503)
         if arrival in self.hold:
             await asyncio.sleep(self.hold_s)
+        if request.match_info["kind"] == "stop-replica":
+            return web.json_response(self.control.stop_replica(body))
         answer = self.control.update_metadata(body)
         if not answer.get("superseded"):
             self.applied.append(body["sequence"])
@@ -139,3 +141,24 @@ def test_a_late_copy_of_a_timed_out_request_never_undoes_a_newer_one():
     assert broker.arrivals == 3
     assert broker.applied == [1, 2]
     assert sorted(broker.metadata.brokers) == [1, 2]
+
+
+def test_a_stop_replica_refused_partition_by_partition_is_not_counted_as_acknowledged(caplog):
+    broker = FaultyBroker()  # not shutting down: a StopReplica without delete is refused
+
+    async def stop() -> list[int]:
+        async with serving(broker) as target:
+            plane = ControlPlane(1, TIMEOUT_MS)
+            await plane.start_epoch(7)
+            metadata = MetadataCache()
+            metadata.brokers[2] = target
+            try:
+                return await plane.stop_replicas(metadata, [("t", 0, 2), ("t", 1, 2)], False)
+            finally:
+                await plane.close()
+
+    acknowledged = asyncio.run(stop())
+
+    assert acknowledged == []
+    [refusal] = [r.getMessage() for r in caplog.records if "refused stop-replica" in r.getMessage()]
+    assert "t-0 INVALID_REQUEST" in refusal and "t-1 INVALID_REQUEST" in refusal

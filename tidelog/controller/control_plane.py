@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from tidelog.broker.metadata import BrokerEndpoint, MetadataCache
 from tidelog.controller.controller import Change
+from tidelog.errors import ErrorCode
 
 if TYPE_CHECKING:
     import aiohttp
@@ -45,8 +46,25 @@ def partition_entry(topic: str, partition: int, replicas, state) -> dict:
 
 
 def _acknowledged(answer: asyncio.Future[dict | None]) -> bool:
+    """Answered, with no error for the request nor for any of its partitions."""
     result = answer.result() if answer.done() else None
-    return result is not None and not result.get("error_code")
+    return result is not None and not result.get("error_code") and not _partition_errors(result)
+
+
+def _partition_errors(answer: dict) -> list[str]:
+    """The partitions an answer gives an error for, as "topic-partition ERROR_NAME"."""
+    return [
+        f"{entry['topic']}-{entry['partition']} {_error_name(entry['error_code'])}"
+        for entry in answer.get("partitions", ())
+        if entry.get("error_code")
+    ]
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
 
 
 class _Request:
@@ -209,6 +227,13 @@ class ControlPlane:
             return None
         if answer.get("error_code"):
             log.warning("controller: broker %d refused %s: %s", broker.broker_id, kind, answer)
+        elif kind == "stop-replica" and (refused := _partition_errors(answer)):
+            log.warning(
+                "controller: broker %d refused stop-replica for %d partitions: %s",
+                broker.broker_id,
+                len(refused),
+                ", ".join(refused),
+            )
         return answer
 
     async def _wait(self, answers: Iterable[asyncio.Future[dict | None]]) -> None:
