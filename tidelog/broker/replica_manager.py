@@ -516,6 +516,9 @@ class ReplicaManager:
             return
         self._isr_updates.add(key)
         self._isr_pending[key] = (partition, partition.leader_epoch, isr)
+        # from now on the controller may read the new ISR: the high watermark counts those
+        # joining it at once (a shrink counts only once written: the larger ISR until then)
+        partition.joining = isr - partition.isr
         if self._isr_writer is None or self._isr_writer.done():
             self._isr_writer = asyncio.get_running_loop().create_task(self._write_isr_changes())
 
@@ -535,6 +538,9 @@ class ReplicaManager:
                 log.exception("could not write the ISR of %d partitions", len(batch))
             finally:
                 self._isr_updates.difference_update(batch)
+                for partition, epoch, _ in batch.values():
+                    if partition.leader_epoch == epoch:  # else a new leadership reset it
+                        partition.joining = frozenset()
 
     def _isr_written(self, partition: Partition, epoch: int, isr: frozenset[int]) -> None:
         key = (partition.topic, partition.partition)

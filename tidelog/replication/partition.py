@@ -30,9 +30,12 @@ class Partition:
     """A partition on this broker.
 
     As leader (leader_id == broker_id) it tracks every follower's log end offset; the ISR holds
-    the replicas caught up within replica.lag.time.max.ms, the leader always among them; the high
-    watermark is the smallest log end offset in the ISR and never goes down while this broker
-    leads. As follower, the high watermark is the leader's, capped at the local log end offset.
+    the replicas caught up within replica.lag.time.max.ms, the leader always among them;
+    ``joining`` holds the followers whose entry into the ISR is being written (once written, the
+    controller may elect one); the high watermark is the smallest log end offset in the ISR and
+    ``joining`` (Kafka's maximal ISR, KIP-497), so every follower that may be elected holds all
+    it acknowledges, and never goes down while this broker leads. As follower, the high
+    watermark is the leader's, capped at the local log end offset.
     """
 
     topic: str
@@ -43,6 +46,7 @@ class Partition:
     leader_epoch: int = -1
     replicas: tuple[int, ...] = ()
     isr: frozenset[int] = frozenset()
+    joining: frozenset[int] = frozenset()
     followers: dict[int, FollowerState] = field(default_factory=dict)
 
     @property
@@ -58,6 +62,7 @@ class Partition:
     ) -> None:
         self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
         self.replicas, self.isr = replicas, isr | {self.broker_id}
+        self.joining = frozenset()
         # Followers count as caught up at the start of the epoch: they get a full lag interval.
         self.followers = {r: FollowerState(-1, now) for r in replicas if r != self.broker_id}
         self.log.high_watermark = min(
@@ -79,6 +84,7 @@ class Partition:
     ) -> None:
         self.leader_id, self.leader_epoch = leader_id, leader_epoch
         self.replicas, self.isr = replicas, isr
+        self.joining = frozenset()
         self.followers = {}
 
     def update_follower(self, replica_id: int, fetch_offset: int, now: int) -> bool:
@@ -124,11 +130,15 @@ class Partition:
                 state.caught_up_ms = max(state.caught_up_ms, last_fetch_ms.get(replica, 0))
 
     def maybe_advance_high_watermark(self) -> bool:
-        """Moves the high watermark to the smallest log end offset in the ISR if that is
-        higher (called on every append and follower fetch: no list built)."""
+        """Moves the high watermark to the smallest log end offset in the ISR and ``joining``
+        if that is higher (called on every append and follower fetch: no list built)."""
         candidate = self.log.log_end_offset
         followers = self.followers
         for replica in self.isr:
+            state = followers.get(replica)
+            if state is not None and state.log_end_offset < candidate:
+                candidate = state.log_end_offset
+        for replica in self.joining:
             state = followers.get(replica)
             if state is not None and state.log_end_offset < candidate:
                 candidate = state.log_end_offset

@@ -1,0 +1,71 @@
+"""A leader writes its ISR changes to ZooKeeper in the background. While a follower's entry into
+the ISR is being written, the high watermark already counts it (Kafka's maximal ISR, KIP-497):
+once written, the controller may elect it, so it must hold every acknowledged offset."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from tests.conftest import message_set
+from tidelog.broker.metadata import MetadataCache, PartitionState, TopicMetadata
+from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.clock import ManualClock
+from tidelog.config import BROKER_KEYS, parse_config
+from tidelog.log.manager import LogManager
+
+
+def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_being_written(
+    tmp_path: Path,
+) -> None:
+    written = asyncio.Event()  # the ZooKeeper write, held until the scenario lets it finish
+    isr_writes: list[frozenset[int]] = []
+
+    async def persist_isr(changes: list) -> list[bool]:
+        await written.wait()
+        isr_writes.extend(isr for _, _, _, isr in changes)
+        return [True] * len(changes)
+
+    async def scenario() -> list[tuple[int, frozenset[int]]]:
+        logs = LogManager(
+            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+        )
+        logs.startup()
+        metadata = MetadataCache()
+        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
+        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
+        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+        replicas.apply_metadata()
+        partition = replicas.partitions[("t", 0)]
+        seen = []
+        try:
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 5)  # high watermark 5
+            replicas.record_follower_position(partition, 3, 5)  # caught up: its entry is written
+            await asyncio.sleep(0)
+            seen.append((partition.high_watermark, partition.isr))
+
+            # meanwhile five more offsets reach follower 2, but not follower 3
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 10)
+            seen.append((partition.high_watermark, partition.isr))
+
+            written.set()
+            await asyncio.sleep(0.05)  # the write's task completes
+            seen.append((partition.high_watermark, partition.isr))
+
+            replicas.record_follower_position(partition, 3, 10)
+            seen.append((partition.high_watermark, partition.isr))
+            return seen
+        finally:
+            logs.shutdown()
+
+    seen = asyncio.run(scenario())
+
+    assert isr_writes == [frozenset({1, 2, 3})]
+    assert seen == [
+        (5, frozenset({1, 2})),
+        (5, frozenset({1, 2})),  # not 10: follower 3, about to be in the ISR, holds 5
+        (5, frozenset({1, 2, 3})),
+        (10, frozenset({1, 2, 3})),
+    ]
