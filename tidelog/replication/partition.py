@@ -134,11 +134,7 @@ class Partition:
         if that is higher (called on every append and follower fetch: no list built)."""
         candidate = self.log.log_end_offset
         followers = self.followers
-        for replica in self.isr:
-            state = followers.get(replica)
-            if state is not None and state.log_end_offset < candidate:
-                candidate = state.log_end_offset
-        for replica in self.joining:
+        for replica in self.isr | self.joining if self.joining else self.isr:
             state = followers.get(replica)
             if state is not None and state.log_end_offset < candidate:
                 candidate = state.log_end_offset
