@@ -69,3 +69,44 @@ def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_bei
         (5, frozenset({1, 2, 3})),
         (10, frozenset({1, 2, 3})),
     ]
+
+
+def test_new_replicas_in_the_same_epoch_keep_a_follower_whose_entry_is_being_written(
+    tmp_path: Path,
+) -> None:
+    """A reassignment's new replicas come in the leader's epoch (the metadata names more
+    replicas, no new leadership): the ISR write of that epoch may still land, so the follower
+    it adds still counts."""
+    written = asyncio.Event()
+
+    async def persist_isr(changes: list) -> list[bool]:
+        await written.wait()
+        return [True] * len(changes)
+
+    async def scenario() -> int:
+        logs = LogManager(
+            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+        )
+        logs.startup()
+        metadata = MetadataCache()
+        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
+        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
+        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+        replicas.apply_metadata()
+        partition = replicas.partitions[("t", 0)]
+        try:
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 5)
+            replicas.record_follower_position(partition, 3, 5)  # its entry is being written
+            await asyncio.sleep(0)
+            partition.make_leader(3, (1, 2, 3, 4), frozenset({1, 2}), 0)  # same epoch
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 10)
+            high_watermark = partition.high_watermark
+            written.set()
+            await asyncio.sleep(0.05)
+            return high_watermark
+        finally:
+            logs.shutdown()
+
+    assert asyncio.run(scenario()) <= 5  # follower 3, about to be in the ISR, holds 5

@@ -52,6 +52,23 @@ def test_a_follower_rejoins_once_it_reaches_the_high_watermark(make_log, clock):
     assert partition.isr_to_expand(7) is None  # not a replica
 
 
+def test_a_follower_rejoins_only_once_it_holds_where_the_leadership_began(make_log, clock):
+    """KAFKA-7128: a new leader's high watermark is its view as a follower, which can be below
+    what the last leader acknowledged; a follower at that high watermark but short of the log
+    end the leadership began with would, elected next, lose what lies between."""
+    log = make_log()
+    log.append_as_leader(message_set(10))  # 0-9, acknowledged by the last leader
+    log.high_watermark = 5  # as this broker last heard it, as a follower
+    partition = Partition("t", 0, 1, log)
+    partition.make_leader(2, (1, 2, 3), frozenset({1, 2}), clock.milliseconds())
+    assert partition.high_watermark == 5  # follower 2, in the ISR, has not fetched yet
+
+    partition.update_follower(3, 5, clock.milliseconds())  # out of the ISR, at the watermark
+    assert partition.isr_to_expand(3) is None
+    partition.update_follower(3, 10, clock.milliseconds())
+    assert partition.isr_to_expand(3) == {1, 2, 3}
+
+
 def test_a_caught_up_follower_that_a_fetch_session_does_not_name_stays_in_sync(make_log, clock):
     """In a fetch session an idle partition is not named: the follower's last fetch counts."""
     partition = leader_with(make_log, clock)

@@ -34,8 +34,11 @@ class Partition:
     ``joining`` holds the followers whose entry into the ISR is being written (once written, the
     controller may elect one); the high watermark is the smallest log end offset in the ISR and
     ``joining`` (Kafka's maximal ISR, KIP-497), so every follower that may be elected holds all
-    it acknowledges, and never goes down while this broker leads. As follower, the high
-    watermark is the leader's, capped at the local log end offset.
+    it acknowledges, and never goes down while this broker leads. A follower joins the ISR once
+    it holds the high watermark and ``epoch_start_offset``, the log end when this leadership
+    began: a high watermark carried over from a follower's view can be below what the last
+    leader acknowledged (KAFKA-7128). As follower, the high watermark is the leader's, capped at
+    the local log end offset.
     """
 
     topic: str
@@ -47,6 +50,7 @@ class Partition:
     replicas: tuple[int, ...] = ()
     isr: frozenset[int] = frozenset()
     joining: frozenset[int] = frozenset()
+    epoch_start_offset: int = -1
     followers: dict[int, FollowerState] = field(default_factory=dict)
 
     @property
@@ -60,9 +64,13 @@ class Partition:
     def make_leader(
         self, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int], now: int
     ) -> None:
+        if leader_epoch != self.leader_epoch or not self.is_leader:
+            # a write of the last epoch's ISR can no longer land (it names that epoch); one of
+            # this epoch's, under way while the replicas change, still may
+            self.joining = frozenset()
+            self.epoch_start_offset = self.log.log_end_offset
         self.leader_id, self.leader_epoch = self.broker_id, leader_epoch
         self.replicas, self.isr = replicas, isr | {self.broker_id}
-        self.joining = frozenset()
         # Followers count as caught up at the start of the epoch: they get a full lag interval.
         self.followers = {r: FollowerState(-1, now) for r in replicas if r != self.broker_id}
         self.log.high_watermark = min(
@@ -145,13 +153,15 @@ class Partition:
 
     def isr_to_expand(self, replica_id: int) -> frozenset[int] | None:
         """The ISR with ``replica_id`` if that follower is out of it but has caught up to the
-        high watermark (called on its fetch, Kafka's rule for rejoining)."""
+        high watermark and to where this leadership began (called on its fetch, Kafka's rule
+        for rejoining)."""
         state = self.followers.get(replica_id)
         if (
             replica_id in self.isr
             or replica_id not in self.replicas
             or state is None
             or state.log_end_offset < self.log.high_watermark
+            or state.log_end_offset < self.epoch_start_offset
         ):
             return None
         return self.isr | {replica_id}
