@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests.conftest import message_set
 from tidelog.broker.metadata import MetadataCache, PartitionState, TopicMetadata
-from tidelog.broker.replica_manager import ReplicaManager
+from tidelog.broker.replica_manager import ISR_RETRY_SECONDS, ReplicaManager
 from tidelog.clock import ManualClock
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.manager import LogManager
@@ -110,3 +110,46 @@ def test_new_replicas_in_the_same_epoch_keep_a_follower_whose_entry_is_being_wri
             logs.shutdown()
 
     assert asyncio.run(scenario()) <= 5  # follower 3, about to be in the ISR, holds 5
+
+
+def test_a_write_whose_reply_is_lost_keeps_its_joining_follower_and_is_sent_again(
+    tmp_path: Path,
+) -> None:
+    """The connection drops after the write went out: ZooKeeper may hold the new ISR, so the
+    follower keeps counting, and the write goes again until its outcome is known."""
+    attempts: list[frozenset[int]] = []
+
+    async def persist_isr(changes: list) -> list[bool | None]:
+        attempts.extend(isr for _, _, _, isr in changes)
+        return [None if len(attempts) == 1 else True] * len(changes)
+
+    async def scenario() -> list[tuple[int, frozenset[int]]]:
+        logs = LogManager(
+            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+        )
+        logs.startup()
+        metadata = MetadataCache()
+        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
+        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
+        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+        replicas.apply_metadata()
+        partition = replicas.partitions[("t", 0)]
+        seen = []
+        try:
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 5)
+            replicas.record_follower_position(partition, 3, 5)
+            await asyncio.sleep(0.01)  # the first attempt: its reply lost
+            replicas.append("t", 0, memoryview(message_set(5)), -1)
+            replicas.record_follower_position(partition, 2, 10)
+            seen.append((partition.high_watermark, partition.isr))
+            await asyncio.sleep(ISR_RETRY_SECONDS + 0.1)  # sent again, written
+            seen.append((partition.high_watermark, partition.isr))
+            return seen
+        finally:
+            logs.shutdown()
+
+    seen = asyncio.run(scenario())
+
+    assert attempts == [frozenset({1, 2, 3})] * 2
+    assert seen == [(5, frozenset({1, 2})), (5, frozenset({1, 2, 3}))]

@@ -34,7 +34,11 @@ NO_LEADER_EPOCH = -1
 # (topic, partition, leader epoch, ISR) of a led partition whose ISR changes
 IsrChange = tuple[str, int, int, frozenset[int]]
 # writes ISR changes to ZooKeeper all at once; whether each was written
-PersistIsr = Callable[[list[IsrChange]], Awaitable[list[bool]]]
+# whether each change was written: True, False (not: a newer state there, or nothing sent), or
+# None (not known: the reply was lost, and ZooKeeper may hold it)
+PersistIsr = Callable[[list[IsrChange]], Awaitable[list[bool | None]]]
+# an ISR write whose outcome is not known is sent again after this long
+ISR_RETRY_SECONDS = 0.2
 
 
 class RemoteReadNeeded(Exception):
@@ -523,24 +527,39 @@ class ReplicaManager:
             self._isr_writer = asyncio.get_running_loop().create_task(self._write_isr_changes())
 
     async def _write_isr_changes(self) -> None:
-        """Writes the pending ISR changes, all that came meanwhile in one batch each time."""
+        """Writes the pending ISR changes, all that came meanwhile in one batch each time. A
+        change whose outcome is not known (ZooKeeper may hold it) keeps its joining followers
+        and is sent again until it is written or refused, or the leadership changes (Kafka
+        2.7 retries such an AlterIsr alike)."""
         while self._isr_pending:
             batch, self._isr_pending = self._isr_pending, {}
+            unknown: dict[TopicPartition, tuple[Partition, int, frozenset[int]]] = {}
             try:
                 assert self.persist_isr is not None
                 written = await self.persist_isr(
                     [(t, n, epoch, isr) for (t, n), (_, epoch, isr) in batch.items()]
                 )
-                for (partition, epoch, isr), ok in zip(batch.values(), written, strict=True):
-                    if ok:
-                        self._isr_written(partition, epoch, isr)
             except Exception:
                 log.exception("could not write the ISR of %d partitions", len(batch))
-            finally:
-                self._isr_updates.difference_update(batch)
-                for partition, epoch, _ in batch.values():
+                written = [None] * len(batch)
+            for (key, change), ok in zip(batch.items(), written, strict=True):
+                partition, epoch, isr = change
+                if ok:
+                    self._isr_written(partition, epoch, isr)
+                elif ok is None and partition.leader_epoch == epoch:
+                    unknown[key] = change
+            for key, (partition, epoch, _) in batch.items():
+                if key not in unknown:
+                    self._isr_updates.discard(key)
                     if partition.leader_epoch == epoch:  # else a new leadership reset it
                         partition.joining = frozenset()
+            if unknown:
+                await asyncio.sleep(ISR_RETRY_SECONDS)
+                for key, change in unknown.items():
+                    if change[0].leader_epoch == change[1]:
+                        self._isr_pending[key] = change
+                    else:
+                        self._isr_updates.discard(key)
 
     def _isr_written(self, partition: Partition, epoch: int, isr: frozenset[int]) -> None:
         key = (partition.topic, partition.partition)

@@ -923,10 +923,10 @@ class BrokerNode:
                 "controller: deleted topic %s (its replicas on brokers %s)", topic, acknowledged
             )
 
-    async def persist_isr(self, changes: list[IsrChange]) -> list[bool]:
+    async def persist_isr(self, changes: list[IsrChange]) -> list[bool | None]:
         """Writes new ISRs (topic, partition, leader epoch, ISR) to the partitions' states, all
-        at once; False for one not written (a newer state there, or no ZooKeeper session at the
-        moment: the next ISR check tries again)."""
+        at once; False for one not written (a newer state there, or no ZooKeeper session while
+        reading them: the next ISR check tries again), None for one whose reply was lost."""
         try:
             return await asyncio.to_thread(zookeeper.update_isrs, self.zk, self.broker_id, changes)
         except (ConnectionLoss, SessionExpiredError) as error:

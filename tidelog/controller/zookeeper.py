@@ -24,7 +24,14 @@ import uuid
 from collections.abc import Callable, Iterator
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+    SessionExpiredError,
+)
 
 from tidelog.broker.metadata import (
     BrokerEndpoint,
@@ -493,27 +500,43 @@ def write_state(
 
 def write_states(zk: KazooClient, writes: list[tuple[str, int, PartitionState, int]]) -> list[bool]:
     """write_state of many partitions (topic, partition, state, version), the writes sent at
-    once and then awaited; whether each was written."""
+    once and then awaited; whether each was written. ConnectionLoss if a reply was lost."""
+    outcomes = _write_outcomes(zk, writes)
+    if None in outcomes:
+        raise ConnectionLoss(f"{outcomes.count(None)} partition state writes not answered")
+    return [bool(outcome) for outcome in outcomes]
+
+
+def _write_outcomes(
+    zk: KazooClient, writes: list[tuple[str, int, PartitionState, int]]
+) -> list[bool | None]:
+    """The writes sent at once, then awaited: True written, False refused (a newer version, or
+    no node), None where the connection was lost after it went out (it may have been
+    applied)."""
     pending = [
         zk.set_async(state_path(topic, number), _state_document(state), version=version)
         for topic, number, state, version in writes
     ]
-    written = []
+    outcomes: list[bool | None] = []
     for result in pending:
         try:
             result.get()
-            written.append(True)
+            outcomes.append(True)
         except (BadVersionError, NoNodeError):
-            written.append(False)
-    return written
+            outcomes.append(False)
+        except (ConnectionLoss, SessionExpiredError):
+            outcomes.append(None)
+    return outcomes
 
 
 def update_isrs(
     zk: KazooClient, leader: int, changes: list[tuple[str, int, int, frozenset[int]]]
-) -> list[bool]:
+) -> list[bool | None]:
     """Leaders' ISR changes (topic, partition, leader epoch, ISR), each written only while the
     state still names ``leader`` leader in that epoch: the states read at once, then the
-    writes sent at once; whether each was written."""
+    writes sent at once; whether each was written: True, False, or None where the connection
+    was lost after the write went out (it may have been applied). A connection lost while
+    reading raises: nothing was written."""
     by_topic: dict[str, list[int]] = {}
     for topic, number, _, _ in changes:
         by_topic.setdefault(topic, []).append(number)
@@ -534,9 +557,11 @@ def update_isrs(
             leader, leader_epoch, tuple(sorted(isr)), state.controller_epoch, version + 1
         )
         writes.append((topic, number, changed, version))
-    results = write_states(zk, writes)
-    written = {(t, n) for (t, n, _, _), ok in zip(writes, results, strict=True) if ok}
-    return [(topic, number) in written for topic, number, _, _ in changes]
+    outcomes = {
+        (topic, number): outcome
+        for (topic, number, _, _), outcome in zip(writes, _write_outcomes(zk, writes), strict=True)
+    }
+    return [outcomes.get((topic, number), False) for topic, number, _, _ in changes]
 
 
 def reorder_replicas(zk: KazooClient, topic: str, assignment: dict[int, list[int]]) -> None:
