@@ -9,10 +9,25 @@ from pathlib import Path
 
 from tests.conftest import message_set
 from tidelog.broker.metadata import MetadataCache, PartitionState, TopicMetadata
-from tidelog.broker.replica_manager import ISR_RETRY_SECONDS, ReplicaManager
+from tidelog.broker.replica_manager import ISR_RETRY_SECONDS, PersistIsr, ReplicaManager
 from tidelog.clock import ManualClock
 from tidelog.config import BROKER_KEYS, parse_config
 from tidelog.log.manager import LogManager
+
+
+def leading_t0(tmp_path: Path, persist_isr: PersistIsr) -> tuple[LogManager, ReplicaManager]:
+    """Broker 1's logs and replica manager, leading t-0 (replicas 1, 2, 3; ISR 1, 2) in epoch
+    3, every broker live, its ISR writes going to ``persist_isr``."""
+    logs = LogManager(
+        [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
+    )
+    logs.startup()
+    metadata = MetadataCache()
+    metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
+    metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
+    replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
+    replicas.apply_metadata()
+    return logs, replicas
 
 
 def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_being_written(
@@ -21,21 +36,13 @@ def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_bei
     written = asyncio.Event()  # the ZooKeeper write, held until the scenario lets it finish
     isr_writes: list[frozenset[int]] = []
 
-    async def persist_isr(changes: list) -> list[bool]:
+    async def persist_isr(changes: list) -> list[bool | None]:
         await written.wait()
         isr_writes.extend(isr for _, _, _, isr in changes)
         return [True] * len(changes)
 
     async def scenario() -> list[tuple[int, frozenset[int]]]:
-        logs = LogManager(
-            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
-        )
-        logs.startup()
-        metadata = MetadataCache()
-        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
-        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
-        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
-        replicas.apply_metadata()
+        logs, replicas = leading_t0(tmp_path, persist_isr)
         partition = replicas.partitions[("t", 0)]
         seen = []
         try:
@@ -79,20 +86,12 @@ def test_new_replicas_in_the_same_epoch_keep_a_follower_whose_entry_is_being_wri
     it adds still counts."""
     written = asyncio.Event()
 
-    async def persist_isr(changes: list) -> list[bool]:
+    async def persist_isr(changes: list) -> list[bool | None]:
         await written.wait()
         return [True] * len(changes)
 
     async def scenario() -> int:
-        logs = LogManager(
-            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
-        )
-        logs.startup()
-        metadata = MetadataCache()
-        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
-        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
-        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
-        replicas.apply_metadata()
+        logs, replicas = leading_t0(tmp_path, persist_isr)
         partition = replicas.partitions[("t", 0)]
         try:
             replicas.append("t", 0, memoryview(message_set(5)), -1)
@@ -124,15 +123,7 @@ def test_a_write_whose_reply_is_lost_keeps_its_joining_follower_and_is_sent_agai
         return [None if len(attempts) == 1 else True] * len(changes)
 
     async def scenario() -> list[tuple[int, frozenset[int]]]:
-        logs = LogManager(
-            [tmp_path], parse_config({"log.dirs": str(tmp_path)}, BROKER_KEYS), clock=ManualClock()
-        )
-        logs.startup()
-        metadata = MetadataCache()
-        metadata.brokers = {1: None, 2: None, 3: None}  # type: ignore[dict-item]  # live
-        metadata.topics["t"] = TopicMetadata("t", {0: (1, 2, 3)}, {0: PartitionState(1, 3, (1, 2))})
-        replicas = ReplicaManager(1, logs, metadata, ManualClock(), persist_isr=persist_isr)
-        replicas.apply_metadata()
+        logs, replicas = leading_t0(tmp_path, persist_isr)
         partition = replicas.partitions[("t", 0)]
         seen = []
         try:
