@@ -30,6 +30,15 @@ def leading_t0(tmp_path: Path, persist_isr: PersistIsr) -> tuple[LogManager, Rep
     return logs, replicas
 
 
+def follower_3_joins_at_5(replicas: ReplicaManager) -> None:
+    """Five offsets appended, follower 2 at 5 (the high watermark 5), then follower 3 at 5:
+    caught up, its entry into the ISR goes to be written."""
+    partition = replicas.partitions[("t", 0)]
+    replicas.append("t", 0, memoryview(message_set(5)), -1)
+    replicas.record_follower_position(partition, 2, 5)
+    replicas.record_follower_position(partition, 3, 5)
+
+
 def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_being_written(
     tmp_path: Path,
 ) -> None:
@@ -46,9 +55,7 @@ def test_the_high_watermark_waits_for_a_follower_whose_entry_into_the_isr_is_bei
         partition = replicas.partitions[("t", 0)]
         seen = []
         try:
-            replicas.append("t", 0, memoryview(message_set(5)), -1)
-            replicas.record_follower_position(partition, 2, 5)  # high watermark 5
-            replicas.record_follower_position(partition, 3, 5)  # caught up: its entry is written
+            follower_3_joins_at_5(replicas)
             await asyncio.sleep(0)
             seen.append((partition.high_watermark, partition.isr))
 
@@ -94,9 +101,7 @@ def test_new_replicas_in_the_same_epoch_keep_a_follower_whose_entry_is_being_wri
         logs, replicas = leading_t0(tmp_path, persist_isr)
         partition = replicas.partitions[("t", 0)]
         try:
-            replicas.append("t", 0, memoryview(message_set(5)), -1)
-            replicas.record_follower_position(partition, 2, 5)
-            replicas.record_follower_position(partition, 3, 5)  # its entry is being written
+            follower_3_joins_at_5(replicas)
             await asyncio.sleep(0)
             partition.make_leader(3, (1, 2, 3, 4), frozenset({1, 2}), 0)  # same epoch
             replicas.append("t", 0, memoryview(message_set(5)), -1)
@@ -127,9 +132,7 @@ def test_a_write_whose_reply_is_lost_keeps_its_joining_follower_and_is_sent_agai
         partition = replicas.partitions[("t", 0)]
         seen = []
         try:
-            replicas.append("t", 0, memoryview(message_set(5)), -1)
-            replicas.record_follower_position(partition, 2, 5)
-            replicas.record_follower_position(partition, 3, 5)
+            follower_3_joins_at_5(replicas)
             await asyncio.sleep(0.01)  # the first attempt: its reply lost
             replicas.append("t", 0, memoryview(message_set(5)), -1)
             replicas.record_follower_position(partition, 2, 10)

@@ -33,9 +33,9 @@ CONSUMER_REPLICA_ID = -1
 NO_LEADER_EPOCH = -1
 # (topic, partition, leader epoch, ISR) of a led partition whose ISR changes
 IsrChange = tuple[str, int, int, frozenset[int]]
-# writes ISR changes to ZooKeeper all at once; whether each was written
-# whether each change was written: True, False (not: a newer state there, or nothing sent), or
-# None (not known: the reply was lost, and ZooKeeper may hold it)
+# writes ISR changes to ZooKeeper all at once; whether each was written: True, False (not: a
+# newer state there, or nothing sent), or None (not known: the reply was lost, and ZooKeeper may
+# hold it)
 PersistIsr = Callable[[list[IsrChange]], Awaitable[list[bool | None]]]
 # an ISR write whose outcome is not known is sent again after this long
 ISR_RETRY_SECONDS = 0.2
@@ -544,15 +544,14 @@ class ReplicaManager:
                 written = [None] * len(batch)
             for (key, change), ok in zip(batch.items(), written, strict=True):
                 partition, epoch, isr = change
+                if ok is None and partition.leader_epoch == epoch:
+                    unknown[key] = change
+                    continue
                 if ok:
                     self._isr_written(partition, epoch, isr)
-                elif ok is None and partition.leader_epoch == epoch:
-                    unknown[key] = change
-            for key, (partition, epoch, _) in batch.items():
-                if key not in unknown:
-                    self._isr_updates.discard(key)
-                    if partition.leader_epoch == epoch:  # else a new leadership reset it
-                        partition.joining = frozenset()
+                self._isr_updates.discard(key)
+                if partition.leader_epoch == epoch:  # else a new leadership reset it
+                    partition.joining = frozenset()
             if unknown:
                 await asyncio.sleep(ISR_RETRY_SECONDS)
                 for key, change in unknown.items():
