@@ -12,9 +12,13 @@ from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.conftest import run_tidelog, wait_for_leaders
+from tests.integration.test_bad_input import connect, request
+from tidelog.cluster import faults
 from tidelog.cluster.local import LocalCluster
 from tidelog.controller import topics, zookeeper
+from tidelog.protocol.schemas import ApiKey
 from tidelog.records.format import Codec, iter_inner, iter_shallow
+from tidelog.records.record_batch import BatchRecordInput, encode_batch, read_header
 
 _count = iter(range(1_000_000))
 
@@ -167,4 +171,40 @@ def test_tidelogs_own_producer_sends_batches_with_headers(cluster_2_1):
     assert [m.offset for m in messages] == list(range(500))
     assert {(m.magic, m.codec, m.headers) for m in messages} == {
         (2, Codec.ZSTD, (("run", b"perf"),))
+    }
+
+
+def test_record_times_whose_deltas_wrap_are_kept_as_kafka_keeps_them(cluster_2_1):
+    """A batch's record time is its first time plus its delta, a sum Kafka makes in a long: a
+    batch from -10 to the last millisecond of the range has a delta past it, which wraps."""
+    topic = new_topic(cluster_2_1)
+    latest = 2**63 - 1
+    sent = [("early", -10), ("late", latest), ("compressed", latest - 3)]
+    batches = [
+        encode_batch(
+            [BatchRecordInput(b"k", b"early", -10), BatchRecordInput(b"k", b"late", latest)]
+        ),
+        encode_batch([BatchRecordInput(b"k", b"compressed", latest - 3)], codec=Codec.GZIP),
+    ]
+    leader = faults._state(cluster_2_1, topic, 0).leader
+
+    with connect(cluster_2_1, leader) as connection:
+        answers = [
+            request(connection, ApiKey.PRODUCE, 7, produce_body(topic, batch)) for batch in batches
+        ]
+    got = librdkafka_consume(cluster_2_1, topic, 3)
+
+    assert [a["responses"][0]["partition_responses"][0]["error_code"] for a in answers] == [0, 0]
+    assert [(m.value().decode(), m.timestamp()[1]) for m in got] == sent
+    first, second = [read_header(entry.batch) for entry in stored(cluster_2_1, topic)[0]]
+    assert (first.first_timestamp, first.max_timestamp) == (-10, latest)
+    assert second.max_timestamp == latest - 3
+
+
+def produce_body(topic: str, records: bytes) -> dict:
+    return {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 10000,
+        "topic_data": [{"topic": topic, "data": [{"partition": 0, "record_set": records}]}],
     }

@@ -40,6 +40,7 @@ from tidelog.records.record_batch import (
     HEADER,
     BatchHeader,
     encode_record,
+    int64,
     read_header,
     read_records,
     set_crc,
@@ -92,7 +93,7 @@ def reference_batch(
     body = b"".join(
         encode_record(
             record.offset - header.base_offset,
-            record.timestamp - first_timestamp,
+            int64(record.timestamp - first_timestamp),  # a long difference, as in Kafka
             record.key,
             record.value,
             record.headers,

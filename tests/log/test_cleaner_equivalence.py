@@ -3,9 +3,10 @@ message-at-a-time cleaner wrote: the same segment files, indexes and all, the sa
 the same failure when a segment's keys overflow the offset map. Logs are generated: formats v0,
 v1 and v2 (mixed in one log, as after an upgrade), every codec (zstd in v2), null keys and
 tombstones, sparse offsets (a compacted leader's), LogAppendTime wrappers and batches, record
-headers, v2 batches with and without a producer id (the last batch of a producer id stays when
-a clean empties it), messages larger than a read chunk, offset maps small enough to fill, a
-memory of looked-up keys small enough to forget what a wrapper's look-ups remembered."""
+headers, record times at the ends of the int64 range (their deltas wrap), v2 batches with and
+without a producer id (the last batch of a producer id stays when a clean empties it), messages
+larger than a read chunk, offset maps small enough to fill, a memory of looked-up keys small
+enough to forget what a wrapper's look-ups remembered."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from tidelog.records.format import (
 from tidelog.records.record_batch import BatchRecordInput, encode_batch
 
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "index.interval.bytes": "100"}
+FAR_TIMES = (-(2**63), 2**63 - 1)
 KEYS = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h", b"i", b"j", b"k", b"l"]
 
 HEADERS = st.lists(
@@ -53,7 +55,9 @@ BATCHES = st.lists(
                 st.none() | st.sampled_from(KEYS),
                 st.none() | st.binary(max_size=12) | st.just(b"x" * 700),
                 HEADERS,
-                st.integers(min_value=-3, max_value=3),  # v2: the record's time, around now
+                # v2: the record's time around now, or at an end of the range, where a time
+                # less another wraps as Kafka's longs do
+                st.integers(min_value=-3, max_value=3) | st.sampled_from(FAR_TIMES),
             ),
             min_size=1,
             max_size=7,
@@ -62,6 +66,10 @@ BATCHES = st.lists(
     min_size=1,
     max_size=15,
 )
+
+
+def time_of(drawn: int, now: int) -> int:
+    return drawn if drawn in FAR_TIMES else now + drawn
 
 
 def append(partition_log: Log, batches, clock: ManualClock) -> None:
@@ -73,7 +81,7 @@ def append(partition_log: Log, batches, clock: ManualClock) -> None:
             now = clock.milliseconds()
             partition_log.append_as_follower(
                 encode_batch(
-                    [BatchRecordInput(k, v, now + t, tuple(h)) for k, v, h, t in records],
+                    [BatchRecordInput(k, v, time_of(t, now), tuple(h)) for k, v, h, t in records],
                     base_offset=offset,
                     codec=codec,
                     timestamp_type=TimestampType.LOG_APPEND_TIME

@@ -125,7 +125,8 @@ static void write_int32(unsigned char *p, int32_t value)
     p[3] = (unsigned char)v;
 }
 
-/* A zigzag varint at *at, before limit; 0 when it runs past limit or ten bytes. */
+/* A zigzag varint at *at, before limit; 0 when it runs past limit or ten bytes. A tenth byte's
+ * bits past the 64th are dropped, as Kafka's readVarlong and Python's read_varint drop them. */
 static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, int64_t *value)
 {
     uint64_t result = 0;
@@ -133,8 +134,6 @@ static int varint(const unsigned char *data, Py_ssize_t *at, Py_ssize_t limit, i
         if (*at >= limit)
             return 0;
         unsigned char byte = data[(*at)++];
-        if (shift == 63 && (byte & 0x7e))
-            return 0; /* past 64 bits: Python's read_varint reads it whole, the caller's say */
         result |= (uint64_t)(byte & 0x7f) << shift;
         if (!(byte & 0x80)) {
             *value = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
@@ -351,11 +350,33 @@ static Py_ssize_t survivors_bound(const record_t *survivors, int32_t count)
     return bound;
 }
 
+/* a + b and a - b as Java's longs make them: wrapped, where C's signed overflow is undefined */
+static int64_t wrapping_add(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+
+static int64_t wrapping_sub(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a - (uint64_t)b);
+}
+
+/* The latest of the survivors' times (the batch's first time plus each delta, wrapped as
+ * Kafka's builder sums them), at least -1 (NO_TIMESTAMP): compaction's new max timestamp. */
+static int64_t latest_time(int64_t first_timestamp, const record_t *survivors, int32_t count)
+{
+    int64_t latest = -1;
+    for (int32_t i = 0; i < count; i++) {
+        int64_t time = wrapping_add(first_timestamp, survivors[i].timestamp_delta);
+        if (time > latest)
+            latest = time;
+    }
+    return latest;
+}
+
 /* Writes the `count` survivors into `out` as compaction.filter_batch writes them (attributes 0,
- * the time counted from `shift`, the rest as it was; a record already so is copied as it is);
- * returns how many bytes it wrote. filter_records checks first that no delta less `shift`
- * overflows; append_rebuilt's callers do not (an older gap: a batch with timestamp deltas at the
- * ends of the int64 range is rewritten differently from the Python walk, which does not wrap). */
+ * the time counted from `shift`, a wrapped difference as in Kafka, the rest as it was; a
+ * record already so is copied as it is); returns how many bytes it wrote. */
 static Py_ssize_t write_survivors(unsigned char *out, const unsigned char *data,
                                   const record_t *survivors, int32_t count, int log_append_time,
                                   int64_t shift)
@@ -363,7 +384,7 @@ static Py_ssize_t write_survivors(unsigned char *out, const unsigned char *data,
     Py_ssize_t at = 0;
     for (int32_t i = 0; i < count; i++) {
         const record_t *r = &survivors[i];
-        int64_t new_delta = log_append_time ? 0 : r->timestamp_delta - shift;
+        int64_t new_delta = log_append_time ? 0 : wrapping_sub(r->timestamp_delta, shift);
         if (new_delta == r->timestamp_delta && data[r->attributes_at] == 0) {
             memcpy(out + at, data + r->start, r->end - r->start);
             at += r->end - r->start;
@@ -397,16 +418,13 @@ static int append_rebuilt(PyObject *out, const unsigned char *data, Py_ssize_t p
         return -1;
     unsigned char *batch = (unsigned char *)PyByteArray_AS_STRING(out) + had;
     memcpy(batch, data + position, BATCH_HEADER);
-    int64_t new_max = -1;
-    for (int32_t i = 0; i < count && !log_append_time; i++)
-        if (first_timestamp + survivors[i].timestamp_delta > new_max)
-            new_max = first_timestamp + survivors[i].timestamp_delta;
+    int64_t new_max = log_append_time ? -1 : latest_time(first_timestamp, survivors, count);
     Py_ssize_t at = BATCH_HEADER + write_survivors(batch + BATCH_HEADER, data, survivors, count,
                                                    log_append_time, shift);
     if (log_append_time)
         write_int64(batch + V2_FIRST_TIMESTAMP_AT, max_timestamp);
     else {
-        write_int64(batch + V2_FIRST_TIMESTAMP_AT, first_timestamp + shift);
+        write_int64(batch + V2_FIRST_TIMESTAMP_AT, wrapping_add(first_timestamp, shift));
         write_int64(batch + V2_MAX_TIMESTAMP_AT, new_max);
     }
     if (log_append_time)
@@ -835,9 +853,11 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
     Py_buffer view;
     int count, log_append_time, retain_deletes;
     long long base_offset;
+    long long first_timestamp;
     PyObject *remembered, *get, *remember, *result = NULL;
-    if (!PyArg_ParseTuple(args, "y*iLpO!OOp", &view, &count, &base_offset, &log_append_time,
-                          &PyDict_Type, &remembered, &get, &remember, &retain_deletes))
+    if (!PyArg_ParseTuple(args, "y*iLLpO!OOp", &view, &count, &base_offset, &first_timestamp,
+                          &log_append_time, &PyDict_Type, &remembered, &get, &remember,
+                          &retain_deletes))
         return NULL;
     const unsigned char *data = view.buf;
     record_t *survivors = NULL, r;
@@ -874,14 +894,8 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
         result = Py_BuildValue("iOLL", kept, Py_None, (long long)0, (long long)-1);
         goto done;
     }
-    int64_t shift = log_append_time ? 0 : survivors[0].timestamp_delta, delta;
-    int64_t max_delta = survivors[0].timestamp_delta;
-    for (int32_t i = 0; i < kept; i++) {
-        if (__builtin_sub_overflow(survivors[i].timestamp_delta, shift, &delta))
-            goto not_taken;
-        if (survivors[i].timestamp_delta > max_delta)
-            max_delta = survivors[i].timestamp_delta;
-    }
+    int64_t shift = log_append_time ? 0 : survivors[0].timestamp_delta;
+    int64_t latest = latest_time(first_timestamp, survivors, kept);
     PyObject *records = PyBytes_FromStringAndSize(NULL, survivors_bound(survivors, kept));
     if (!records)
         goto done;
@@ -889,7 +903,7 @@ static PyObject *filter_records(PyObject *Py_UNUSED(module), PyObject *args)
                                          survivors, kept, log_append_time, shift);
     if (_PyBytes_Resize(&records, written) < 0)
         goto done;
-    result = Py_BuildValue("iNLL", kept, records, (long long)shift, (long long)max_delta);
+    result = Py_BuildValue("iNLL", kept, records, (long long)shift, (long long)latest);
     goto done;
 not_taken:
     result = Py_None;
@@ -1072,11 +1086,12 @@ static PyMethodDef methods[] = {
      "of a v2 batch's decompressed records section into `latest` with its offset; None, having "
      "put nothing, if a record is not taken."},
     {"filter_records", filter_records, METH_VARARGS,
-     "filter_records(section, count, base_offset, log_append_time, remembered, get, remember, "
-     "retain_deletes) -> (kept, records, shift, max_delta) or None: the surviving records "
-     "written again (None when none or all survive), the first survivor's timestamp delta the "
-     "times now count from, and the survivors' largest delta; None if a record is not taken. "
-     "Keys are looked up as filter_inner looks them up."},
+     "filter_records(section, count, base_offset, first_timestamp, log_append_time, "
+     "remembered, get, remember, retain_deletes) -> (kept, records, shift, latest) or None: the "
+     "surviving records written again (None when none or all survive), the first survivor's "
+     "timestamp delta the times now count from, and the latest of the survivors' times (at "
+     "least -1); None if a record is not taken. Keys are looked up as filter_inner looks them "
+     "up; times and deltas wrap as Kafka's longs do."},
     {"put_digests", put_digests, METH_VARARGS,
      "put_digests(buffer, slots, capacity, size, digests, offsets) -> (put, size, probes): the "
      "offset map's probe for each digest in turn; put < len(digests) when the next new digest "

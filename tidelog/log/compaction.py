@@ -63,6 +63,7 @@ from tidelog.records.record_batch import (
     HEADER_SIZE,
     MAGIC,
     NO_PRODUCER_ID,
+    int64,
     read_varint,
     set_crc,
     write_varint,
@@ -585,6 +586,7 @@ def filter_batch(
                 section,
                 count,
                 base_offset,
+                first_timestamp,
                 log_append_time,
                 offset_map.remembered,
                 offset_map.get,
@@ -593,9 +595,15 @@ def filter_batch(
             )
         if walked is None:
             walked = _filter_records(
-                section, count, base_offset, log_append_time, offset_map, retain_deletes
+                section,
+                count,
+                base_offset,
+                first_timestamp,
+                log_append_time,
+                offset_map,
+                retain_deletes,
             )
-    kept, records, shift, max_delta = walked
+    kept, records, shift, latest_time = walked
     stats.messages_read += count
     stats.messages_kept += kept
     if kept == count:
@@ -611,8 +619,7 @@ def filter_batch(
     if log_append_time:
         new_first = new_max = max_timestamp
     else:
-        new_first = first_timestamp + shift
-        new_max = max(first_timestamp + max_delta, NO_TIMESTAMP)
+        new_first, new_max = int64(first_timestamp + shift), latest_time
     codec = Codec(attributes & CODEC_MASK)
     body_bytes = compress(codec, records, MAGIC) if codec else records
     return _rebuilt(buffer, position, body_bytes, kept, new_first, new_max, codec)
@@ -622,16 +629,18 @@ def _filter_records(
     section: Buffer,
     count: int,
     base_offset: int,
+    first_timestamp: int,
     log_append_time: bool,
     offset_map: OffsetMap,
     retain_deletes: bool,
 ) -> tuple[int, bytes | None, int, int]:
     """(records kept, the survivors written again or None when none or all survive, the
-    timestamp delta their times now count from, their largest timestamp delta before) of the
-    ``count`` records of a decompressed records ``section``; ``native.filter_records`` in
-    Python. Each survivor is written as Kafka's builder writes it again: attributes 0, its
-    time from the first survivor's (LogAppendTime: the batch's own, delta 0), offset delta and
-    the rest as they were."""
+    timestamp delta their times now count from, the latest of their times, at least
+    NO_TIMESTAMP) of the ``count`` records of a decompressed records ``section`` of a batch
+    whose times count from ``first_timestamp``; ``native.filter_records`` in Python. Each
+    survivor is written as Kafka's builder writes it again: attributes 0, its time from the
+    first survivor's (LogAppendTime: the batch's own, delta 0), offset delta and the rest as
+    they were. Times and deltas are Kafka's long sums and differences (``int64``)."""
     remembered, latest = offset_map.remembered.get, offset_map.get
     survivors = []  # (start, end, timestamp delta)
     for start, stop, key_at, timestamp_delta, offset_delta, key_length in _walk_records(
@@ -655,7 +664,7 @@ def _filter_records(
     shift = 0 if log_append_time else survivors[0][2]
     records = bytearray()
     for start, stop, timestamp_delta in survivors:
-        new_delta = 0 if log_append_time else timestamp_delta - shift
+        new_delta = 0 if log_append_time else int64(timestamp_delta - shift)
         attributes_at = start + _varint_size(section, start)
         if new_delta == timestamp_delta and section[attributes_at] == 0:
             records += section[start:stop]
@@ -666,8 +675,8 @@ def _filter_records(
         body += section[offset_delta_at:stop]
         write_varint(records, len(body))
         records += body
-    max_delta = max(timestamp_delta for _, _, timestamp_delta in survivors)
-    return kept, bytes(records), shift, max_delta
+    latest_time = max(int64(first_timestamp + delta) for _, _, delta in survivors)
+    return kept, bytes(records), shift, max(latest_time, NO_TIMESTAMP)
 
 
 def _rebuilt(

@@ -45,11 +45,13 @@ from tidelog.records.record_batch import (
     check_batch,
     check_records,
     encode_batch,
+    iter_records,
     records_section,
     set_crc,
 )
 
 NO_DIFFERENCE_CHECK = 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def has_batches(buffer: bytes | bytearray | memoryview) -> bool:
@@ -121,12 +123,18 @@ def validate_batches(
         batch_max = header.max_timestamp
         batch_offset_of_max = offset + header.last_offset_delta
         if header.codec == Codec.NONE or compacted or check_difference:
-            low, high, index_of_high = check_records(
-                records_section(out, header), count, keys_required=compacted
-            )
+            section = records_section(out, header)
+            low, high, index_of_high = check_records(section, count, keys_required=compacted)
+            first = header.first_timestamp
+            earliest, latest = first + low, first + high
+            if not INT64_MIN <= earliest <= latest <= INT64_MAX:
+                # a record's time wraps past the end of the range, as Kafka's long sum does:
+                # its times are no longer in the order of its deltas
+                times = [record.timestamp for record in iter_records(section, count, 0, first)]
+                earliest, latest = min(times), max(times)
+                index_of_high = times.index(latest)
             if check_difference:
-                for delta in (low, high):
-                    timestamp = header.first_timestamp + delta
+                for timestamp in (earliest, latest):
                     if abs(timestamp - now) > timestamp_difference_max_ms:
                         raise KafkaError(
                             ErrorCode.INVALID_TIMESTAMP,
@@ -134,7 +142,7 @@ def validate_batches(
                             f"broker's time {now}; message.timestamp.difference.max.ms is "
                             f"{timestamp_difference_max_ms}",
                         )
-            batch_max = header.first_timestamp + high
+            batch_max = latest
             batch_offset_of_max = offset + index_of_high
         attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
         if log_append_time:

@@ -74,10 +74,21 @@ Header = tuple[str, bytes | None]
 # -- varints (zigzag, as protobuf's sint32/sint64) ---------------------------------------------
 
 
+UINT64_MASK = 2**64 - 1
+
+
+def int64(value: int) -> int:
+    """``value`` wrapped to a signed 64-bit integer, as Java's long arithmetic wraps: a v2
+    record's time is its batch's first time plus its delta, a sum Kafka makes in a long (and a
+    rewritten batch's deltas differences it makes so), so a delta at the end of the range
+    gives a time at the other end, and every such time still fits the format's fields."""
+    return ((value + 2**63) & UINT64_MASK) - 2**63
+
+
 def write_varint(out: bytearray, value: int) -> None:
     """Appends ``value`` zigzag-encoded (varint and varlong alike: the encoding is the same)."""
     value = (value << 1) ^ (value >> 63)
-    value &= 0xFFFFFFFFFFFFFFFF
+    value &= UINT64_MASK
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
@@ -86,7 +97,8 @@ def write_varint(out: bytearray, value: int) -> None:
 
 def read_varint(buffer: Buffer, position: int, limit: int) -> tuple[int, int]:
     """(value, next position) of the zigzag varint at ``position``; CORRUPT_MESSAGE if it runs
-    past ``limit`` or past ten bytes."""
+    past ``limit`` or past ten bytes. A tenth byte's bits past the 64th are dropped, as Kafka's
+    readVarlong drops them: the value is always a signed 64-bit integer."""
     result = shift = 0
     while True:
         if position >= limit:
@@ -95,6 +107,7 @@ def read_varint(buffer: Buffer, position: int, limit: int) -> tuple[int, int]:
         position += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
+            result &= UINT64_MASK
             return (result >> 1) ^ -(result & 1), position
         shift += 7
         if shift >= 70:
@@ -187,7 +200,7 @@ def iter_records(
             raise corrupt("a record's fields do not fill its length")
         yield BatchRecord(
             base_offset + offset_delta,
-            first_timestamp + timestamp_delta,
+            int64(first_timestamp + timestamp_delta),
             key,
             value,
             tuple(headers),
@@ -346,7 +359,7 @@ def encode_batch(
     body = b"".join(
         encode_record(
             delta,
-            record.timestamp - first_timestamp,
+            int64(record.timestamp - first_timestamp),  # Kafka's builder: a long difference
             record.key,
             record.value,
             getattr(record, "headers", ()),
