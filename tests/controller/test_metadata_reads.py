@@ -68,9 +68,9 @@ def test_a_cluster_of_forty_topics_is_read_in_a_handful_of_round_trips(connect_s
 
         cache = zookeeper.read_cluster(counted, lambda event: None)
 
-    # the lists and the single nodes, the brokers, the topics and their configs, the
-    # partitions' states, and twice the watches of nodes not there (read topic by topic: 120)
-    assert counted.rounds <= 6
+    # the lists and the single nodes, the watches of those not there, the brokers, the
+    # topics, their configs and partitions' states (read topic by topic: 130)
+    assert counted.rounds <= 5
     ours = {name: topic for name, topic in cache.topics.items() if name.startswith("many-")}
     assert len(ours) == TOPICS
     assert ours["many-3"].assignment == {0: (1, 2), 1: (2, 1)}
@@ -108,7 +108,7 @@ def test_changed_topics_and_states_are_read_together(connect_string):
 
         delta = zookeeper.read_changes(counted, paths, {"changed-1", "gone"}, lambda event: None)
 
-    # the topics and their configs, the watches of the configs not there, the states
+    # the topics, the watch of the one gone, their configs and states, the changed state
     assert counted.rounds <= 4
     assert set(delta.topics) == {f"changed-{n}" for n in range(0, TOPICS, 2)}
     assert delta.removed == {"gone"}

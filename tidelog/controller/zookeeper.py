@@ -286,36 +286,32 @@ def read_topics(
     zk: KazooClient, topics: Iterable[str], watch: Watcher | None = None
 ) -> dict[str, TopicMetadata]:
     """The metadata of each of ``topics`` that exists, in two rounds of reads sent at once
-    (the topics' nodes and configs, then their partitions' states), whatever their number: a
+    (the topics' nodes, then their configs and partitions' states), whatever their number: a
     thousand partitions read one by one took a broker seconds, and a hundred topics read one
     after another hundreds of round trips."""
-    names = list(topics)
-    nodes = _read_all(
-        zk,
-        [topic_path(name) for name in names] + [f"{TOPIC_CONFIGS}/{name}" for name in names],
-        watch,
-    )
+    nodes = _read_all(zk, [topic_path(name) for name in topics], watch)
     assignments = {}
-    for name in names:
-        data = nodes[topic_path(name)][0]
-        if data is not None:
+    for path, (data, _) in nodes.items():
+        if data is not None:  # a topic gone is left out, and nothing more of it is watched
             document = _json(data)
-            assignments[name] = {
+            assignments[path[len(TOPICS) + 1 :]] = {
                 int(p): tuple(replicas) for p, replicas in document["partitions"].items()
             }
-    states = _read_all(
+    # the topics' configs and their partitions' states, in one round
+    details = _read_all(
         zk,
-        [state_path(name, p) for name, assignment in assignments.items() for p in assignment],
+        [f"{TOPIC_CONFIGS}/{name}" for name in assignments]
+        + [state_path(name, p) for name, assignment in assignments.items() for p in assignment],
         watch,
     )
     found = {}
     for name, assignment in assignments.items():
         topic_states = {}
         for partition in assignment:
-            data, version = states[state_path(name, partition)]
+            data, version = details[state_path(name, partition)]
             if data is not None:
                 topic_states[partition] = _state_from(_json(data), version)
-        overrides = _overrides(nodes[f"{TOPIC_CONFIGS}/{name}"][0])
+        overrides = _overrides(details[f"{TOPIC_CONFIGS}/{name}"][0])
         found[name] = TopicMetadata(name, assignment, topic_states, overrides)
     return found
 
@@ -376,17 +372,22 @@ def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache
     singles = _read_all(zk, [CONTROLLER, PREFERRED_REPLICA_ELECTION, REASSIGN_PARTITIONS], watch)
     children: dict[str, list[str]] = {}
     for path, result in lists.items():
-        with contextlib.suppress(NoNodeError):  # no broker or deletion yet
+        try:
             children[path] = result.get()
-    cache = MetadataCache(brokers=_brokers_from(zk, children.get(BROKER_IDS, [])))
-    cache.topics = read_topics(zk, children.get(TOPICS, []), watch)
+        except NoNodeError:
+            if path == TOPICS:  # made by every broker's start: its absence is an error
+                raise
+            children[path] = []  # no broker registered, or no deletion asked for, yet
+    cache = MetadataCache(brokers=_brokers_from(zk, children[BROKER_IDS]))
+    cache.topics = read_topics(zk, children[TOPICS], watch)
     controller = singles[CONTROLLER][0]
     cache.controller_id = int(_json(controller)["brokerid"]) if controller else -1
-    cache.deleting = set(children.get(DELETE_TOPICS, []))
+    cache.deleting = set(children[DELETE_TOPICS])
     try:
-        cache.cluster_id = _json(cluster_id.get()[0])["id"]
+        data = cluster_id.get()[0]
     except NoNodeError:
-        cache.cluster_id = None
+        data = None
+    cache.cluster_id = _json(data)["id"] if data else None
     return cache
 
 

@@ -40,6 +40,7 @@ def filter_records(
     section: bytes | memoryview,
     count: int,
     base_offset: int,
+    first_timestamp: int,
     log_append_time: bool,
     remembered: dict[bytes, int],
     get: Callable[[bytes], int],
