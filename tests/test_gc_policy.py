@@ -25,7 +25,7 @@ def run_in_a_process(code: str) -> str:
     return result.stdout
 
 
-def test_a_serving_process_collects_its_young_generation_every_ten_thousand_objects() -> None:
+def test_a_serving_process_collects_its_young_generation_every_fifty_thousand_objects() -> None:
     out = run_in_a_process(
         """
         import gc
@@ -35,7 +35,7 @@ def test_a_serving_process_collects_its_young_generation_every_ten_thousand_obje
         print(gc.get_threshold())
         """
     )
-    assert out.split("\n")[:2] == ["(700, 10, 10)", "(10000, 10, 10)"]
+    assert out.split("\n")[:2] == ["(700, 10, 10)", "(50000, 10, 10)"]
 
 
 def test_freezing_collects_the_garbage_first_and_later_garbage_is_still_collected() -> None:
@@ -106,7 +106,7 @@ def test_a_measuring_process_takes_the_threshold_and_the_freeze_at_once() -> Non
         print(gc.get_threshold(), frozen == gc.get_freeze_count() > 1000)
         """
     )
-    assert out.split("\n")[0] == "(10000, 10, 10) True"
+    assert out.split("\n")[0] == "(50000, 10, 10) True"
 
 
 def test_a_broker_signalled_while_its_admin_api_loads_stops_without_waiting_to_freeze() -> None:
