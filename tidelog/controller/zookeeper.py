@@ -360,9 +360,9 @@ def read_controller(zk: KazooClient, watch: Watcher | None = None) -> int:
 def read_cluster(zk: KazooClient, watch: Watcher | None = None) -> MetadataCache:
     """Everything a broker's metadata cache holds, with ``watch`` set on every node read. The
     reads go out a round at a time, each round's at once (the lists and the single nodes, the
-    brokers' nodes, the topics' nodes and configs, their partitions' states, and after each a
-    round for the watches of nodes not there): a handful of round trips whatever the cluster's
-    size, where reading topic by topic took three a topic."""
+    brokers' nodes, the topics' nodes, their configs and partitions' states, and a round for the
+    watches of nodes not there): a handful of round trips whatever the cluster's size, where
+    reading topic by topic took three a topic."""
     lists = {
         path: zk.get_children_async(path, watch=watch)
         for path in (BROKER_IDS, TOPICS, DELETE_TOPICS)
