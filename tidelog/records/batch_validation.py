@@ -36,6 +36,8 @@ from tidelog.records.record_batch import (
     INT16,
     INT32,
     INT64,
+    INT64_MAX,
+    INT64_MIN,
     MAGIC,
     MAGIC_AT,
     MAX_TIMESTAMP_AT,
@@ -50,8 +52,7 @@ from tidelog.records.record_batch import (
     set_crc,
 )
 
-NO_DIFFERENCE_CHECK = 2**63 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+NO_DIFFERENCE_CHECK = INT64_MAX
 
 
 def has_batches(buffer: bytes | bytearray | memoryview) -> bool:

@@ -75,6 +75,7 @@ Header = tuple[str, bytes | None]
 
 
 UINT64_MASK = 2**64 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # a Java long's range: offsets, times, deltas
 
 
 def int64(value: int) -> int:
@@ -474,7 +475,7 @@ def check_records_python(data: Buffer, count: int, *, keys_required: bool) -> tu
     ``keys_required``) its key is not null. Returns (smallest and largest timestamp delta, the
     index of the record with the largest); CORRUPT_MESSAGE naming the first fault."""
     position, end = 0, len(data)
-    low, high, index_of_high = 2**63 - 1, -(2**63), 0
+    low, high, index_of_high = INT64_MAX, INT64_MIN, 0
     for index in range(count):
         length, position = _varint_at(data, position, end)
         limit = position + length
